@@ -1,0 +1,174 @@
+/* Internal declarations shared by every part of the library (never installed). */
+#ifndef DT_INTERNAL_H
+#define DT_INTERNAL_H
+
+#include "dtensor.h"
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* Record a formatted message for dt_last_error() and return s. Call once, at the site of the
+ * failure; callers only propagate with DT_TRY. */
+dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Set the message verbatim (used to re-raise a message received from another client). */
+void dt__set_error(const char *msg);
+
+/* "[3,2]" into buf; returns buf. */
+char *dt__shape_str(char *buf, size_t size, int rank, const int64_t shape[]);
+#define DT__SHAPE_STR_MAX (DT_MAX_RANK * 21 + 3)
+
+/* Overflow-checked product of a shape; -1 on overflow or a negative extent. */
+int64_t dt__num_elements(int rank, const int64_t shape[]);
+
+bool dt__dtype_valid(dt_dtype d);
+
+/* ---- host block copy --------------------------------------------------------------------- */
+
+/* Copy the block `extent` (rank dims) starting at src_off inside a row-major array of
+ * src_shape into dst at dst_off inside dst_shape. Innermost contiguous runs use memcpy. */
+void dt__copy_block(void *dst, const int64_t dst_shape[], const int64_t dst_off[], const void *src,
+                    const int64_t src_shape[], const int64_t src_off[], const int64_t extent[],
+                    int rank, size_t elem_size);
+
+/* ---- backends and devices ---------------------------------------------------------------- */
+
+typedef struct dt__device dt__device;
+
+/* What a device backend implements. Device buffers are opaque to everything above ops/.
+ * Local kernels are added to the table by the expansion engine's kernel list. */
+typedef struct dt__backend {
+    const char *name;
+    /* Host code may read and write device buffers directly (CPU). */
+    bool host_accessible;
+    dt_status (*alloc)(dt__device *d, size_t bytes, void **out);
+    void (*free)(dt__device *d, void *p);
+    dt_status (*to_device)(dt__device *d, void *dst, const void *src, size_t bytes);
+    dt_status (*to_host)(dt__device *d, void *dst, const void *src, size_t bytes);
+    dt_status (*copy)(dt__device *d, void *dst, const void *src, size_t bytes);
+} dt__backend;
+
+extern const dt__backend dt__cpu_backend;
+#ifdef DT_HAVE_CUDA
+extern const dt__backend dt__cuda_backend;
+int dt__cuda_device_count(void);
+#endif
+
+/* A task run on a device's worker thread: fn(device, index, arg). */
+typedef void (*dt__task_fn)(dt__device *d, int index, void *arg);
+
+struct dt__device {
+    dt_device_type type;
+    int local_index; /* among this client's devices of the type */
+    int ordinal;     /* CUDA device ordinal; core index a CPU worker is bound to, or -1 */
+    const dt__backend *backend;
+    atomic_size_t bytes_current;
+    atomic_size_t bytes_peak;
+
+    /* worker thread: runs one posted task at a time */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    dt__task_fn task;
+    void *task_arg;
+    int task_index;
+    struct dt__join *join;
+    bool stop;
+    bool started;
+};
+
+/* Allocate with accounting (dt_device_memory). Zero bytes gives a valid unique pointer. */
+dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out);
+void dt__device_free(dt__device *d, void *p, size_t bytes);
+
+/* A device's worker loop (pthread start routine; the runtime binds the thread first). */
+void *dt__device_worker(void *device);
+
+/* Run fn(devices[i], i, arg) on each device's worker thread, in parallel, and wait for all. */
+void dt__devices_run(dt__device *const devices[], int n, dt__task_fn fn, void *arg);
+
+/* ---- runtime ----------------------------------------------------------------------------- */
+
+typedef struct dt__runtime {
+    bool initialized;
+    bool mpi_used;  /* clients are MPI ranks */
+    bool mpi_owned; /* dt_init called MPI_Init and dt_finalize ends it */
+    MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
+    int client;
+    int num_clients;
+    int cores; /* on this host (hwloc) */
+    int clients_on_host;
+    dt__device *devices[DT_DEVICE_COUNT];
+    int num_devices[DT_DEVICE_COUNT];
+    /* per type: devices of each client, and the exclusive prefix sums (first global id) */
+    int *client_devices[DT_DEVICE_COUNT];
+    int *client_first[DT_DEVICE_COUNT];
+    atomic_int live_meshes;
+    atomic_int live_tensors;
+} dt__runtime;
+
+extern dt__runtime dt__rt;
+
+/* DT_ERR_STATE with the calling function's name unless dt_init has run. */
+dt_status dt__require_init(const char *fn);
+
+/* ---- client communication helpers (MPI, nonblocking, yielding wait) ---------------------- */
+
+/* Complete requests with MPI_Test + sched_yield (blocking MPICH calls spin, TOOLCHAIN.md). */
+dt_status dt__mpi_wait_all(int n, MPI_Request reqs[]);
+/* Every client contributes `bytes` and receives all contributions in client order. With one
+ * client it is a copy. Collective over comm. */
+dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, void *recv);
+/* Agree on local validation before a collective: every client passes its own status (the
+ * message of a failure is taken from dt_last_error()). All return DT_OK, or all return the
+ * first failing client's status and message, prefixed with the client. Collective. */
+dt_status dt__agree(MPI_Comm comm, dt_status local);
+
+/* ---- mesh -------------------------------------------------------------------------------- */
+
+struct dt_mesh {
+    atomic_int refs;
+    int num_axes;
+    char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
+    int sizes[DT_MAX_MESH_AXES];
+    int strides[DT_MAX_MESH_AXES]; /* row-major: device id = sum coords[a] * strides[a] */
+    int size;
+    dt_device_type type;
+    int first_local; /* global id of this client's first device */
+    int num_local;
+    int num_clients;
+    const int *client_first; /* borrowed from the runtime, num_clients + 1 entries */
+    MPI_Comm comm;           /* dup of the runtime's world; MPI_COMM_NULL without MPI */
+    dt__device **local;      /* this client's devices, by local index */
+};
+
+dt_mesh *dt__mesh_retain(const dt_mesh *m);
+/* Local device objects of the mesh, indexed by local index. */
+dt__device *const *dt__mesh_local_devices(const dt_mesh *m);
+
+/* ---- layout ------------------------------------------------------------------------------ */
+
+/* Shard index of tensor axis `axis` on `device` (0 when unsharded). */
+int dt__layout_shard_index(const dt_layout *l, int axis, int device);
+
+/* ---- tensor ------------------------------------------------------------------------------ */
+
+struct dt_tensor {
+    dt_mesh *mesh; /* retained */
+    dt_layout layout;
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    int num_local;
+    void **data;   /* one device buffer per local device */
+    size_t *bytes; /* its size */
+};
+
+/* An empty tensor of the right local sizes (contents undefined). Not collective. */
+dt_status dt__tensor_alloc(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                           dt_tensor **out);
+
+#endif /* DT_INTERNAL_H */

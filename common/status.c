@@ -1,0 +1,165 @@
+/* Status codes, the per-thread error message, dtype and reduction names. */
+#include "dt.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char dt__error[1024];
+
+dt_status dt__fail(dt_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dt__error, sizeof dt__error, fmt, ap);
+    va_end(ap);
+    if (getenv("DTENSOR_LOG") && strcmp(getenv("DTENSOR_LOG"), "debug") == 0)
+        fprintf(stderr, "dtensor: %s: %s\n", dt_status_name(s), dt__error);
+    return s;
+}
+
+void dt__set_error(const char *msg)
+{
+    snprintf(dt__error, sizeof dt__error, "%s", msg);
+}
+
+const char *dt_last_error(void)
+{
+    return dt__error;
+}
+
+const char *dt_status_name(dt_status s)
+{
+    static const char *const names[] = {
+#define NAME(name, desc) [DT_##name] = "DT_" #name,
+        DT_STATUS_LIST(NAME)
+#undef NAME
+    };
+    return (unsigned)s < DT_STATUS_COUNT ? names[s] : "DT_UNKNOWN_STATUS";
+}
+
+const char *dt_status_string(dt_status s)
+{
+    static const char *const descs[] = {
+#define DESC(name, desc) [DT_##name] = desc,
+        DT_STATUS_LIST(DESC)
+#undef DESC
+    };
+    return (unsigned)s < DT_STATUS_COUNT ? descs[s] : "unknown status";
+}
+
+bool dt__dtype_valid(dt_dtype d)
+{
+    return (unsigned)d < DT_DTYPE_COUNT;
+}
+
+size_t dt_dtype_size(dt_dtype d)
+{
+    static const size_t sizes[] = {
+#define SIZE(NAME, name, ctype) [DT_DTYPE_##NAME] = sizeof(ctype),
+        DT_DTYPE_LIST(SIZE)
+#undef SIZE
+    };
+    return dt__dtype_valid(d) ? sizes[d] : 0;
+}
+
+const char *dt_dtype_name(dt_dtype d)
+{
+    static const char *const names[] = {
+#define DNAME(NAME, name, ctype) [DT_DTYPE_##NAME] = #name,
+        DT_DTYPE_LIST(DNAME)
+#undef DNAME
+    };
+    return dt__dtype_valid(d) ? names[d] : "?";
+}
+
+const char *dt_reduce_op_name(dt_reduce_op op)
+{
+    static const char *const names[] = {
+#define RNAME(NAME, name) [DT_REDUCE_##NAME] = #name,
+        DT_REDUCE_LIST(RNAME)
+#undef RNAME
+    };
+    return (unsigned)op < DT_REDUCE_COUNT ? names[op] : "?";
+}
+
+const char *dt_device_type_name(dt_device_type t)
+{
+    switch (t) {
+    case DT_DEVICE_CPU:
+        return "CPU";
+    case DT_DEVICE_CUDA:
+        return "CUDA";
+    default:
+        return "?";
+    }
+}
+
+char *dt__shape_str(char *buf, size_t size, int rank, const int64_t shape[])
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "[");
+    for (int i = 0; i < rank; i++)
+        n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%lld", i ? "," : "",
+                              (long long)shape[i]);
+    snprintf(buf + n, n < size ? size - n : 0, "]");
+    return buf;
+}
+
+int64_t dt__num_elements(int rank, const int64_t shape[])
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0)
+            return -1;
+        if (shape[i] != 0 && n > INT64_MAX / shape[i])
+            return -1;
+        n *= shape[i];
+    }
+    return n;
+}
+
+void dt__copy_block(void *dst, const int64_t dst_shape[], const int64_t dst_off[], const void *src,
+                    const int64_t src_shape[], const int64_t src_off[], const int64_t extent[],
+                    int rank, size_t elem_size)
+{
+    for (int i = 0; i < rank; i++)
+        if (extent[i] == 0)
+            return;
+    if (rank == 0) {
+        memcpy(dst, src, elem_size);
+        return;
+    }
+    /* Row-major strides in elements. */
+    int64_t dstride[DT_MAX_RANK], sstride[DT_MAX_RANK];
+    dstride[rank - 1] = sstride[rank - 1] = 1;
+    for (int i = rank - 2; i >= 0; i--) {
+        dstride[i] = dstride[i + 1] * dst_shape[i + 1];
+        sstride[i] = sstride[i + 1] * src_shape[i + 1];
+    }
+    /* Merge trailing axes copied whole in both arrays into one contiguous run. */
+    int inner = rank - 1;
+    int64_t run = extent[rank - 1];
+    while (inner > 0 && extent[inner] == dst_shape[inner] && extent[inner] == src_shape[inner]) {
+        inner--;
+        run *= extent[inner];
+    }
+    size_t run_bytes = (size_t)run * elem_size;
+    int64_t idx[DT_MAX_RANK] = {0};
+    for (;;) {
+        int64_t d = 0, s = 0;
+        for (int i = 0; i < inner; i++) {
+            d += (dst_off[i] + idx[i]) * dstride[i];
+            s += (src_off[i] + idx[i]) * sstride[i];
+        }
+        d += dst_off[inner] * dstride[inner];
+        s += src_off[inner] * sstride[inner];
+        memcpy((char *)dst + (size_t)d * elem_size, (const char *)src + (size_t)s * elem_size,
+               run_bytes);
+        int i = inner - 1;
+        while (i >= 0 && ++idx[i] == extent[i])
+            idx[i--] = 0;
+        if (i < 0)
+            return;
+    }
+}

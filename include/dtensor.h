@@ -1,0 +1,315 @@
+/*
+ * dtensor: sharded tensor programs written against global tensors.
+ *
+ * A worked example (the "sharded tensor" part of the DTensor guide). Run it as one process
+ * with 6 local CPU devices, or as `mpiexec.mpich -n 2` clients with 3 devices each:
+ *
+ *     dt_init_options opts = {.cpu_devices = 6};   // per client; 0 reads DTENSOR_CPU_DEVICES
+ *     DT_TRY(dt_init(&opts));                       // Collective: brings up MPI if launched
+ *
+ *     dt_mesh *mesh = NULL;                         // 3x2 mesh over all 6 devices
+ *     DT_TRY(dt_mesh_create_from_string("x=3,y=2", DT_DEVICE_CPU, &mesh));
+ *
+ *     dt_layout layout;                             // rows split over x, columns over y
+ *     DT_TRY(dt_layout_parse(mesh, "x,y", &layout));
+ *
+ *     const float host[6] = {1, 2, 3, 4, 5, 6};     // global 3x2 tensor, every client passes it
+ *     const int64_t shape[2] = {3, 2};
+ *     dt_tensor *t = NULL;
+ *     DT_TRY(dt_tensor_from_host(&layout, DT_DTYPE_F32, 2, shape, host, sizeof host, &t));
+ *
+ *     for (int i = 0; i < dt_mesh_num_local_devices(mesh); i++) {
+ *         float component[6];                       // device i holds a 1x1 block
+ *         DT_TRY(dt_tensor_unpack(t, i, component, sizeof component));
+ *     }
+ *     dt_tensor_free(t);
+ *     dt_mesh_free(mesh);
+ *     dt_finalize();                                // Collective
+ *
+ * Rules every function follows:
+ * - A fallible call returns a dt_status; DT_OK is 0. On failure dt_last_error() holds a
+ *   message naming the values involved (per thread, valid until the next failing call on that
+ *   thread), out-parameters are set to NULL (or left zeroed for value types), and every object
+ *   the call touched is left as it was.
+ * - Arguments are borrowed, never adopted. `*_create` pairs with `*_free`; freeing NULL is a
+ *   no-op.
+ * - Functions marked **Collective** must be called by every client, in the same order, with
+ *   the same metadata (mesh, shapes, layouts, dtypes). Validation of that metadata ends
+ *   before the first message is sent, so every client fails the same way and none hangs.
+ *   Functions not so marked touch only this client.
+ * - Nothing aborts on user input.
+ */
+#ifndef DTENSOR_H
+#define DTENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* X(name, description): the one list of status codes. */
+#define DT_STATUS_LIST(X)               \
+    X(OK, "ok")                         \
+    X(ERR_ARG, "invalid argument")      \
+    X(ERR_SHAPE, "shape mismatch")      \
+    X(ERR_DTYPE, "dtype mismatch")      \
+    X(ERR_LAYOUT, "invalid layout")     \
+    X(ERR_MESH, "invalid mesh")         \
+    X(ERR_MISMATCH, "clients disagree") \
+    X(ERR_NOMEM, "out of memory")       \
+    X(ERR_DEVICE, "device error")       \
+    X(ERR_COMM, "communication error")  \
+    X(ERR_STATE, "wrong runtime state") \
+    X(ERR_UNSUPPORTED, "unsupported")
+
+typedef enum dt_status {
+#define DT__STATUS_ENUM(name, desc) DT_##name,
+    DT_STATUS_LIST(DT__STATUS_ENUM)
+#undef DT__STATUS_ENUM
+        DT_STATUS_COUNT
+} dt_status;
+
+/* "DT_ERR_SHAPE" for DT_ERR_SHAPE; "DT_UNKNOWN_STATUS" for a value outside the list. */
+const char *dt_status_name(dt_status s);
+/* "shape mismatch" for DT_ERR_SHAPE. */
+const char *dt_status_string(dt_status s);
+/* The message of the last failing call on this thread; "" when none failed yet. */
+const char *dt_last_error(void);
+
+/* Propagate a failure from a dt_status expression to the caller. */
+#define DT_TRY(expr)                       \
+    do {                                   \
+        dt_status dt__try_status = (expr); \
+        if (dt__try_status != DT_OK)       \
+            return dt__try_status;         \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Data types and reductions                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+/* X(NAME, name, C type) */
+#define DT_DTYPE_LIST(X) \
+    X(F32, f32, float)   \
+    X(F64, f64, double)  \
+    X(I32, i32, int32_t) \
+    X(I64, i64, int64_t)
+
+typedef enum dt_dtype {
+#define DT__DTYPE_ENUM(NAME, name, ctype) DT_DTYPE_##NAME,
+    DT_DTYPE_LIST(DT__DTYPE_ENUM)
+#undef DT__DTYPE_ENUM
+        DT_DTYPE_COUNT
+} dt_dtype;
+
+/* Bytes per element; 0 for a value outside the list. */
+size_t dt_dtype_size(dt_dtype d);
+/* "f32"; "?" for a value outside the list. */
+const char *dt_dtype_name(dt_dtype d);
+
+/* X(NAME, name): reduction operators of collectives, reductions and partial layouts. */
+#define DT_REDUCE_LIST(X) \
+    X(SUM, sum)           \
+    X(MEAN, mean)         \
+    X(MAX, max)           \
+    X(MIN, min)           \
+    X(PROD, prod)
+
+typedef enum dt_reduce_op {
+#define DT__REDUCE_ENUM(NAME, name) DT_REDUCE_##NAME,
+    DT_REDUCE_LIST(DT__REDUCE_ENUM)
+#undef DT__REDUCE_ENUM
+        DT_REDUCE_COUNT
+} dt_reduce_op;
+
+const char *dt_reduce_op_name(dt_reduce_op op);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Runtime: clients and devices                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum dt_device_type { DT_DEVICE_CPU, DT_DEVICE_CUDA, DT_DEVICE_COUNT } dt_device_type;
+
+const char *dt_device_type_name(dt_device_type t); /* "CPU", "CUDA" */
+
+typedef struct dt_init_options {
+    /* Local CPU devices of this client. 0: the value of DTENSOR_CPU_DEVICES, else 1.
+     * Clients may differ; each client owns a contiguous block of the global device list. */
+    int cpu_devices;
+    /* Pin each CPU device's worker thread to a core with hwloc: -1 (0 in a zeroed struct
+     * means the same) binds only when every worker of every client on this host gets a core
+     * of its own; 1 requires it (error otherwise); 2 never binds. */
+    int bind;
+} dt_init_options;
+
+/* Start the runtime. opts may be NULL for defaults. Under a launcher (`mpiexec.mpich -n N`,
+ * detected from its environment) or when the caller already initialized MPI, each MPI rank
+ * becomes one client; otherwise the process is the only client and MPI is never started.
+ * CUDA GPUs are discovered when the library was built with CUDA; none is not an error.
+ * Collective. Returns DT_ERR_STATE if already initialized. */
+dt_status dt_init(const dt_init_options *opts);
+
+/* Stop worker threads, free devices, and finalize MPI if dt_init started it. Every mesh and
+ * tensor must have been freed first (DT_ERR_STATE names how many are alive otherwise, and
+ * nothing is stopped). Collective. */
+dt_status dt_finalize(void);
+
+int dt_is_initialized(void);
+int dt_client_id(void);   /* this client's index, 0 when not initialized */
+int dt_num_clients(void); /* 1 when not initialized or single-client */
+
+/* Local devices of one type on this client (0 when not initialized). */
+int dt_num_local_devices(dt_device_type type);
+/* Devices of one type over all clients. */
+int dt_num_global_devices(dt_device_type type);
+
+/* Bytes currently allocated and the peak since dt_init on one local device. */
+dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak);
+
+/* Print host topology (cores, NUMA nodes, hwloc binding) and every local device. Only this
+ * client prints. */
+dt_status dt_devices_print(FILE *f);
+
+/* Client 0 writes every client's `text` to f, in client order (the others write nothing), so
+ * output is the same for any number of clients. Collective. */
+dt_status dt_print_ordered(FILE *f, const char *text);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Mesh                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+#define DT_MAX_MESH_AXES 8
+#define DT_MAX_NAME 32    /* axis names: [A-Za-z_][A-Za-z0-9_]*, shorter than this */
+#define DT_MAX_RANK 8     /* tensor rank */
+#define DT_STRING_MAX 512 /* enough for any mesh or layout text form */
+
+typedef struct dt_mesh dt_mesh;
+
+/* Create a mesh of named axes over every device of `type` of every client, in row-major
+ * order (the last axis varies fastest). The product of sizes must equal the global device
+ * count. Every client must describe the same mesh: names, sizes and type are exchanged and
+ * a difference is DT_ERR_MISMATCH on every client, naming both descriptions. Each mesh gets
+ * its own communicator. Collective. */
+dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
+                         dt_device_type type, dt_mesh **out);
+/* Same, from "x=3,y=2". Collective. */
+dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out);
+/* Release the caller's reference; tensors keep the mesh alive until they are freed.
+ * Collective when it releases the last reference (it frees the communicator). */
+void dt_mesh_free(dt_mesh *m);
+
+int dt_mesh_num_axes(const dt_mesh *m);
+int dt_mesh_size(const dt_mesh *m); /* number of devices */
+dt_device_type dt_mesh_device_type(const dt_mesh *m);
+const char *dt_mesh_axis_name(const dt_mesh *m, int axis);  /* NULL when out of range */
+int dt_mesh_axis_size(const dt_mesh *m, int axis);          /* 0 when out of range */
+int dt_mesh_axis_index(const dt_mesh *m, const char *name); /* -1 when unknown */
+int dt_mesh_num_local_devices(const dt_mesh *m);
+/* Global device id of this client's i-th device (ids count devices of the mesh's type over
+ * all clients, client 0's first); -1 when out of range. */
+int dt_mesh_local_device_id(const dt_mesh *m, int i);
+/* Coordinates of a global device, one per mesh axis. */
+dt_status dt_mesh_device_coords(const dt_mesh *m, int device, int coords[]);
+/* Global device id at coordinates. */
+dt_status dt_mesh_device_at(const dt_mesh *m, const int coords[], int *device);
+/* The client that owns a global device. */
+dt_status dt_mesh_device_client(const dt_mesh *m, int device, int *client);
+/* "<Mesh x=3,y=2 CPU:6>"; snprintf's contract (returns the full length). */
+int dt_mesh_format(const dt_mesh *m, char *buf, size_t size);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Layout                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+#define DT_UNSHARDED (-1)
+#define DT_UNSHARDED_NAME "unsharded"
+
+/* How a tensor of rank `rank` lies on a mesh: a value type, valid while its mesh lives.
+ * axes[i] is the mesh axis splitting tensor axis i, or DT_UNSHARDED. Mesh axes named nowhere
+ * replicate the tensor, except those in `partial`: a bit mask of mesh axes over which the
+ * components hold pending terms of a reduction `partial_op` (the global value is the
+ * reduction over those axes). Text form: "x,unsharded", with partial axes as
+ * "x,unsharded;partial_sum=y" or "...;partial_max=y+z". Shards may be uneven: an axis of n
+ * over s shards gives the first n mod s shards one extra element; a shard may be empty. */
+typedef struct dt_layout {
+    const dt_mesh *mesh;
+    int rank;
+    int axes[DT_MAX_RANK];
+    unsigned partial;
+    dt_reduce_op partial_op;
+} dt_layout;
+
+/* specs[i]: a mesh axis name or "unsharded". */
+dt_status dt_layout_create(const dt_mesh *m, int rank, const char *const specs[], dt_layout *out);
+dt_status dt_layout_parse(const dt_mesh *m, const char *text, dt_layout *out);
+dt_status dt_layout_replicated(const dt_mesh *m, int rank, dt_layout *out);
+/* Tensor axis 0 on mesh axis `axis`, the rest unsharded. */
+dt_status dt_layout_batch_sharded(const dt_mesh *m, const char *axis, int rank, dt_layout *out);
+/* The last tensor axis on mesh axis `axis`, the rest unsharded. */
+dt_status dt_layout_inner_sharded(const dt_mesh *m, const char *axis, int rank, dt_layout *out);
+/* Check a layout built by hand: mesh, rank, axis indices, an axis used twice, a partial axis
+ * that also shards. */
+dt_status dt_layout_check(const dt_layout *l);
+dt_status dt_layout_to_string(const dt_layout *l, char *buf, size_t size);
+/* 1 when same mesh, rank, axes and partial state. */
+int dt_layout_equal(const dt_layout *a, const dt_layout *b);
+int dt_layout_is_replicated(const dt_layout *l); /* no sharded and no partial axis */
+/* Number of shards of tensor axis `axis` (1 when unsharded). */
+int dt_layout_num_shards(const dt_layout *l, int axis);
+/* The shard of a global device: local shape and the global offset of its first element. */
+dt_status dt_layout_local_shape(const dt_layout *l, const int64_t global_shape[], int device,
+                                int64_t local_shape[], int64_t offset[]);
+/* The balanced split of n over s shards: size and offset of shard i. Pure arithmetic. */
+int64_t dt_shard_size(int64_t n, int s, int i);
+int64_t dt_shard_offset(int64_t n, int s, int i);
+
+/* ---------------------------------------------------------------------------------------- */
+/* DTensor                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct dt_tensor dt_tensor;
+
+/* Build from a full host array (row-major, `bytes` long) that every client passes: each
+ * local device keeps its slice. A partial layout is refused (a full array is not a set of
+ * pending terms). Every client calls it with the same metadata; no communication. */
+dt_status dt_tensor_from_host(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                              const void *host, size_t bytes, dt_tensor **out);
+
+/* Build from one component per local device, in local device order: components[i] is a
+ * row-major host array of component_shapes[i], which must be the local shape the layout gives
+ * that device. Every client calls it with the same metadata; no communication. */
+dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                         int num_components, const void *const components[],
+                         const int64_t *const component_shapes[], dt_tensor **out);
+
+/* Copy local device i's component to host memory of `bytes` (at least its size). */
+dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes);
+
+/* The full global array, gathered from all clients into every client's dst (`bytes` at least
+ * the global size; pending partial sums are reduced). The only call that materialises a
+ * global tensor. Collective. */
+dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes);
+
+void dt_tensor_free(dt_tensor *t);
+
+const dt_layout *dt_tensor_layout(const dt_tensor *t);
+const dt_mesh *dt_tensor_mesh(const dt_tensor *t);
+dt_dtype dt_tensor_dtype(const dt_tensor *t);
+int dt_tensor_rank(const dt_tensor *t);
+const int64_t *dt_tensor_shape(const dt_tensor *t); /* rank entries */
+int64_t dt_tensor_num_elements(const dt_tensor *t); /* global */
+/* Local shape of local device i's component. */
+dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_H */

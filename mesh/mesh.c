@@ -1,0 +1,321 @@
+/* Mesh: named axes over the global device list, created collectively. */
+#include "dt.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool valid_name(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return false;
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!(isalnum((unsigned char)s[n]) || s[n] == '_') || n + 1 >= DT_MAX_NAME)
+            return false;
+    return strcmp(s, DT_UNSHARDED_NAME) != 0;
+}
+
+/* The description every client sends: "x=3,y=2 CPU", built defensively from any input. */
+static void describe(char *buf, size_t size, int num_axes, const char *const names[],
+                     const int sizes[], dt_device_type type)
+{
+    if (num_axes < 0 || num_axes > DT_MAX_MESH_AXES || (num_axes && (!names || !sizes))) {
+        snprintf(buf, size, "<%d axes%s> %s", num_axes, names && sizes ? "" : ", NULL arrays",
+                 dt_device_type_name(type));
+        return;
+    }
+    size_t n = 0;
+    for (int a = 0; a < num_axes; a++)
+        n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%.*s=%d", a ? "," : "",
+                              DT_MAX_NAME, names[a] ? names[a] : "(null)", sizes[a]);
+    snprintf(buf + n, n < size ? size - n : 0, " %s", dt_device_type_name(type));
+}
+
+/* Pure checks of a description every client agreed on, so all reach the same verdict. */
+static dt_status validate(int num_axes, const char *const names[], const int sizes[],
+                          dt_device_type type, const char *desc)
+{
+    if ((unsigned)type >= DT_DEVICE_COUNT)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create: device type %d is not CPU (0) or CUDA (1)",
+                        (int)type);
+    if (num_axes < 1 || num_axes > DT_MAX_MESH_AXES)
+        return dt__fail(DT_ERR_MESH, "dt_mesh_create: %d axes, expected 1 to %d", num_axes,
+                        DT_MAX_MESH_AXES);
+    if (!names || !sizes)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create: names or sizes is NULL");
+    int64_t total = 1;
+    for (int a = 0; a < num_axes; a++) {
+        if (!valid_name(names[a]))
+            return dt__fail(DT_ERR_MESH,
+                            "dt_mesh_create: axis %d name \"%.*s\" is not an identifier of at "
+                            "most %d characters other than \"unsharded\"",
+                            a, DT_MAX_NAME, names[a] ? names[a] : "(null)", DT_MAX_NAME - 1);
+        for (int b = 0; b < a; b++)
+            if (strcmp(names[a], names[b]) == 0)
+                return dt__fail(DT_ERR_MESH, "dt_mesh_create: axis name \"%s\" used twice in %s",
+                                names[a], desc);
+        if (sizes[a] < 1)
+            return dt__fail(DT_ERR_MESH, "dt_mesh_create: axis \"%s\" has size %d in %s", names[a],
+                            sizes[a], desc);
+        total *= sizes[a];
+        if (total > 1 << 24)
+            return dt__fail(DT_ERR_MESH, "dt_mesh_create: %s has more than %d devices", desc,
+                            1 << 24);
+    }
+    int global = dt_num_global_devices(type);
+    if (total != global)
+        return dt__fail(DT_ERR_MESH,
+                        "dt_mesh_create: %s has %lld devices, but the %d clients have %d %s "
+                        "devices",
+                        desc, (long long)total, dt__rt.num_clients, global,
+                        dt_device_type_name(type));
+    return DT_OK;
+}
+
+/* Every client sends its description; any difference fails on all, naming both. */
+static dt_status exchange(MPI_Comm comm, const char *desc)
+{
+    if (comm == MPI_COMM_NULL)
+        return DT_OK;
+    int n = dt__rt.num_clients;
+    char mine[DT_STRING_MAX] = {0};
+    snprintf(mine, sizeof mine, "%s", desc);
+    char *all = malloc((size_t)n * DT_STRING_MAX);
+    if (!all)
+        return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
+    dt_status s = dt__allgather_bytes(comm, mine, DT_STRING_MAX, all);
+    for (int c = 1; s == DT_OK && c < n; c++)
+        if (strcmp(all, all + (size_t)c * DT_STRING_MAX) != 0)
+            s = dt__fail(DT_ERR_MISMATCH,
+                         "dt_mesh_create: clients describe different meshes: client 0 says "
+                         "\"%s\", client %d says \"%s\"",
+                         all, c, all + (size_t)c * DT_STRING_MAX);
+    free(all);
+    return s;
+}
+
+dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
+                         dt_device_type type, dt_mesh **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create: out is NULL");
+    *out = NULL;
+    DT_TRY(dt__require_init("dt_mesh_create"));
+    char desc[DT_STRING_MAX];
+    describe(desc, sizeof desc, num_axes, names, sizes, type);
+    DT_TRY(exchange(dt__rt.world, desc));
+    DT_TRY(validate(num_axes, names, sizes, type, desc));
+
+    dt_mesh *m = calloc(1, sizeof *m);
+    dt__device **local = calloc((size_t)dt__rt.num_devices[type] + 1, sizeof *local);
+    if (!m || !local) {
+        free(m);
+        free(local);
+        return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory for %s", desc);
+    }
+    atomic_init(&m->refs, 1);
+    m->num_axes = num_axes;
+    m->type = type;
+    m->size = 1;
+    for (int a = num_axes - 1; a >= 0; a--) {
+        snprintf(m->names[a], DT_MAX_NAME, "%s", names[a]);
+        m->sizes[a] = sizes[a];
+        m->strides[a] = m->size;
+        m->size *= sizes[a];
+    }
+    m->num_clients = dt__rt.num_clients;
+    m->client_first = dt__rt.client_first[type];
+    m->first_local = m->client_first[dt__rt.client];
+    m->num_local = dt__rt.num_devices[type];
+    for (int i = 0; i < m->num_local; i++)
+        local[i] = &dt__rt.devices[type][i];
+    m->local = local;
+    m->comm = MPI_COMM_NULL;
+    if (dt__rt.world != MPI_COMM_NULL) {
+        MPI_Request req;
+        dt_status s = MPI_Comm_idup(dt__rt.world, &m->comm, &req) == MPI_SUCCESS
+                          ? dt__mpi_wait_all(1, &req)
+                          : dt__fail(DT_ERR_COMM, "dt_mesh_create: MPI_Comm_idup failed");
+        if (s != DT_OK) {
+            free(local);
+            free(m);
+            return s;
+        }
+    }
+    atomic_fetch_add(&dt__rt.live_meshes, 1);
+    *out = m;
+    return DT_OK;
+}
+
+dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create_from_string: out is NULL");
+    *out = NULL;
+    DT_TRY(dt__require_init("dt_mesh_create_from_string"));
+    char buf[DT_STRING_MAX];
+    char *names[DT_MAX_MESH_AXES];
+    int sizes[DT_MAX_MESH_AXES];
+    int n = 0;
+    bool ok = spec && strlen(spec) < sizeof buf;
+    if (ok) {
+        strcpy(buf, spec);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+            while (isspace((unsigned char)*tok))
+                tok++;
+            char *eq = strchr(tok, '='), *end;
+            if (!eq || n == DT_MAX_MESH_AXES) {
+                ok = false;
+                break;
+            }
+            *eq = '\0';
+            for (char *t = eq - 1; t >= tok && isspace((unsigned char)*t); t--)
+                *t = '\0';
+            long v = strtol(eq + 1, &end, 10);
+            while (isspace((unsigned char)*end))
+                end++;
+            ok = end != eq + 1 && !*end && v >= 0 && v <= INT32_MAX;
+            names[n] = tok;
+            sizes[n++] = (int)v;
+        }
+        ok = ok && n > 0;
+    }
+    if (ok)
+        return dt_mesh_create(n, (const char *const *)names, sizes, type, out);
+    /* Still take part in the exchange so that no other client waits for this one. */
+    char desc[DT_STRING_MAX];
+    snprintf(desc, sizeof desc, "unparsable \"%.400s\" %s", spec ? spec : "(null)",
+             dt_device_type_name(type));
+    DT_TRY(exchange(dt__rt.world, desc));
+    return dt__fail(DT_ERR_MESH,
+                    "dt_mesh_create_from_string: cannot parse \"%.400s\": expected "
+                    "\"name=size,...\" with 1 to %d axes",
+                    spec ? spec : "(null)", DT_MAX_MESH_AXES);
+}
+
+dt_mesh *dt__mesh_retain(const dt_mesh *m)
+{
+    dt_mesh *mm = (dt_mesh *)m;
+    atomic_fetch_add(&mm->refs, 1);
+    return mm;
+}
+
+void dt_mesh_free(dt_mesh *m)
+{
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    if (m->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&m->comm);
+    free(m->local);
+    free(m);
+    atomic_fetch_sub(&dt__rt.live_meshes, 1);
+}
+
+dt__device *const *dt__mesh_local_devices(const dt_mesh *m)
+{
+    return m->local;
+}
+
+int dt_mesh_num_axes(const dt_mesh *m)
+{
+    return m ? m->num_axes : 0;
+}
+
+int dt_mesh_size(const dt_mesh *m)
+{
+    return m ? m->size : 0;
+}
+
+dt_device_type dt_mesh_device_type(const dt_mesh *m)
+{
+    return m ? m->type : DT_DEVICE_CPU;
+}
+
+const char *dt_mesh_axis_name(const dt_mesh *m, int axis)
+{
+    return m && axis >= 0 && axis < m->num_axes ? m->names[axis] : NULL;
+}
+
+int dt_mesh_axis_size(const dt_mesh *m, int axis)
+{
+    return m && axis >= 0 && axis < m->num_axes ? m->sizes[axis] : 0;
+}
+
+int dt_mesh_axis_index(const dt_mesh *m, const char *name)
+{
+    if (!m || !name)
+        return -1;
+    for (int a = 0; a < m->num_axes; a++)
+        if (strcmp(m->names[a], name) == 0)
+            return a;
+    return -1;
+}
+
+int dt_mesh_num_local_devices(const dt_mesh *m)
+{
+    return m ? m->num_local : 0;
+}
+
+int dt_mesh_local_device_id(const dt_mesh *m, int i)
+{
+    return m && i >= 0 && i < m->num_local ? m->first_local + i : -1;
+}
+
+static dt_status check_device(const dt_mesh *m, int device, const char *fn)
+{
+    if (!m)
+        return dt__fail(DT_ERR_ARG, "%s: mesh is NULL", fn);
+    if (device < 0 || device >= m->size)
+        return dt__fail(DT_ERR_ARG, "%s: device %d is outside the mesh's 0..%d", fn, device,
+                        m->size - 1);
+    return DT_OK;
+}
+
+dt_status dt_mesh_device_coords(const dt_mesh *m, int device, int coords[])
+{
+    DT_TRY(check_device(m, device, "dt_mesh_device_coords"));
+    for (int a = 0; a < m->num_axes; a++)
+        coords[a] = device / m->strides[a] % m->sizes[a];
+    return DT_OK;
+}
+
+dt_status dt_mesh_device_at(const dt_mesh *m, const int coords[], int *device)
+{
+    if (!m || !coords || !device)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_device_at: NULL argument");
+    int id = 0;
+    for (int a = 0; a < m->num_axes; a++) {
+        if (coords[a] < 0 || coords[a] >= m->sizes[a])
+            return dt__fail(DT_ERR_ARG,
+                            "dt_mesh_device_at: coordinate %d on axis \"%s\" is "
+                            "outside 0..%d",
+                            coords[a], m->names[a], m->sizes[a] - 1);
+        id += coords[a] * m->strides[a];
+    }
+    *device = id;
+    return DT_OK;
+}
+
+dt_status dt_mesh_device_client(const dt_mesh *m, int device, int *client)
+{
+    DT_TRY(check_device(m, device, "dt_mesh_device_client"));
+    int c = 0;
+    while (m->client_first[c + 1] <= device)
+        c++;
+    *client = c;
+    return DT_OK;
+}
+
+int dt_mesh_format(const dt_mesh *m, char *buf, size_t size)
+{
+    if (!m)
+        return snprintf(buf, size, "<Mesh NULL>");
+    char axes[DT_STRING_MAX];
+    size_t n = 0;
+    for (int a = 0; a < m->num_axes; a++)
+        n += (size_t)snprintf(axes + n, sizeof axes - n, "%s%s=%d", a ? "," : "", m->names[a],
+                              m->sizes[a]);
+    return snprintf(buf, size, "<Mesh %s %s:%d>", axes, dt_device_type_name(m->type), m->size);
+}

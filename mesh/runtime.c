@@ -1,0 +1,495 @@
+/* Runtime start and stop: clients (MPI ranks or one process), local devices, topology. */
+#include "dt.h"
+
+#include <hwloc.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+dt__runtime dt__rt = {.world = MPI_COMM_NULL, .num_clients = 1};
+
+static hwloc_topology_t topology;
+
+enum { BIND_AUTO = -1, BIND_NONE = 0, BIND_REQUIRED = 1, BIND_NEVER = 2 };
+
+dt_status dt__require_init(const char *fn)
+{
+    if (!dt__rt.initialized)
+        return dt__fail(DT_ERR_STATE, "%s: dt_init has not been called", fn);
+    return DT_OK;
+}
+
+int dt_is_initialized(void)
+{
+    return dt__rt.initialized;
+}
+
+int dt_client_id(void)
+{
+    return dt__rt.initialized ? dt__rt.client : 0;
+}
+
+int dt_num_clients(void)
+{
+    return dt__rt.initialized ? dt__rt.num_clients : 1;
+}
+
+int dt_num_local_devices(dt_device_type type)
+{
+    if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
+        return 0;
+    return dt__rt.num_devices[type];
+}
+
+int dt_num_global_devices(dt_device_type type)
+{
+    if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
+        return 0;
+    return dt__rt.client_first[type][dt__rt.num_clients];
+}
+
+dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
+{
+    DT_TRY(dt__require_init("dt_device_memory"));
+    if ((unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
+        local_index >= dt__rt.num_devices[type])
+        return dt__fail(DT_ERR_ARG, "dt_device_memory: no local %s device %d (this client has %d)",
+                        dt_device_type_name(type), local_index,
+                        (unsigned)type < DT_DEVICE_COUNT ? dt__rt.num_devices[type] : 0);
+    const dt__device *d = &dt__rt.devices[type][local_index];
+    if (current)
+        *current = atomic_load(&d->bytes_current);
+    if (peak)
+        *peak = atomic_load(&d->bytes_peak);
+    return DT_OK;
+}
+
+/* Launched by an MPI launcher? Hydra (MPICH) sets PMI_*, PMIx launchers PMIX_RANK. */
+static bool launched_by_mpi(void)
+{
+    static const char *const vars[] = {"PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK",
+                                       "OMPI_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return true;
+    return false;
+}
+
+static dt_status read_options(const dt_init_options *opts, int *cpu_devices, int *bind)
+{
+    *cpu_devices = opts ? opts->cpu_devices : 0;
+    *bind = opts && opts->bind ? opts->bind : BIND_AUTO;
+    if (*cpu_devices < 0 || *cpu_devices > 4096)
+        return dt__fail(DT_ERR_ARG, "dt_init: cpu_devices is %d, expected 0 (default) to 4096",
+                        *cpu_devices);
+    if (*bind < BIND_AUTO || *bind > BIND_NEVER)
+        return dt__fail(DT_ERR_ARG, "dt_init: bind is %d, expected -1, 0, 1 or 2", *bind);
+    if (*cpu_devices == 0) {
+        const char *env = getenv("DTENSOR_CPU_DEVICES");
+        *cpu_devices = 1;
+        if (env && *env) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (*end || v < 1 || v > 4096)
+                return dt__fail(DT_ERR_ARG,
+                                "dt_init: DTENSOR_CPU_DEVICES is \"%s\", expected 1 to 4096", env);
+            *cpu_devices = (int)v;
+        }
+    }
+    return DT_OK;
+}
+
+static int bind_core_of(const dt__device *d);
+
+static void *worker_start(void *arg)
+{
+    dt__device *d = arg;
+    int core = bind_core_of(d);
+    if (core >= 0) {
+        hwloc_obj_t obj = hwloc_get_obj_by_type(topology, HWLOC_OBJ_CORE, (unsigned)core);
+        if (obj)
+            hwloc_set_cpubind(topology, obj->cpuset, HWLOC_CPUBIND_THREAD);
+    }
+    return dt__device_worker(d);
+}
+
+/* Cores for CPU workers: this client's first core on the host, or -1 when not binding. */
+static int first_core = -1;
+
+static int bind_core_of(const dt__device *d)
+{
+    if (d->type != DT_DEVICE_CPU || first_core < 0)
+        return -1;
+    return first_core + d->local_index;
+}
+
+static void stop_devices(dt_device_type type)
+{
+    dt__device *devs = dt__rt.devices[type];
+    for (int i = 0; i < dt__rt.num_devices[type]; i++) {
+        dt__device *d = &devs[i];
+        if (d->started) {
+            pthread_mutex_lock(&d->lock);
+            d->stop = true;
+            pthread_cond_signal(&d->wake);
+            pthread_mutex_unlock(&d->lock);
+            pthread_join(d->thread, NULL);
+        }
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->wake);
+    }
+    free(devs);
+    dt__rt.devices[type] = NULL;
+    dt__rt.num_devices[type] = 0;
+    free(dt__rt.client_devices[type]);
+    free(dt__rt.client_first[type]);
+    dt__rt.client_devices[type] = dt__rt.client_first[type] = NULL;
+}
+
+static dt_status start_devices(dt_device_type type, int count, const dt__backend *backend,
+                               const int ordinals[])
+{
+    dt__device *devs = calloc((size_t)(count ? count : 1), sizeof *devs);
+    if (!devs)
+        return dt__fail(DT_ERR_NOMEM, "dt_init: cannot allocate %d device records", count);
+    dt__rt.devices[type] = devs;
+    dt__rt.num_devices[type] = count;
+    for (int i = 0; i < count; i++) {
+        dt__device *d = &devs[i];
+        d->type = type;
+        d->local_index = i;
+        d->ordinal = ordinals ? ordinals[i] : -1;
+        d->backend = backend;
+        pthread_mutex_init(&d->lock, NULL);
+        pthread_cond_init(&d->wake, NULL);
+    }
+    if (type == DT_DEVICE_CPU && first_core >= 0)
+        for (int i = 0; i < count; i++)
+            devs[i].ordinal = first_core + i;
+    for (int i = 0; i < count; i++) {
+        int e = pthread_create(&devs[i].thread, NULL, worker_start, &devs[i]);
+        if (e)
+            return dt__fail(DT_ERR_DEVICE, "dt_init: cannot start the worker of %s:%d: %s",
+                            dt_device_type_name(type), i, strerror(e));
+        devs[i].started = true;
+    }
+    return DT_OK;
+}
+
+/* Per type, every client's device count and the prefix sums. Collective over world. */
+static dt_status exchange_counts(void)
+{
+    int n = dt__rt.num_clients;
+    int mine[DT_DEVICE_COUNT];
+    for (int t = 0; t < DT_DEVICE_COUNT; t++)
+        mine[t] = dt__rt.num_devices[t];
+    int *all = malloc(sizeof mine * (size_t)n);
+    if (!all)
+        return dt__fail(DT_ERR_NOMEM, "dt_init: cannot allocate device counts for %d clients", n);
+    dt_status s = dt__allgather_bytes(dt__rt.world, mine, sizeof mine, all);
+    for (int t = 0; s == DT_OK && t < DT_DEVICE_COUNT; t++) {
+        dt__rt.client_devices[t] = malloc(sizeof(int) * (size_t)n);
+        dt__rt.client_first[t] = malloc(sizeof(int) * (size_t)(n + 1));
+        if (!dt__rt.client_devices[t] || !dt__rt.client_first[t]) {
+            s = dt__fail(DT_ERR_NOMEM, "dt_init: cannot allocate device tables");
+            break;
+        }
+        dt__rt.client_first[t][0] = 0;
+        for (int c = 0; c < n; c++) {
+            dt__rt.client_devices[t][c] = all[c * DT_DEVICE_COUNT + t];
+            dt__rt.client_first[t][c + 1] =
+                dt__rt.client_first[t][c] + all[c * DT_DEVICE_COUNT + t];
+        }
+    }
+    free(all);
+    return s;
+}
+
+/* Where this client's workers go: clients on one host share its cores in rank order. */
+static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gpu_slot)
+{
+    dt__rt.cores = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE);
+    if (dt__rt.cores <= 0)
+        dt__rt.cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int host_rank = 0, host_size = 1, before = 0, total = cpu_devices;
+    if (dt__rt.mpi_used) {
+        MPI_Comm host;
+        if (MPI_Comm_split_type(dt__rt.world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) !=
+            MPI_SUCCESS)
+            return dt__fail(DT_ERR_COMM, "dt_init: MPI_Comm_split_type failed");
+        MPI_Comm_rank(host, &host_rank);
+        MPI_Comm_size(host, &host_size);
+        int *counts = malloc(sizeof(int) * (size_t)host_size);
+        dt_status s = counts ? dt__allgather_bytes(host, &cpu_devices, sizeof(int), counts)
+                             : dt__fail(DT_ERR_NOMEM, "dt_init: out of memory");
+        MPI_Comm_free(&host);
+        if (s != DT_OK) {
+            free(counts);
+            return s;
+        }
+        total = 0;
+        for (int r = 0; r < host_size; r++) {
+            if (r < host_rank)
+                before += counts[r];
+            total += counts[r];
+        }
+        free(counts);
+    }
+    dt__rt.clients_on_host = host_size;
+    *gpu_share = host_size;
+    *gpu_slot = host_rank;
+    first_core = -1;
+    bool fits = total <= dt__rt.cores;
+    if (bind == BIND_REQUIRED && !fits)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_init: bind=1 needs a core per CPU device, but %d devices of %d "
+                        "clients share %d cores on this host",
+                        total, host_size, dt__rt.cores);
+    if ((bind == BIND_AUTO || bind == BIND_REQUIRED) && fits)
+        first_core = before;
+    return DT_OK;
+}
+
+static void release_all(void)
+{
+    for (int t = 0; t < DT_DEVICE_COUNT; t++)
+        stop_devices((dt_device_type)t);
+    if (dt__rt.world != MPI_COMM_NULL)
+        MPI_Comm_free(&dt__rt.world);
+    if (topology) {
+        hwloc_topology_destroy(topology);
+        topology = NULL;
+    }
+    if (dt__rt.mpi_owned)
+        MPI_Finalize();
+    first_core = -1;
+    dt__rt = (dt__runtime){.world = MPI_COMM_NULL, .num_clients = 1};
+}
+
+dt_status dt_init(const dt_init_options *opts)
+{
+    if (dt__rt.initialized)
+        return dt__fail(DT_ERR_STATE, "dt_init: already initialized (client %d of %d)",
+                        dt__rt.client, dt__rt.num_clients);
+    int mpi_init = 0, mpi_done = 0;
+    MPI_Initialized(&mpi_init);
+    MPI_Finalized(&mpi_done);
+    if (mpi_done)
+        return dt__fail(DT_ERR_STATE,
+                        "dt_init: MPI was finalized in this process; dt_init cannot start again");
+    int cpu_devices = 1, bind = BIND_AUTO;
+    dt_status local = read_options(opts, &cpu_devices, &bind);
+
+    if (mpi_init || launched_by_mpi()) {
+        if (!mpi_init) {
+            int provided;
+            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+                return dt__fail(DT_ERR_COMM, "dt_init: MPI_Init_thread failed");
+            dt__rt.mpi_owned = true;
+        }
+        dt__rt.mpi_used = true;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
+        MPI_Comm_rank(dt__rt.world, &dt__rt.client);
+        MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
+    }
+    dt_status s = dt__agree(dt__rt.world, local);
+    int gpu_share = 1, gpu_slot = 0;
+    if (s == DT_OK) {
+        hwloc_topology_init(&topology);
+        hwloc_topology_load(topology);
+        s = plan_binding(bind, cpu_devices, &gpu_share, &gpu_slot);
+        s = dt__agree(dt__rt.world, s);
+    }
+    if (s == DT_OK)
+        s = start_devices(DT_DEVICE_CPU, cpu_devices, &dt__cpu_backend, NULL);
+#ifdef DT_HAVE_CUDA
+    if (s == DT_OK) {
+        /* Clients on one host share its GPUs round-robin. */
+        int visible = dt__cuda_device_count(), mine = 0;
+        int ordinals[64];
+        for (int g = gpu_slot; g < visible && mine < 64; g += gpu_share)
+            ordinals[mine++] = g;
+        s = start_devices(DT_DEVICE_CUDA, mine, &dt__cuda_backend, ordinals);
+    }
+#else
+    (void)gpu_share;
+    (void)gpu_slot;
+#endif
+    s = dt__agree(dt__rt.world, s);
+    if (s == DT_OK)
+        s = exchange_counts();
+    if (s != DT_OK) {
+        release_all();
+        return s;
+    }
+    dt__rt.initialized = true;
+    return DT_OK;
+}
+
+dt_status dt_finalize(void)
+{
+    DT_TRY(dt__require_init("dt_finalize"));
+    int meshes = atomic_load(&dt__rt.live_meshes), tensors = atomic_load(&dt__rt.live_tensors);
+    if (meshes || tensors)
+        return dt__fail(DT_ERR_STATE, "dt_finalize: %d meshes and %d tensors are still alive",
+                        meshes, tensors);
+    release_all();
+    return DT_OK;
+}
+
+dt_status dt_devices_print(FILE *f)
+{
+    DT_TRY(dt__require_init("dt_devices_print"));
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    int numa = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE);
+    int pus = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_PU);
+    fprintf(f,
+            "client %d of %d on %s: %d cores, %d hardware threads, %d NUMA nodes, %d clients "
+            "on this host\n",
+            dt__rt.client, dt__rt.num_clients, host, dt__rt.cores, pus, numa,
+            dt__rt.clients_on_host);
+    for (int t = 0; t < DT_DEVICE_COUNT; t++) {
+        int first = dt__rt.client_first[t][dt__rt.client];
+        for (int i = 0; i < dt__rt.num_devices[t]; i++) {
+            const dt__device *d = &dt__rt.devices[t][i];
+            fprintf(f, "  %s:%d global id %d, backend %s, ", dt_device_type_name(d->type), i,
+                    first + i, d->backend->name);
+            if (d->type == DT_DEVICE_CUDA)
+                fprintf(f, "GPU ordinal %d", d->ordinal);
+            else if (d->ordinal >= 0)
+                fprintf(f, "worker bound to core %d", d->ordinal);
+            else
+                fprintf(f, "worker not bound (%d workers share %d cores)",
+                        dt__rt.num_devices[t] * dt__rt.clients_on_host, dt__rt.cores);
+            fprintf(f, ", %zu bytes in use, peak %zu\n", atomic_load(&d->bytes_current),
+                    atomic_load(&d->bytes_peak));
+        }
+        if (t == DT_DEVICE_CUDA && dt__rt.num_devices[t] == 0)
+            fprintf(f, "  no CUDA devices%s\n",
+#ifdef DT_HAVE_CUDA
+                    ""
+#else
+                    " (built without CUDA)"
+#endif
+            );
+    }
+    return DT_OK;
+}
+
+/* ---- client communication helpers -------------------------------------------------------- */
+
+dt_status dt__mpi_wait_all(int n, MPI_Request reqs[])
+{
+    MPI_Status st[8];
+    for (;;) {
+        int done = 1;
+        for (int i = 0; i < n; i += 8) {
+            int k = n - i < 8 ? n - i : 8, flag = 0;
+            if (MPI_Testall(k, reqs + i, &flag, st) != MPI_SUCCESS)
+                return dt__fail(DT_ERR_COMM, "MPI_Testall failed");
+            done &= flag;
+        }
+        if (done)
+            return DT_OK;
+        sched_yield();
+    }
+}
+
+dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, void *recv)
+{
+    if (comm == MPI_COMM_NULL) {
+        memcpy(recv, send, bytes);
+        return DT_OK;
+    }
+    if (bytes > INT_MAX)
+        return dt__fail(DT_ERR_ARG, "allgather: %zu bytes per client exceed INT_MAX", bytes);
+    MPI_Request req;
+    if (MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm, &req) !=
+        MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "MPI_Iallgather of %zu bytes failed", bytes);
+    return dt__mpi_wait_all(1, &req);
+}
+
+dt_status dt__agree(MPI_Comm comm, dt_status local)
+{
+    if (comm == MPI_COMM_NULL)
+        return local;
+    struct verdict {
+        int status;
+        char msg[500];
+    } mine = {.status = local}, *all;
+    if (local != DT_OK)
+        snprintf(mine.msg, sizeof mine.msg, "%s", dt_last_error());
+    int n;
+    MPI_Comm_size(comm, &n);
+    all = malloc(sizeof *all * (size_t)n);
+    if (!all)
+        return dt__fail(DT_ERR_NOMEM, "cannot allocate the agreement of %d clients", n);
+    dt_status s = dt__allgather_bytes(comm, &mine, sizeof mine, all);
+    for (int c = 0; s == DT_OK && c < n; c++) {
+        if (all[c].status != DT_OK) {
+            /* A failing client keeps its own status and message; the others take the first
+             * failure's, naming that client. */
+            if (local != DT_OK) {
+                s = local;
+                dt__set_error(mine.msg);
+            } else {
+                s = dt__fail((dt_status)all[c].status, "client %d: %s", c, all[c].msg);
+            }
+            break;
+        }
+    }
+    free(all);
+    return s;
+}
+
+dt_status dt_print_ordered(FILE *f, const char *text)
+{
+    DT_TRY(dt__require_init("dt_print_ordered"));
+    if (!text)
+        text = "";
+    if (dt__rt.world == MPI_COMM_NULL) {
+        fputs(text, f);
+        fflush(f);
+        return DT_OK;
+    }
+    int n = dt__rt.num_clients;
+    size_t len = strlen(text);
+    DT_TRY(dt__agree(dt__rt.world, len > INT_MAX
+                                       ? dt__fail(DT_ERR_ARG, "dt_print_ordered: %zu bytes", len)
+                                       : DT_OK));
+    int mine = (int)len, *lens = malloc(sizeof(int) * (size_t)n),
+        *displ = malloc(sizeof(int) * (size_t)n);
+    dt_status s = lens && displ ? dt__allgather_bytes(dt__rt.world, &mine, sizeof mine, lens)
+                                : dt__fail(DT_ERR_NOMEM, "dt_print_ordered: out of memory");
+    int64_t total = 0;
+    for (int c = 0; s == DT_OK && c < n; c++) {
+        displ[c] = (int)total;
+        total += lens[c];
+    }
+    if (s == DT_OK && total > INT_MAX)
+        s = dt__fail(DT_ERR_ARG, "dt_print_ordered: %lld bytes in all", (long long)total);
+    char *all = s == DT_OK && dt__rt.client == 0 ? malloc((size_t)total + 1) : NULL;
+    if (s == DT_OK && dt__rt.client == 0 && !all)
+        s = dt__fail(DT_ERR_NOMEM, "dt_print_ordered: out of memory");
+    s = dt__agree(dt__rt.world, s);
+    if (s == DT_OK) {
+        MPI_Request req;
+        if (MPI_Igatherv(text, mine, MPI_CHAR, all, lens, displ, MPI_CHAR, 0, dt__rt.world, &req) !=
+            MPI_SUCCESS)
+            s = dt__fail(DT_ERR_COMM, "dt_print_ordered: MPI_Igatherv failed");
+        else
+            s = dt__mpi_wait_all(1, &req);
+    }
+    if (s == DT_OK && dt__rt.client == 0) {
+        fwrite(all, 1, (size_t)total, f);
+        fflush(f);
+    }
+    free(all);
+    free(lens);
+    free(displ);
+    return s;
+}

@@ -1,0 +1,501 @@
+/* DTensor: global shape, dtype, layout and one component buffer per local device. */
+#include "dt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- per-device tasks whose failures come back to the caller's thread -------------------- */
+
+typedef struct task_result {
+    dt_status status;
+    char msg[400];
+} task_result;
+
+static void record(task_result *r, dt_status s)
+{
+    r->status = s;
+    if (s != DT_OK)
+        snprintf(r->msg, sizeof r->msg, "%s", dt_last_error());
+}
+
+/* First failure of a run, re-raised on the calling thread. */
+static dt_status first_failure(const task_result *r, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (r[i].status != DT_OK) {
+            dt__set_error(r[i].msg);
+            return r[i].status;
+        }
+    return DT_OK;
+}
+
+/* ---- validation of metadata every client shares ----------------------------------------- */
+
+static dt_status check_meta(const char *fn, const dt_layout *l, dt_dtype dtype, int rank,
+                            const int64_t shape[], int64_t *elements)
+{
+    DT_TRY(dt__require_init(fn));
+    if (!l)
+        return dt__fail(DT_ERR_ARG, "%s: layout is NULL", fn);
+    DT_TRY(dt_layout_check(l));
+    if (!dt__dtype_valid(dtype))
+        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of f32, f64, i32, i64", fn,
+                        (int)dtype);
+    if (rank != l->rank) {
+        char lb[DT_STRING_MAX];
+        dt_layout_to_string(l, lb, sizeof lb);
+        return dt__fail(DT_ERR_LAYOUT, "%s: tensor of rank %d, layout \"%s\" has rank %d", fn, rank,
+                        lb, l->rank);
+    }
+    if (rank && !shape)
+        return dt__fail(DT_ERR_ARG, "%s: shape is NULL for rank %d", fn, rank);
+    *elements = dt__num_elements(rank, shape);
+    if (*elements < 0) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(DT_ERR_SHAPE, "%s: shape %s has a negative extent or overflows", fn,
+                        dt__shape_str(sb, sizeof sb, rank, shape));
+    }
+    if ((uint64_t)*elements > SIZE_MAX / 8) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(DT_ERR_SHAPE, "%s: shape %s is too large", fn,
+                        dt__shape_str(sb, sizeof sb, rank, shape));
+    }
+    return DT_OK;
+}
+
+/* ---- allocation -------------------------------------------------------------------------- */
+
+static void release(dt_tensor *t)
+{
+    dt__device *const *devs = dt__mesh_local_devices(t->mesh);
+    for (int i = 0; i < t->num_local; i++)
+        dt__device_free(devs[i], t->data[i], t->bytes[i]);
+    free(t->data);
+    free(t->bytes);
+    dt_mesh_free(t->mesh);
+    free(t);
+}
+
+dt_status dt__tensor_alloc(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                           dt_tensor **out)
+{
+    *out = NULL;
+    dt_tensor *t = calloc(1, sizeof *t);
+    const dt_mesh *m = l->mesh;
+    int n = m->num_local;
+    if (!t)
+        return dt__fail(DT_ERR_NOMEM, "tensor: out of memory");
+    t->data = calloc((size_t)n + 1, sizeof *t->data);
+    t->bytes = calloc((size_t)n + 1, sizeof *t->bytes);
+    t->mesh = dt__mesh_retain(m);
+    t->layout = *l;
+    t->dtype = dtype;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++)
+        t->shape[i] = shape[i];
+    if (!t->data || !t->bytes) {
+        release(t);
+        return dt__fail(DT_ERR_NOMEM, "tensor: out of memory");
+    }
+    dt__device *const *devs = dt__mesh_local_devices(m);
+    for (int i = 0; i < n; i++) {
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(l, shape, m->first_local + i, local, NULL);
+        size_t bytes = (size_t)dt__num_elements(rank, local) * dt_dtype_size(dtype);
+        dt_status s = dt__device_alloc(devs[i], bytes, &t->data[i]);
+        if (s != DT_OK) {
+            release(t);
+            return s;
+        }
+        t->bytes[i] = bytes;
+        t->num_local = i + 1;
+    }
+    t->num_local = n;
+    atomic_fetch_add(&dt__rt.live_tensors, 1);
+    *out = t;
+    return DT_OK;
+}
+
+void dt_tensor_free(dt_tensor *t)
+{
+    if (!t)
+        return;
+    release(t);
+    atomic_fetch_sub(&dt__rt.live_tensors, 1);
+}
+
+/* ---- from host --------------------------------------------------------------------------- */
+
+typedef struct from_host_job {
+    dt_tensor *t;
+    const void *host;
+    task_result *results;
+} from_host_job;
+
+static void from_host_task(dt__device *d, int i, void *arg)
+{
+    from_host_job *job = arg;
+    dt_tensor *t = job->t;
+    int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], zero[DT_MAX_RANK] = {0};
+    dt_layout_local_shape(&t->layout, t->shape, t->mesh->first_local + i, local, off);
+    size_t es = dt_dtype_size(t->dtype);
+    dt_status s = DT_OK;
+    if (d->backend->host_accessible) {
+        dt__copy_block(t->data[i], local, zero, job->host, t->shape, off, local, t->rank, es);
+    } else {
+        void *stage = malloc(t->bytes[i] ? t->bytes[i] : 1);
+        if (!stage) {
+            s = dt__fail(DT_ERR_NOMEM, "dt_tensor_from_host: no staging for %zu bytes",
+                         t->bytes[i]);
+        } else {
+            dt__copy_block(stage, local, zero, job->host, t->shape, off, local, t->rank, es);
+            s = d->backend->to_device(d, t->data[i], stage, t->bytes[i]);
+            free(stage);
+        }
+    }
+    record(&job->results[i], s);
+}
+
+dt_status dt_tensor_from_host(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                              const void *host, size_t bytes, dt_tensor **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_from_host: out is NULL");
+    *out = NULL;
+    int64_t n;
+    DT_TRY(check_meta("dt_tensor_from_host", l, dtype, rank, shape, &n));
+    if (l->partial)
+        return dt__fail(DT_ERR_LAYOUT, "dt_tensor_from_host: a full array cannot take a partial "
+                                       "layout; pack its terms with dt_tensor_pack");
+    size_t need = (size_t)n * dt_dtype_size(dtype);
+    if (!host && need)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_from_host: host is NULL");
+    if (bytes != need) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(DT_ERR_SHAPE, "dt_tensor_from_host: %s %s needs %zu bytes, got %zu",
+                        dt_dtype_name(dtype), dt__shape_str(sb, sizeof sb, rank, shape), need,
+                        bytes);
+    }
+    dt_tensor *t;
+    DT_TRY(dt__tensor_alloc(l, dtype, rank, shape, &t));
+    task_result *results = calloc((size_t)t->num_local + 1, sizeof *results);
+    if (!results) {
+        dt_tensor_free(t);
+        return dt__fail(DT_ERR_NOMEM, "dt_tensor_from_host: out of memory");
+    }
+    from_host_job job = {.t = t, .host = host, .results = results};
+    dt__devices_run(dt__mesh_local_devices(t->mesh), t->num_local, from_host_task, &job);
+    dt_status s = first_failure(results, t->num_local);
+    free(results);
+    if (s != DT_OK) {
+        dt_tensor_free(t);
+        return s;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+/* ---- pack and unpack --------------------------------------------------------------------- */
+
+dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                         int num_components, const void *const components[],
+                         const int64_t *const component_shapes[], dt_tensor **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_pack: out is NULL");
+    *out = NULL;
+    int64_t n;
+    DT_TRY(check_meta("dt_tensor_pack", l, dtype, rank, shape, &n));
+    const dt_mesh *m = l->mesh;
+    if (num_components != m->num_local)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_tensor_pack: %d components for the %d local devices of "
+                        "this client",
+                        num_components, m->num_local);
+    if (num_components && (!components || (rank && !component_shapes)))
+        return dt__fail(DT_ERR_ARG, "dt_tensor_pack: components or component_shapes is NULL");
+    for (int i = 0; i < num_components; i++) {
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(l, shape, m->first_local + i, local, NULL);
+        if (rank && !component_shapes[i])
+            return dt__fail(DT_ERR_ARG, "dt_tensor_pack: shape of component %d is NULL", i);
+        for (int a = 0; a < rank; a++)
+            if (component_shapes[i][a] != local[a]) {
+                char want[DT__SHAPE_STR_MAX], got[DT__SHAPE_STR_MAX], glob[DT__SHAPE_STR_MAX];
+                char lb[DT_STRING_MAX];
+                dt_layout_to_string(l, lb, sizeof lb);
+                return dt__fail(DT_ERR_SHAPE,
+                                "dt_tensor_pack: component %d (device %d) has shape %s; layout "
+                                "\"%s\" of %s gives it %s",
+                                i, m->first_local + i,
+                                dt__shape_str(got, sizeof got, rank, component_shapes[i]), lb,
+                                dt__shape_str(glob, sizeof glob, rank, shape),
+                                dt__shape_str(want, sizeof want, rank, local));
+            }
+        if (!components[i] && dt__num_elements(rank, local) > 0)
+            return dt__fail(DT_ERR_ARG, "dt_tensor_pack: component %d is NULL", i);
+    }
+    dt_tensor *t;
+    DT_TRY(dt__tensor_alloc(l, dtype, rank, shape, &t));
+    dt__device *const *devs = dt__mesh_local_devices(m);
+    for (int i = 0; i < t->num_local; i++) {
+        dt_status s = devs[i]->backend->to_device(devs[i], t->data[i], components[i], t->bytes[i]);
+        if (s != DT_OK) {
+            dt_tensor_free(t);
+            return s;
+        }
+    }
+    *out = t;
+    return DT_OK;
+}
+
+dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes)
+{
+    if (!t)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: tensor is NULL");
+    if (i < 0 || i >= t->num_local)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: component %d, this client has 0..%d", i,
+                        t->num_local - 1);
+    if (bytes < t->bytes[i])
+        return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: component %d has %zu bytes, buffer %zu", i,
+                        t->bytes[i], bytes);
+    if (!dst && t->bytes[i])
+        return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: dst is NULL");
+    dt__device *d = dt__mesh_local_devices(t->mesh)[i];
+    return d->backend->to_host(d, dst, t->data[i], t->bytes[i]);
+}
+
+/* ---- read: gather the global array on every client --------------------------------------- */
+
+/* A device contributes to the global array when it is first (coordinate 0) on every mesh axis
+ * that replicates the tensor; with partial axes, every term contributes. */
+static bool contributes(const dt_layout *l, int device)
+{
+    const dt_mesh *m = l->mesh;
+    unsigned splitting = l->partial;
+    for (int i = 0; i < l->rank; i++)
+        if (l->axes[i] != DT_UNSHARDED)
+            splitting |= 1u << l->axes[i];
+    for (int a = 0; a < m->num_axes; a++)
+        if (!(splitting & (1u << a)) && device / m->strides[a] % m->sizes[a] != 0)
+            return false;
+    return true;
+}
+
+/* Is device the first term of its block (coordinate 0 on every partial axis)? */
+static bool first_term(const dt_layout *l, int device)
+{
+    const dt_mesh *m = l->mesh;
+    for (int a = 0; a < m->num_axes; a++)
+        if ((l->partial & (1u << a)) && device / m->strides[a] % m->sizes[a] != 0)
+            return false;
+    return true;
+}
+
+#define REDUCE_INTO(T)                                                    \
+    static void reduce_##T(T *acc, const T *x, size_t n, dt_reduce_op op) \
+    {                                                                     \
+        for (size_t k = 0; k < n; k++)                                    \
+            switch (op) {                                                 \
+            case DT_REDUCE_MAX:                                           \
+                acc[k] = x[k] > acc[k] ? x[k] : acc[k];                   \
+                break;                                                    \
+            case DT_REDUCE_MIN:                                           \
+                acc[k] = x[k] < acc[k] ? x[k] : acc[k];                   \
+                break;                                                    \
+            case DT_REDUCE_PROD:                                          \
+                acc[k] *= x[k];                                           \
+                break;                                                    \
+            default:                                                      \
+                acc[k] += x[k];                                           \
+            }                                                             \
+    }
+REDUCE_INTO(float)
+REDUCE_INTO(double)
+REDUCE_INTO(int32_t)
+REDUCE_INTO(int64_t)
+
+static void reduce_into(dt_dtype dtype, void *acc, const void *x, size_t n, dt_reduce_op op)
+{
+    switch (dtype) {
+    case DT_DTYPE_F32:
+        reduce_float(acc, x, n, op);
+        break;
+    case DT_DTYPE_F64:
+        reduce_double(acc, x, n, op);
+        break;
+    case DT_DTYPE_I32:
+        reduce_int32_t(acc, x, n, op);
+        break;
+    default:
+        reduce_int64_t(acc, x, n, op);
+        break;
+    }
+}
+
+/* Place one contributing device's component (contiguous, local shape) into the global dst. */
+static dt_status place(const dt_tensor *t, int device, const void *component, void *dst,
+                       void *scratch)
+{
+    int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], zero[DT_MAX_RANK] = {0};
+    dt_layout_local_shape(&t->layout, t->shape, device, local, off);
+    size_t es = dt_dtype_size(t->dtype);
+    if (first_term(&t->layout, device)) {
+        dt__copy_block(dst, t->shape, off, component, local, zero, local, t->rank, es);
+        return DT_OK;
+    }
+    /* A later partial term: pull the block out, reduce, put it back. */
+    size_t n = (size_t)dt__num_elements(t->rank, local);
+    dt__copy_block(scratch, local, zero, dst, t->shape, off, local, t->rank, es);
+    reduce_into(t->dtype, scratch, component, n, t->layout.partial_op);
+    dt__copy_block(dst, t->shape, off, scratch, local, zero, local, t->rank, es);
+    return DT_OK;
+}
+
+static dt_status check_read(const dt_tensor *t, void *dst, size_t bytes, size_t need)
+{
+    if (bytes < need)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_read: global tensor has %zu bytes, buffer %zu", need,
+                        bytes);
+    if (!dst && need)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_read: dst is NULL");
+    (void)t;
+    return DT_OK;
+}
+
+dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
+{
+    if (!t)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_read: tensor is NULL");
+    const dt_mesh *m = t->mesh;
+    const dt_layout *l = &t->layout;
+    size_t es = dt_dtype_size(t->dtype);
+    size_t need = (size_t)dt_tensor_num_elements(t) * es;
+    /* The buffer is this client's own input: agree before anyone starts the gather. */
+    DT_TRY(dt__agree(m->comm, check_read(t, dst, bytes, need)));
+
+    /* Bytes each client sends: its contributing devices' components, in device order. */
+    int nc = m->num_clients;
+    int64_t *counts = calloc((size_t)nc + 1, sizeof *counts);
+    size_t largest = 0;
+    if (!counts)
+        return dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
+    for (int d = 0; d < m->size; d++) {
+        if (!contributes(l, d))
+            continue;
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(l, t->shape, d, local, NULL);
+        size_t b = (size_t)dt__num_elements(t->rank, local) * es;
+        int c;
+        dt_mesh_device_client(m, d, &c);
+        counts[c] += (int64_t)b;
+        largest = b > largest ? b : largest;
+    }
+    int64_t total = 0;
+    for (int c = 0; c < nc; c++)
+        total += counts[c];
+    dt_status s = DT_OK;
+    if (m->comm != MPI_COMM_NULL && total / (int64_t)es > INT32_MAX)
+        s = dt__fail(DT_ERR_UNSUPPORTED,
+                     "dt_tensor_read: gathering %lld elements exceeds what one MPI gather "
+                     "addresses (2^31-1)",
+                     (long long)(total / (int64_t)es));
+    char *all = s == DT_OK ? malloc((size_t)total + 1) : NULL;
+    void *scratch = s == DT_OK ? malloc(largest + 1) : NULL;
+    if (s == DT_OK && (!all || !scratch))
+        s = dt__fail(DT_ERR_NOMEM, "dt_tensor_read: cannot stage %lld bytes", (long long)total);
+
+    /* Stage this client's contributions at its place in `all`. */
+    int64_t mine = 0;
+    for (int c = 0; c < m->num_clients && c < dt__rt.client; c++)
+        mine += counts[c];
+    dt__device *const *devs = dt__mesh_local_devices(m);
+    for (int i = 0; s == DT_OK && i < t->num_local; i++) {
+        if (!contributes(l, m->first_local + i))
+            continue;
+        s = devs[i]->backend->to_host(devs[i], all + mine, t->data[i], t->bytes[i]);
+        mine += (int64_t)t->bytes[i];
+    }
+    s = dt__agree(m->comm, s);
+    if (s == DT_OK && m->comm != MPI_COMM_NULL) {
+        int *cnt = malloc(sizeof(int) * (size_t)nc), *displ = malloc(sizeof(int) * (size_t)nc);
+        MPI_Datatype elem;
+        MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
+        MPI_Type_commit(&elem);
+        if (!cnt || !displ) {
+            s = dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
+        } else {
+            int64_t at = 0;
+            for (int c = 0; c < nc; c++) {
+                cnt[c] = (int)(counts[c] / (int64_t)es);
+                displ[c] = (int)(at / (int64_t)es);
+                at += counts[c];
+            }
+            MPI_Request req;
+            if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
+                MPI_SUCCESS)
+                s = dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
+            else
+                s = dt__mpi_wait_all(1, &req);
+        }
+        MPI_Type_free(&elem);
+        free(cnt);
+        free(displ);
+    }
+    /* Every client places every contributing component, in global device order. */
+    int64_t at = 0;
+    for (int d = 0; s == DT_OK && d < m->size; d++) {
+        if (!contributes(l, d))
+            continue;
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(l, t->shape, d, local, NULL);
+        s = place(t, d, all + at, dst, scratch);
+        at += dt__num_elements(t->rank, local) * (int64_t)es;
+    }
+    free(all);
+    free(scratch);
+    free(counts);
+    return s;
+}
+
+/* ---- getters ----------------------------------------------------------------------------- */
+
+const dt_layout *dt_tensor_layout(const dt_tensor *t)
+{
+    return t ? &t->layout : NULL;
+}
+
+const dt_mesh *dt_tensor_mesh(const dt_tensor *t)
+{
+    return t ? t->mesh : NULL;
+}
+
+dt_dtype dt_tensor_dtype(const dt_tensor *t)
+{
+    return t ? t->dtype : DT_DTYPE_COUNT;
+}
+
+int dt_tensor_rank(const dt_tensor *t)
+{
+    return t ? t->rank : 0;
+}
+
+const int64_t *dt_tensor_shape(const dt_tensor *t)
+{
+    return t ? t->shape : NULL;
+}
+
+int64_t dt_tensor_num_elements(const dt_tensor *t)
+{
+    return t ? dt__num_elements(t->rank, t->shape) : 0;
+}
+
+dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[])
+{
+    if (!t)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_local_shape: tensor is NULL");
+    if (i < 0 || i >= t->num_local)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_local_shape: component %d, this client has 0..%d", i,
+                        t->num_local - 1);
+    return dt_layout_local_shape(&t->layout, t->shape, t->mesh->first_local + i, local_shape, NULL);
+}
