@@ -131,6 +131,22 @@ typedef enum dt_reduce_op {
 
 const char *dt_reduce_op_name(dt_reduce_op op);
 
+/* X(NAME, name): how collectives are carried out, after tf.distribute's cross_device_ops.
+ * AUTO chooses by size and topology. */
+#define DT_ALGORITHM_LIST(X)                \
+    X(AUTO, auto)                           \
+    X(RING, ring)                           \
+    X(NCCL, nccl)                           \
+    X(HIERARCHICAL_COPY, hierarchical_copy) \
+    X(REDUCTION_TO_ONE_DEVICE, reduction_to_one_device)
+
+typedef enum dt_collective_algorithm {
+#define DT__ALGORITHM_ENUM(NAME, name) DT_ALGORITHM_##NAME,
+    DT_ALGORITHM_LIST(DT__ALGORITHM_ENUM)
+#undef DT__ALGORITHM_ENUM
+        DT_ALGORITHM_COUNT
+} dt_collective_algorithm;
+
 /* ---------------------------------------------------------------------------------------- */
 /* Runtime: clients and devices                                                             */
 /* ---------------------------------------------------------------------------------------- */

@@ -1,0 +1,80 @@
+/* The collectives interface used by the executor (internal; ARCHITECTURE.md "Collectives").
+ *
+ * A collective runs over *groups* of a mesh: for an axis mask, the group of device d is every
+ * device with d's coordinates on the mesh axes outside the mask. The member rank of d in its
+ * group is the row-major index of d's coordinates on the masked axes (mesh axis order). For
+ * mask = {x} on a 3x2 mesh the groups are {0,2,4} and {1,3,5}; device 4 is member 2 of the
+ * first.
+ *
+ * One call handles every local device of this client at once: buffers come per local device
+ * (mesh local index), each device's group is implied by the mask. Every client of the mesh
+ * calls it, in the same order, with the same metadata (Collective).
+ */
+#ifndef DT_COLLECTIVES_H
+#define DT_COLLECTIVES_H
+
+#include "dt.h"
+
+/* X(NAME, name) */
+#define DT__COLL_KIND_LIST(X)         \
+    X(ALL_REDUCE, all_reduce)         \
+    X(ALL_GATHER, all_gather)         \
+    X(REDUCE_SCATTER, reduce_scatter) \
+    X(ALL_TO_ALL, all_to_all)         \
+    X(BROADCAST, broadcast)
+
+typedef enum dt__coll_kind {
+#define DT__COLL_ENUM(NAME, name) DT__COLL_##NAME,
+    DT__COLL_KIND_LIST(DT__COLL_ENUM)
+#undef DT__COLL_ENUM
+        DT__COLL_KIND_COUNT
+} dt__coll_kind;
+
+const char *dt__coll_kind_name(dt__coll_kind k);
+
+/* Element counts and buffer sizes (g = group size, r = member rank):
+ *   all-reduce      send, recv: count                   (no uneven form; send may == recv)
+ *   all-gather      send: count, recv: g*count          recv holds member blocks in rank order
+ *   reduce-scatter  send: g*count, recv: count          member r gets block r reduced
+ *   all-to-all      send, recv: g*count                 block s of member r's recv = block r
+ *                                                       of member s's send
+ *   broadcast       send (root only), recv: count       every member gets the root's send
+ * Uneven (v) forms: `counts` non-NULL, counts[i] for local device i, one array every member of
+ * its group passes alike:
+ *   all-gather:     counts[i][r]     elements member r contributes; recv is their
+ *                                    concatenation in rank order
+ *   reduce-scatter: counts[i][r]     elements of block r; send is the concatenation
+ *   all-to-all:     counts[i][s*g+r] elements member s sends to member r; send of member s is
+ *                                    its blocks for r = 0..g-1 concatenated, recv of member r
+ *                                    is blocks from s = 0..g-1 concatenated
+ * Zero counts are valid everywhere. */
+typedef struct dt__coll {
+    dt__coll_kind kind;
+    dt_dtype dtype;
+    dt_reduce_op op; /* all-reduce, reduce-scatter */
+    unsigned axes;   /* mesh axis mask of the groups; 0 means groups of one device */
+    int root;        /* broadcast: member rank of the root in every group */
+    dt_collective_algorithm algorithm; /* DT_ALGORITHM_AUTO: the mesh's setting */
+    const char *cause;       /* the global op that caused it, for the ledger; may be NULL */
+    const void *const *send; /* send[i]: device buffer of local device i */
+    void *const *recv;       /* recv[i] */
+    int64_t count;
+    const int64_t *const *counts;
+} dt__coll;
+
+/* Run one collective to completion. Collective. */
+dt_status dt__collective(const dt_mesh *m, const dt__coll *c);
+
+/* Start one and complete it later, so that communication can overlap compute. Buffers must
+ * stay valid until the wait returns. Collective (the start; every client waits too). */
+typedef struct dt__coll_req dt__coll_req;
+dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out);
+dt_status dt__collective_wait(dt__coll_req *r);
+
+/* Group arithmetic shared by the expansion engine and the backends. */
+int dt__group_size(const dt_mesh *m, unsigned axes);
+int dt__group_rank(const dt_mesh *m, unsigned axes, int device);
+/* Global device id of member `rank` of the group containing `device`. */
+int dt__group_member(const dt_mesh *m, unsigned axes, int device, int rank);
+
+#endif /* DT_COLLECTIVES_H */
