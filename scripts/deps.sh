@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install the system packages dtensor needs (Debian 12, as root); a no-op when all are there.
+set -euo pipefail
+pkgs=(gcc libc6-dev meson ninja-build pkg-config libmpich-dev mpich libhwloc-dev hwloc
+      libcriterion-dev libopenblas-dev librandom123-dev python3-dev python3-venv)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
