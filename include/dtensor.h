@@ -185,6 +185,9 @@ int dt_num_clients(void); /* 1 when not initialized or single-client */
 int dt_num_local_devices(dt_device_type type);
 /* Devices of one type over all clients. */
 int dt_num_global_devices(dt_device_type type);
+/* Global id of this client's local device (clients own contiguous blocks, client 0's first);
+ * -1 when out of range. */
+int dt_global_device_id(dt_device_type type, int local_index);
 
 /* Bytes currently allocated and the peak since dt_init on one local device. */
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak);
@@ -192,6 +195,9 @@ dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current
 /* Print host topology (cores, NUMA nodes, hwloc binding) and every local device. Only this
  * client prints. */
 dt_status dt_devices_print(FILE *f);
+
+/* Wait until every client has called it. Collective. */
+dt_status dt_barrier(void);
 
 /* Client 0 writes every client's `text` to f, in client order (the others write nothing), so
  * output is the same for any number of clients. Collective. */
@@ -323,6 +329,230 @@ const int64_t *dt_tensor_shape(const dt_tensor *t); /* rank entries */
 int64_t dt_tensor_num_elements(const dt_tensor *t); /* global */
 /* Local shape of local device i's component. */
 dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]);
+
+/* ======================================================================================== */
+/* Ops, functions (tracing), programs, variables: the SPMD expansion engine (spmd/)         */
+/* ======================================================================================== */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Ops                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * Every op takes global tensors and returns a global tensor; the engine picks the layouts of
+ * the intermediate pieces, emits local kernels on each device's shard and the collectives
+ * that keep the result right, and caches the expanded program by (op, attributes, shapes,
+ * dtypes, layouts), so a repeated eager call only dispatches.
+ *
+ * Contract of every op below:
+ * - Collective: every client calls it, in the same order, with the same metadata.
+ * - Returns a dt_status; the result comes through the trailing out-parameter, set to NULL on
+ *   failure. Validation (shapes, dtypes, a layout on another mesh, an unknown axis, a reshape
+ *   the layout cannot express) depends only on metadata every client shares and ends before
+ *   the first collective, so every client fails alike with the same message and none hangs.
+ * - opts may be NULL. opts->layout is the requested layout of the result, a hard constraint
+ *   (as dtensor.call_with_layout): the result has exactly that layout, which may be partial
+ *   ("x,unsharded;partial_sum=y"). Without it the engine picks the cheapest valid expansion
+ *   by an alpha-beta cost model and returns a non-partial layout. Creation ops (fill,
+ *   arange, random) need it: it names the mesh.
+ * - opts->program, when non-NULL, receives the expanded program as text before it runs (this
+ *   client only; the program is the same on every client).
+ * - Inside dt_function_begin/end the calls record symbolic tensors instead (see Functions).
+ */
+
+typedef struct dt_op_options {
+    const dt_layout *layout; /* requested layout of the result, or NULL */
+    int transpose_a;         /* matmul: use the transpose of a's last two axes */
+    int transpose_b;         /* matmul: likewise for b */
+    FILE *program;           /* print the expanded program here before running it */
+} dt_op_options;
+
+/* X(NAME, name): elementwise unary operators. */
+#define DT_UNARY_LIST(X) \
+    X(NEG, neg)          \
+    X(ABS, abs)          \
+    X(EXP, exp)          \
+    X(LOG, log)          \
+    X(SQRT, sqrt)        \
+    X(RELU, relu)        \
+    X(TANH, tanh)        \
+    X(SIGMOID, sigmoid)  \
+    X(SQUARE, square)    \
+    X(SIN, sin)          \
+    X(COS, cos)
+
+typedef enum dt_unary_op {
+#define DT__UNARY_ENUM(NAME, name) DT_UNARY_##NAME,
+    DT_UNARY_LIST(DT__UNARY_ENUM)
+#undef DT__UNARY_ENUM
+        DT_UNARY_COUNT
+} dt_unary_op;
+
+/* X(NAME, name): elementwise binary operators; comparisons give 1 or 0 in the operands'
+ * dtype. */
+#define DT_BINARY_LIST(X) \
+    X(ADD, add)           \
+    X(SUB, sub)           \
+    X(MUL, mul)           \
+    X(DIV, div)           \
+    X(MAX, maximum)       \
+    X(MIN, minimum)       \
+    X(POW, pow)           \
+    X(EQ, equal)          \
+    X(NE, not_equal)      \
+    X(LT, less)           \
+    X(LE, less_equal)     \
+    X(GT, greater)        \
+    X(GE, greater_equal)
+
+typedef enum dt_binary_op {
+#define DT__BINARY_ENUM(NAME, name) DT_BINARY_##NAME,
+    DT_BINARY_LIST(DT__BINARY_ENUM)
+#undef DT__BINARY_ENUM
+        DT_BINARY_COUNT
+} dt_binary_op;
+
+const char *dt_unary_op_name(dt_unary_op op);
+const char *dt_binary_op_name(dt_binary_op op);
+
+/* Creation ops: a tensor of `shape` in opts->layout (required). */
+dt_status dt_fill(dt_dtype dtype, int rank, const int64_t shape[], double value,
+                  const dt_op_options *opts, dt_tensor **out);
+dt_status dt_ones(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,
+                  dt_tensor **out);
+dt_status dt_zeros(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,
+                   dt_tensor **out);
+/* Rank 1: element i = start + i * step, n elements. */
+dt_status dt_arange(dt_dtype dtype, int64_t n, double start, double step,
+                    const dt_op_options *opts, dt_tensor **out);
+
+/* Stateless random numbers (f32, f64): element i of the global tensor is a function of
+ * (seed, key, i) alone through Philox4x32-10, so the global tensor is bitwise the same for
+ * every layout, mesh, uneven split and client count. Uniform in [low, high); normal with
+ * `mean` and `stddev` (Box-Muller). */
+dt_status dt_random_uniform(dt_dtype dtype, int rank, const int64_t shape[], uint64_t seed,
+                            uint64_t key, double low, double high, const dt_op_options *opts,
+                            dt_tensor **out);
+dt_status dt_random_normal(dt_dtype dtype, int rank, const int64_t shape[], uint64_t seed,
+                           uint64_t key, double mean, double stddev, const dt_op_options *opts,
+                           dt_tensor **out);
+
+/* C[..., m, n] = A[..., m, k] B[..., k, n] (after opts->transpose_a / transpose_b). Leading
+ * batch axes must be equal, or b has rank 2 and is shared by every batch. A sharded
+ * contracting axis gives a partial product, resolved by an all-reduce, or a reduce-scatter
+ * when the requested layout shards the result, or kept when it is partial. */
+dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, const dt_op_options *opts,
+                    dt_tensor **out);
+
+/* Elementwise; binary ops broadcast as numpy does. Operands share dtype and mesh. */
+dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts,
+                   dt_tensor **out);
+dt_status dt_binary(dt_binary_op op, const dt_tensor *a, const dt_tensor *b,
+                    const dt_op_options *opts, dt_tensor **out);
+
+/* op: DT_REDUCE_SUM, MEAN, MAX or MIN over `num_axes` axes (negative counts from the end;
+ * num_axes 0 reduces every axis). Correct on uneven and empty shards. */
+dt_status dt_reduce(dt_reduce_op op, const dt_tensor *x, int num_axes, const int axes[],
+                    int keepdims, const dt_op_options *opts, dt_tensor **out);
+
+/* Result axis i is x's axis perm[i]; the layout moves with the axes (no communication). */
+dt_status dt_transpose(const dt_tensor *x, const int perm[], const dt_op_options *opts,
+                       dt_tensor **out);
+/* Same elements, new shape (one extent may be -1). Local when the layout can express it:
+ * a sharded axis must lead its group of merged/split axes with extents divisible by its
+ * shard count; otherwise DT_ERR_LAYOUT naming the axis (relayout first). */
+dt_status dt_reshape(const dt_tensor *x, int rank, const int64_t shape[],
+                     const dt_op_options *opts, dt_tensor **out);
+/* x[begin[i] : begin[i] + size[i]] on every axis. */
+dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size[],
+                   const dt_op_options *opts, dt_tensor **out);
+/* Join n tensors (same dtype, mesh, and extents except on `axis`) along `axis`. */
+dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
+                    dt_tensor **out);
+
+/* The same global tensor in `layout` (same mesh), by the minimal transition per mesh axis:
+ * all-gather, local slice, all-to-all, all-reduce, reduce-scatter. Into a partial layout,
+ * the first member of each partial group keeps the value and the others hold the identity. */
+dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
+                      dt_tensor **out);
+/* The same global tensor on another mesh over the same devices, in `layout` (of that mesh).
+ */
+dt_status dt_copy_to_mesh(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
+                          dt_tensor **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Functions (tracing)                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ *     dt_function *f;
+ *     dt_tensor *a, *b, *c;
+ *     DT_TRY(dt_function_begin(&f));               // this thread now records
+ *     DT_TRY(dt_function_input(f, &la, DT_DTYPE_F32, 2, sa, &a));
+ *     DT_TRY(dt_function_input(f, &lb, DT_DTYPE_F32, 2, sb, &b));
+ *     DT_TRY(dt_matmul(a, b, NULL, &c));            // symbolic: nothing runs
+ *     DT_TRY(dt_function_end(f, 1, &c));            // propagate layouts, expand once
+ *     DT_TRY(dt_function_run(f, 2, inputs, 1, results));   // run many times
+ *
+ * Symbolic tensors are freed with dt_tensor_free like any other; they hold no data. Layout
+ * propagation runs backward (requested layouts and relayouts pull their producers' layouts,
+ * so a sharded request on a matmul result becomes a reduce-scatter) and forward (each op's
+ * rule picks the cheapest expansion for its operands' layouts). Concrete tensors cannot be
+ * captured: pass them as inputs.
+ */
+typedef struct dt_function dt_function;
+
+/* Start recording on this thread. Not collective. DT_ERR_STATE when already recording. */
+dt_status dt_function_begin(dt_function **out);
+/* A symbolic input of the given metadata; the tensor passed to dt_function_run at this
+ * position must match it exactly (layout included). */
+dt_status dt_function_input(dt_function *f, const dt_layout *layout, dt_dtype dtype, int rank,
+                            const int64_t shape[], dt_tensor **out);
+/* Stop recording and expand; outputs are symbolic tensors of this function. On failure the
+ * function is left unusable (free it). Not collective (pure metadata). */
+dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outputs[]);
+/* Run the expanded program: inputs in dt_function_input order, results[i] set to new tensors.
+ * Collective. */
+dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor *const inputs[],
+                          int num_outputs, dt_tensor *results[]);
+/* Abandon recording if still active, then free. NULL is a no-op. */
+void dt_function_free(dt_function *f);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Programs                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * A program is the flat list of steps an expansion produced, the same on every client: each
+ * step a local kernel (its local shapes, multiplies for gemm) or a collective (its mesh axes
+ * and the bytes each device sends), with totals per device and over the mesh.
+ */
+
+/* Write an ended function's program to f. Not collective. */
+dt_status dt_function_print(const dt_function *f, FILE *out);
+
+/* Totals of an ended function's program: gemm multiplies summed over every device of the
+ * mesh, collectives, and the largest number of bytes any device sends. Any pointer may be
+ * NULL. Not collective. */
+dt_status dt_function_cost(const dt_function *f, double *multiplies, int *collectives,
+                           double *bytes_per_device);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Variables                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * A variable (as tf DVariable) holds a tensor whose layout is fixed at creation. Assigning a
+ * value of another layout is DT_ERR_LAYOUT naming both layouts; relayout it explicitly first.
+ */
+typedef struct dt_variable dt_variable;
+
+/* A variable holding a copy of `initial`, in its layout (not partial). Collective. */
+dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out);
+/* Collective. value must have the variable's dtype, shape and layout. */
+dt_status dt_variable_assign(dt_variable *v, const dt_tensor *value);
+dt_status dt_variable_assign_add(dt_variable *v, const dt_tensor *value);
+dt_status dt_variable_assign_sub(dt_variable *v, const dt_tensor *value);
+/* The current value, borrowed until the next assignment or free. */
+const dt_tensor *dt_variable_value(const dt_variable *v);
+const dt_layout *dt_variable_layout(const dt_variable *v);
+void dt_variable_free(dt_variable *v);
 
 #ifdef __cplusplus
 }

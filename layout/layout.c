@@ -179,9 +179,13 @@ dt_status dt_layout_parse(const dt_mesh *m, const char *text, dt_layout *out)
     if (buf[0]) {
         char *p = buf;
         for (;;) {
-            if (rank == DT_MAX_RANK)
-                return dt__fail(DT_ERR_LAYOUT, "dt_layout_parse: \"%s\" has more than %d axes",
-                                text, DT_MAX_RANK);
+            if (rank == DT_MAX_RANK) {
+                int axes = 1;
+                for (const char *c = text; *c && *c != ';'; c++)
+                    axes += *c == ',';
+                return dt__fail(DT_ERR_LAYOUT, "dt_layout_parse: \"%s\" has %d axes, at most %d",
+                                text, axes, DT_MAX_RANK);
+            }
             char *comma = strchr(p, ',');
             if (comma)
                 *comma = '\0';

@@ -50,6 +50,14 @@ int dt_num_global_devices(dt_device_type type)
     return dt__rt.client_first[type][dt__rt.num_clients];
 }
 
+int dt_global_device_id(dt_device_type type, int local_index)
+{
+    if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
+        local_index >= dt__rt.num_devices[type])
+        return -1;
+    return dt__rt.client_first[type][dt__rt.client] + local_index;
+}
+
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
 {
     DT_TRY(dt__require_init("dt_device_memory"));
@@ -444,6 +452,12 @@ dt_status dt__agree(MPI_Comm comm, dt_status local)
     }
     free(all);
     return s;
+}
+
+dt_status dt_barrier(void)
+{
+    DT_TRY(dt__require_init("dt_barrier"));
+    return dt__agree(dt__rt.world, DT_OK);
 }
 
 dt_status dt_print_ordered(FILE *f, const char *text)

@@ -18,9 +18,26 @@ for kind in plain asan; do
     echo "== tests: $dir"
     meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
+scripts/pytest.sh || status=1
 python3 - build build-asan <<'PY' || status=1
-import json, os, sys
+import glob, json, os, sys
+import xml.etree.ElementTree as ET
 passed = failed = skipped = 0
+# pytest runs: a test counts once per run (rank 0's report); it fails if any rank failed it.
+for run in sorted({os.path.basename(p).split("-rank")[0]
+                   for p in glob.glob("build/pytest/*-rank*.xml")}):
+    verdict = {}
+    for report in glob.glob(f"build/pytest/{run}-rank*.xml"):
+        for case in ET.parse(report).getroot().iter("testcase"):
+            key = (case.get("classname"), case.get("name"))
+            bad = case.find("failure") is not None or case.find("error") is not None
+            skip = case.find("skipped") is not None
+            verdict[key] = "failed" if bad or verdict.get(key) == "failed" else \
+                ("skipped" if skip else "passed")
+    for v in verdict.values():
+        passed += v == "passed"
+        failed += v == "failed"
+        skipped += v == "skipped"
 for d in sys.argv[1:]:
     log = f"{d}/meson-logs/testlog.json"
     if not os.path.exists(log):

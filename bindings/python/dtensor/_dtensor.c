@@ -1,0 +1,585 @@
+/* dtensor._dtensor: the thin CPython layer under the `dtensor` package. It holds meshes and
+ * tensors as Handle objects and moves data through the buffer protocol with no copies beyond
+ * the one into or out of device memory. Everything Pythonic lives in dtensor/__init__.py. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "dtensor.h"
+
+#include <string.h>
+
+static PyObject *DTensorError;
+
+/* Raise DTensorError(message) with .status = "DT_ERR_..." and .code = int. */
+static PyObject *raise_status(dt_status s)
+{
+    PyObject *args = Py_BuildValue("(s)", dt_last_error());
+    PyObject *exc = args ? PyObject_Call(DTensorError, args, NULL) : NULL;
+    Py_XDECREF(args);
+    if (!exc)
+        return NULL;
+    PyObject *name = PyUnicode_FromString(dt_status_name(s));
+    PyObject *code = PyLong_FromLong((long)s);
+    if (name && code) {
+        PyObject_SetAttrString(exc, "status", name);
+        PyObject_SetAttrString(exc, "code", code);
+    }
+    Py_XDECREF(name);
+    Py_XDECREF(code);
+    PyErr_SetObject(DTensorError, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* Run a dtensor call without the GIL (collectives wait on other clients) and raise on
+ * failure. */
+#define CALL(expr)                   \
+    do {                             \
+        dt_status s_;                \
+        Py_BEGIN_ALLOW_THREADS;      \
+        s_ = (expr);                 \
+        Py_END_ALLOW_THREADS;        \
+        if (s_ != DT_OK)             \
+            return raise_status(s_); \
+    } while (0)
+
+/* ---- Handle: an owned dt_mesh or dt_tensor ----------------------------------------------- */
+
+enum { KIND_MESH, KIND_TENSOR };
+
+typedef struct {
+    PyObject_HEAD int kind;
+    void *ptr;
+} Handle;
+
+static void handle_release(Handle *h)
+{
+    /* After dt_finalize the runtime is gone; dt_finalize refuses while objects live, so a
+     * handle still set then belongs to a runtime that was never stopped. */
+    if (!h->ptr || !dt_is_initialized())
+        return;
+    if (h->kind == KIND_MESH)
+        dt_mesh_free(h->ptr);
+    else
+        dt_tensor_free(h->ptr);
+    h->ptr = NULL;
+}
+
+static void handle_dealloc(Handle *h)
+{
+    handle_release(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *handle_free(Handle *h, PyObject *unused)
+{
+    (void)unused;
+    handle_release(h);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"free", (PyCFunction)handle_free, METH_NOARGS, "Release the object now (idempotent)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dtensor._dtensor.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_methods = handle_methods,
+    .tp_doc = "An owned dt_mesh or dt_tensor.",
+};
+
+static PyObject *wrap(int kind, void *ptr)
+{
+    Handle *h = PyObject_New(Handle, &HandleType);
+    if (!h) {
+        if (kind == KIND_MESH)
+            dt_mesh_free(ptr);
+        else
+            dt_tensor_free(ptr);
+        return NULL;
+    }
+    h->kind = kind;
+    h->ptr = ptr;
+    return (PyObject *)h;
+}
+
+static void *unwrap(PyObject *o, int kind)
+{
+    if (!PyObject_TypeCheck(o, &HandleType) || ((Handle *)o)->kind != kind) {
+        PyErr_Format(PyExc_TypeError, "expected a %s handle",
+                     kind == KIND_MESH ? "mesh" : "tensor");
+        return NULL;
+    }
+    if (!((Handle *)o)->ptr) {
+        PyErr_SetString(PyExc_ValueError, "the object was already freed");
+        return NULL;
+    }
+    return ((Handle *)o)->ptr;
+}
+
+/* ---- runtime ----------------------------------------------------------------------------- */
+
+static PyObject *py_init(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int cpu_devices = 0, bind = 0;
+    if (!PyArg_ParseTuple(args, "|ii", &cpu_devices, &bind))
+        return NULL;
+    dt_init_options opts = {.cpu_devices = cpu_devices, .bind = bind};
+    CALL(dt_init(&opts));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_finalize(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    CALL(dt_finalize());
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_runtime_info(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue(
+        "{s:O,s:i,s:i,s:i,s:i,s:i,s:i}", "initialized", dt_is_initialized() ? Py_True : Py_False,
+        "client_id", dt_client_id(), "num_clients", dt_num_clients(), "local_cpu",
+        dt_num_local_devices(DT_DEVICE_CPU), "global_cpu", dt_num_global_devices(DT_DEVICE_CPU),
+        "local_cuda", dt_num_local_devices(DT_DEVICE_CUDA), "global_cuda",
+        dt_num_global_devices(DT_DEVICE_CUDA));
+}
+
+static PyObject *py_global_device_id(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int type, i;
+    if (!PyArg_ParseTuple(args, "ii", &type, &i))
+        return NULL;
+    return PyLong_FromLong(dt_global_device_id((dt_device_type)type, i));
+}
+
+static PyObject *py_barrier(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    CALL(dt_barrier());
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_devices_report(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return PyErr_NoMemory();
+    dt_status s = dt_devices_print(f);
+    fclose(f);
+    if (s != DT_OK) {
+        free(text);
+        return raise_status(s);
+    }
+    PyObject *r = PyUnicode_FromStringAndSize(text, (Py_ssize_t)len);
+    free(text);
+    return r;
+}
+
+/* ---- mesh -------------------------------------------------------------------------------- */
+
+static PyObject *py_mesh_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *names_o, *sizes_o;
+    int type;
+    if (!PyArg_ParseTuple(args, "OOi", &names_o, &sizes_o, &type))
+        return NULL;
+    Py_ssize_t n = PySequence_Size(names_o);
+    if (n < 0 || PySequence_Size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
+        PyErr_Format(PyExc_ValueError, "mesh: %zd names and %zd sizes (at most %d axes)", n,
+                     PySequence_Size(sizes_o), DT_MAX_MESH_AXES);
+        return NULL;
+    }
+    const char *names[DT_MAX_MESH_AXES];
+    int sizes[DT_MAX_MESH_AXES];
+    PyObject *keep[DT_MAX_MESH_AXES] = {0};
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        keep[i] = PySequence_GetItem(names_o, i);
+        PyObject *size = PySequence_GetItem(sizes_o, i);
+        names[i] = keep[i] ? PyUnicode_AsUTF8(keep[i]) : NULL;
+        long v = size ? PyLong_AsLong(size) : -1;
+        Py_XDECREF(size);
+        if (!names[i] || PyErr_Occurred())
+            goto done;
+        sizes[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
+    }
+    dt_mesh *m = NULL;
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = dt_mesh_create((int)n, names, sizes, (dt_device_type)type, &m);
+    Py_END_ALLOW_THREADS;
+    if (s != DT_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = wrap(KIND_MESH, m);
+done:
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(keep[i]);
+    return result;
+}
+
+static PyObject *py_mesh_info(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_mesh *m = unwrap(arg, KIND_MESH);
+    if (!m)
+        return NULL;
+    int n = dt_mesh_num_axes(m), nl = dt_mesh_num_local_devices(m);
+    PyObject *names = PyList_New(n), *sizes = PyList_New(n), *local = PyList_New(nl);
+    if (!names || !sizes || !local)
+        goto fail;
+    for (int a = 0; a < n; a++) {
+        PyList_SET_ITEM(names, a, PyUnicode_FromString(dt_mesh_axis_name(m, a)));
+        PyList_SET_ITEM(sizes, a, PyLong_FromLong(dt_mesh_axis_size(m, a)));
+    }
+    for (int i = 0; i < nl; i++)
+        PyList_SET_ITEM(local, i, PyLong_FromLong(dt_mesh_local_device_id(m, i)));
+    return Py_BuildValue("{s:N,s:N,s:N,s:i,s:s}", "names", names, "sizes", sizes, "local_ids",
+                         local, "size", dt_mesh_size(m), "device_type",
+                         dt_device_type_name(dt_mesh_device_type(m)));
+fail:
+    Py_XDECREF(names);
+    Py_XDECREF(sizes);
+    Py_XDECREF(local);
+    return NULL;
+}
+
+/* ---- layouts ----------------------------------------------------------------------------- */
+
+static int parse_layout(PyObject *mesh_o, const char *text, dt_layout *out)
+{
+    const dt_mesh *m = unwrap(mesh_o, KIND_MESH);
+    if (!m)
+        return -1;
+    dt_status s = dt_layout_parse(m, text, out);
+    if (s != DT_OK) {
+        raise_status(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Canonical text of a layout, checked: ("x,unsharded", rank). */
+static PyObject *py_layout_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o;
+    const char *text;
+    if (!PyArg_ParseTuple(args, "Os", &mesh_o, &text))
+        return NULL;
+    dt_layout l;
+    if (parse_layout(mesh_o, text, &l) < 0)
+        return NULL;
+    char buf[DT_STRING_MAX];
+    CALL(dt_layout_to_string(&l, buf, sizeof buf));
+    return Py_BuildValue("(si)", buf, l.rank);
+}
+
+/* Local shape and offset of a global device's shard. */
+static PyObject *py_layout_local_shape(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o, *shape_o;
+    const char *text;
+    int device;
+    if (!PyArg_ParseTuple(args, "OsOi", &mesh_o, &text, &shape_o, &device))
+        return NULL;
+    dt_layout l;
+    if (parse_layout(mesh_o, text, &l) < 0)
+        return NULL;
+    int64_t shape[DT_MAX_RANK], local[DT_MAX_RANK], off[DT_MAX_RANK];
+    if (PySequence_Size(shape_o) != l.rank) {
+        PyErr_Format(PyExc_ValueError, "shape of rank %zd for a layout of rank %d",
+                     PySequence_Size(shape_o), l.rank);
+        return NULL;
+    }
+    for (int i = 0; i < l.rank; i++) {
+        PyObject *v = PySequence_GetItem(shape_o, i);
+        shape[i] = v ? PyLong_AsLongLong(v) : -1;
+        Py_XDECREF(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    CALL(dt_layout_local_shape(&l, shape, device, local, off));
+    PyObject *ls = PyTuple_New(l.rank), *os = PyTuple_New(l.rank);
+    if (!ls || !os) {
+        Py_XDECREF(ls);
+        Py_XDECREF(os);
+        return NULL;
+    }
+    for (int i = 0; i < l.rank; i++) {
+        PyTuple_SET_ITEM(ls, i, PyLong_FromLongLong(local[i]));
+        PyTuple_SET_ITEM(os, i, PyLong_FromLongLong(off[i]));
+    }
+    return Py_BuildValue("(NN)", ls, os);
+}
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+
+static int parse_shape(PyObject *o, int rank, int64_t shape[])
+{
+    if (PySequence_Size(o) != rank) {
+        PyErr_Format(PyExc_ValueError, "shape has %zd axes, the layout %d", PySequence_Size(o),
+                     rank);
+        return -1;
+    }
+    for (int i = 0; i < rank; i++) {
+        PyObject *v = PySequence_GetItem(o, i);
+        shape[i] = v ? PyLong_AsLongLong(v) : -1;
+        Py_XDECREF(v);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* from_host(mesh, layout_text, dtype, shape, buffer) */
+static PyObject *py_tensor_from_host(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o, *shape_o;
+    const char *text;
+    int dtype;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "OsiOy*", &mesh_o, &text, &dtype, &shape_o, &buf))
+        return NULL;
+    PyObject *result = NULL;
+    dt_layout l;
+    int64_t shape[DT_MAX_RANK];
+    if (parse_layout(mesh_o, text, &l) == 0 && parse_shape(shape_o, l.rank, shape) == 0) {
+        dt_tensor *t = NULL;
+        dt_status s;
+        Py_BEGIN_ALLOW_THREADS;
+        s = dt_tensor_from_host(&l, (dt_dtype)dtype, l.rank, shape, buf.buf, (size_t)buf.len, &t);
+        Py_END_ALLOW_THREADS;
+        result = s == DT_OK ? wrap(KIND_TENSOR, t) : raise_status(s);
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* pack(mesh, layout_text, dtype, shape, [buffers], [shapes]) */
+static PyObject *py_tensor_pack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o, *shape_o, *bufs_o, *shapes_o;
+    const char *text;
+    int dtype;
+    if (!PyArg_ParseTuple(args, "OsiOOO", &mesh_o, &text, &dtype, &shape_o, &bufs_o, &shapes_o))
+        return NULL;
+    dt_layout l;
+    int64_t shape[DT_MAX_RANK];
+    if (parse_layout(mesh_o, text, &l) < 0 || parse_shape(shape_o, l.rank, shape) < 0)
+        return NULL;
+    Py_ssize_t n = PySequence_Size(bufs_o);
+    if (n < 0 || PySequence_Size(shapes_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "pack: components and shapes differ in length");
+        return NULL;
+    }
+    Py_buffer *views = PyMem_Calloc((size_t)n + 1, sizeof *views);
+    const void **data = PyMem_Calloc((size_t)n + 1, sizeof *data);
+    int64_t *shapes = PyMem_Calloc((size_t)(n + 1) * DT_MAX_RANK, sizeof *shapes);
+    const int64_t **shape_ptrs = PyMem_Calloc((size_t)n + 1, sizeof *shape_ptrs);
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!views || !data || !shapes || !shape_ptrs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        PyObject *b = PySequence_GetItem(bufs_o, got), *sh = PySequence_GetItem(shapes_o, got);
+        int ok = b && sh && PyObject_GetBuffer(b, &views[got], PyBUF_C_CONTIGUOUS) == 0;
+        if (ok && parse_shape(sh, l.rank, shapes + got * DT_MAX_RANK) < 0) {
+            PyBuffer_Release(&views[got]);
+            ok = 0;
+        }
+        Py_XDECREF(b);
+        Py_XDECREF(sh);
+        if (!ok)
+            goto done;
+        data[got] = views[got].buf;
+        shape_ptrs[got] = shapes + got * DT_MAX_RANK;
+    }
+    dt_tensor *t = NULL;
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = dt_tensor_pack(&l, (dt_dtype)dtype, l.rank, shape, (int)n, data, shape_ptrs, &t);
+    Py_END_ALLOW_THREADS;
+    result = s == DT_OK ? wrap(KIND_TENSOR, t) : raise_status(s);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(data);
+    PyMem_Free(shapes);
+    PyMem_Free(shape_ptrs);
+    return result;
+}
+
+static PyObject *py_tensor_info(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_tensor *t = unwrap(arg, KIND_TENSOR);
+    if (!t)
+        return NULL;
+    char text[DT_STRING_MAX];
+    CALL(dt_layout_to_string(dt_tensor_layout(t), text, sizeof text));
+    int rank = dt_tensor_rank(t), nl = dt_mesh_num_local_devices(dt_tensor_mesh(t));
+    PyObject *shape = PyTuple_New(rank), *locals = PyList_New(nl);
+    if (!shape || !locals)
+        goto fail;
+    for (int i = 0; i < rank; i++)
+        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dt_tensor_shape(t)[i]));
+    for (int d = 0; d < nl; d++) {
+        int64_t local[DT_MAX_RANK];
+        dt_tensor_local_shape(t, d, local);
+        PyObject *ls = PyTuple_New(rank);
+        if (!ls)
+            goto fail;
+        for (int i = 0; i < rank; i++)
+            PyTuple_SET_ITEM(ls, i, PyLong_FromLongLong(local[i]));
+        PyList_SET_ITEM(locals, d, ls);
+    }
+    return Py_BuildValue("{s:i,s:N,s:s,s:N}", "dtype", (int)dt_tensor_dtype(t), "shape", shape,
+                         "layout", text, "local_shapes", locals);
+fail:
+    Py_XDECREF(shape);
+    Py_XDECREF(locals);
+    return NULL;
+}
+
+/* unpack(tensor, i, writable buffer): device i's component into the buffer. */
+static PyObject *py_tensor_unpack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *t_o;
+    int i;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "Oiw*", &t_o, &i, &buf))
+        return NULL;
+    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
+    dt_status s = DT_OK;
+    if (t) {
+        Py_BEGIN_ALLOW_THREADS;
+        s = dt_tensor_unpack(t, i, buf.buf, (size_t)buf.len);
+        Py_END_ALLOW_THREADS;
+    }
+    PyBuffer_Release(&buf);
+    if (!t)
+        return NULL;
+    if (s != DT_OK)
+        return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+/* read(tensor, writable buffer): the global array, gathered. Collective. */
+static PyObject *py_tensor_read(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *t_o;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "Ow*", &t_o, &buf))
+        return NULL;
+    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
+    dt_status s = DT_OK;
+    if (t) {
+        Py_BEGIN_ALLOW_THREADS;
+        s = dt_tensor_read(t, buf.buf, (size_t)buf.len);
+        Py_END_ALLOW_THREADS;
+    }
+    PyBuffer_Release(&buf);
+    if (!t)
+        return NULL;
+    if (s != DT_OK)
+        return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_print_ordered(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *text;
+    if (!PyArg_ParseTuple(args, "s", &text))
+        return NULL;
+    fflush(stdout);
+    CALL(dt_print_ordered(stdout, text));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"init", py_init, METH_VARARGS, "init(cpu_devices=0, bind=0). Collective."},
+    {"finalize", py_finalize, METH_NOARGS, "Stop the runtime. Collective."},
+    {"runtime_info", py_runtime_info, METH_NOARGS, "Clients and device counts."},
+    {"global_device_id", py_global_device_id, METH_VARARGS,
+     "Global id of a local device, -1 when out of range."},
+    {"barrier", py_barrier, METH_NOARGS, "Wait for every client. Collective."},
+    {"devices_report", py_devices_report, METH_NOARGS, "Topology and devices of this client."},
+    {"mesh_create", py_mesh_create, METH_VARARGS, "mesh_create(names, sizes, type). Collective."},
+    {"mesh_info", py_mesh_info, METH_O, "Axes, sizes and local device ids of a mesh."},
+    {"layout_check", py_layout_check, METH_VARARGS, "Canonical text and rank of a layout."},
+    {"layout_local_shape", py_layout_local_shape, METH_VARARGS,
+     "Local shape and offset of a device's shard."},
+    {"tensor_from_host", py_tensor_from_host, METH_VARARGS, "A DTensor from a full array."},
+    {"tensor_pack", py_tensor_pack, METH_VARARGS, "A DTensor from per-device components."},
+    {"tensor_info", py_tensor_info, METH_O, "dtype, shape, layout and local shapes."},
+    {"tensor_unpack", py_tensor_unpack, METH_VARARGS, "Copy one component into a buffer."},
+    {"tensor_read", py_tensor_read, METH_VARARGS, "Gather the global array. Collective."},
+    {"print_ordered", py_print_ordered, METH_VARARGS, "Client 0 prints all, in client order."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "_dtensor",
+    "The C layer of the dtensor package.",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC PyInit__dtensor(void)
+{
+    if (PyType_Ready(&HandleType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    DTensorError = PyErr_NewExceptionWithDoc(
+        "dtensor.DTensorError",
+        "A dtensor call failed; .status names the status code, .code is its value.",
+        PyExc_RuntimeError, NULL);
+    Py_INCREF(&HandleType);
+    if (!DTensorError || PyModule_AddObject(m, "DTensorError", DTensorError) < 0 ||
+        PyModule_AddObject(m, "Handle", (PyObject *)&HandleType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(DTensorError);
+#define ADD_DTYPE(NAME, name, ctype) PyModule_AddIntConstant(m, "DTYPE_" #NAME, DT_DTYPE_##NAME);
+    DT_DTYPE_LIST(ADD_DTYPE)
+#undef ADD_DTYPE
+    PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);
+    PyModule_AddIntConstant(m, "DEVICE_CUDA", DT_DEVICE_CUDA);
+    return m;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the Python package with pip (meson-python) into build/venv and run its tests as one
+# client and under mpiexec.mpich -n 2 and -n 3. JUnit reports go to build/pytest/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+venv=build/venv
+# meson and the C extension use the system interpreter (TOOLCHAIN.md).
+[ -x $venv/bin/python ] || /usr/bin/python3 -m venv $venv || exit 1
+$venv/bin/pip install -q --disable-pip-version-check numpy pytest meson-python meson ninja || exit 1
+$venv/bin/pip install -q --disable-pip-version-check --no-build-isolation \
+    --config-settings=build-dir=build/pywheel . || exit 1
+rm -rf build/pytest && mkdir -p build/pytest
+export OPENBLAS_NUM_THREADS=1
+status=0
+run() { # name, launcher...
+    local name=$1
+    shift
+    echo "== pytest: $name"
+    # Every rank writes its own report; only rank 0 prints.
+    "$@" sh -c 'r=${PMI_RANK:-0}; out=/dev/null; [ "$r" = 0 ] && out=/dev/stdout;
+        exec '"$venv"'/bin/python -m pytest -q -p no:cacheprovider bindings/python/tests \
+            --junitxml=build/pytest/'"$name"'-rank$r.xml >$out 2>&1' || status=1
+}
+run singleton
+run n2 mpiexec.mpich -n 2
+run n3 mpiexec.mpich -n 3
+exit $status
