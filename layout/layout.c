@@ -245,6 +245,9 @@ dt_status dt_layout_to_string(const dt_layout *l, char *buf, size_t size)
     DT_TRY(dt_layout_check(l));
     if (!buf)
         return dt__fail(DT_ERR_ARG, "dt_layout_to_string: buf is NULL");
+    /* A rank-0 layout without partial axes writes nothing below: it is "". */
+    if (size)
+        buf[0] = '\0';
     size_t n = 0;
     for (int i = 0; i < l->rank; i++)
         n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s", i ? "," : "",
