@@ -95,11 +95,20 @@ static dt_status exchange(MPI_Comm comm, const char *desc)
     return s;
 }
 
+/* A call without `out` still takes part in the exchange, with a description no other client
+ * sends, so that the other clients fail with it instead of waiting for it. */
+static dt_status no_out(const char *fn)
+{
+    if (dt__rt.initialized)
+        exchange(dt__rt.world, "<out is NULL>");
+    return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
+}
+
 dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
                          dt_device_type type, dt_mesh **out)
 {
     if (!out)
-        return dt__fail(DT_ERR_ARG, "dt_mesh_create: out is NULL");
+        return no_out("dt_mesh_create");
     *out = NULL;
     DT_TRY(dt__require_init("dt_mesh_create"));
     char desc[DT_STRING_MAX];
@@ -151,7 +160,7 @@ dt_status dt_mesh_create(int num_axes, const char *const names[], const int size
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)
 {
     if (!out)
-        return dt__fail(DT_ERR_ARG, "dt_mesh_create_from_string: out is NULL");
+        return no_out("dt_mesh_create_from_string");
     *out = NULL;
     DT_TRY(dt__require_init("dt_mesh_create_from_string"));
     char buf[DT_STRING_MAX];
@@ -161,8 +170,9 @@ dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_m
     bool ok = spec && strlen(spec) < sizeof buf;
     if (ok) {
         strcpy(buf, spec);
-        char *save = NULL;
-        for (char *tok = strtok_r(buf, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+        /* strsep, not strtok: an empty item ("x=2,,y=2", "x=4,") is an error, not skipped. */
+        char *rest = buf;
+        for (char *tok = strsep(&rest, ","); ok && tok; tok = strsep(&rest, ",")) {
             while (isspace((unsigned char)*tok))
                 tok++;
             char *eq = strchr(tok, '='), *end;
@@ -171,8 +181,8 @@ dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_m
                 break;
             }
             *eq = '\0';
-            for (char *t = eq - 1; t >= tok && isspace((unsigned char)*t); t--)
-                *t = '\0';
+            for (char *t = eq; t > tok && isspace((unsigned char)t[-1]); t--)
+                t[-1] = '\0';
             long v = strtol(eq + 1, &end, 10);
             while (isspace((unsigned char)*end))
                 end++;
@@ -206,6 +216,7 @@ void dt_mesh_free(dt_mesh *m)
 {
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
+    dt__coll_mesh_free(m);
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);
     free(m->local);

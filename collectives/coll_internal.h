@@ -1,0 +1,133 @@
+/* Private to collectives/: the per-mesh group cache, the request of one collective, and the
+ * entry points of the backends (shared memory, MPI, NCCL) and of the ledger. */
+#ifndef DT_COLL_INTERNAL_H
+#define DT_COLL_INTERNAL_H
+
+#include "collectives.h"
+
+/* One group of an axis mask, as this client sees it. Member ranks follow device ids, and
+ * clients own contiguous device blocks, so the members a client holds are a contiguous range
+ * of member ranks and the clients of a group are listed in member-rank order. */
+typedef struct dt__cgroup {
+    int id;          /* global device id of member 0 */
+    int first_rank;  /* member rank of this client's first member */
+    int num_local;   /* k: members on this client */
+    int *local;      /* k local device indices, in member order */
+    int num_clients; /* clients holding members; > 1: the group spans clients */
+    int my_pos;      /* this client's index in `clients` */
+    int *clients;    /* client ids (ranks of the mesh communicator) */
+    int *rank_first; /* num_clients + 1: first member rank held by each client */
+    MPI_Comm comm;   /* over `clients` when the group spans clients */
+    bool owns_comm;  /* false when shared with an earlier group of the same clients */
+    void **nccl;     /* NCCL: one communicator per local member, created on first use */
+    void **streams;  /* NCCL: one CUDA stream per local member */
+} dt__cgroup;
+
+/* Every group of one axis mask that holds a device of this client, by ascending id. */
+typedef struct dt__cmask {
+    unsigned axes;
+    int size; /* g: members per group */
+    int num_groups;
+    dt__cgroup *groups;
+    int *group_of; /* per local device: index into groups */
+    bool spans;    /* some group spans clients */
+    bool comms_ready;
+    unsigned seq; /* collectives issued on this mask, for point-to-point tags */
+    /* ring work buffers kept between calls (fresh pages would be faulted in and registered
+     * with the network layer on every call); taken by one collective at a time */
+    char *scratch;
+    size_t scratch_bytes;
+    bool scratch_busy;
+} dt__cmask;
+
+struct dt__coll_mesh {
+    dt__cmask *masks[1u << DT_MAX_MESH_AXES];
+};
+
+/* How one group's cross-client step is carried out. */
+typedef enum dt__xmode {
+    DT__X_NONE,         /* the group lies inside this client */
+    DT__X_NATIVE,       /* one nonblocking MPI collective */
+    DT__X_RING,         /* ring over point-to-point messages */
+    DT__X_REDUCE_BCAST, /* MPI_Ireduce to the first client, then MPI_Ibcast */
+} dt__xmode;
+
+/* One group's share of a collective. Counts are elements. */
+typedef struct dt__gcall {
+    dt__cgroup *g;
+    const int64_t *cnt;         /* the group's counts array; NULL: uniform `count` */
+    const void **send;          /* k send buffers of the local members, member order */
+    void **recv;                /* k */
+    int64_t total;              /* all-gather / reduce-scatter: sum of block counts */
+    int64_t max_sent, max_recv; /* ledger: bytes per device, max over local members */
+    /* cross-client step */
+    dt__xmode mode;
+    int *mc; /* 4 * num_clients ints: MPI counts and displacements */
+    char *stage;
+    size_t stage_bytes;
+    char *xin, *xout; /* where the cross step reads and writes */
+    char *seg_out;    /* reduce-scatter: where this client's reduced segment lands */
+    MPI_Request req[2];
+    int nreq;
+    int phase, step;  /* ring: phase 0 reduce-scatter, 1 all-gather; step within */
+    int64_t *seg;     /* ring: num_clients + 1 segment offsets */
+    char *acc, *tmp;  /* ring work buffers */
+    bool own_scratch; /* acc and tmp were allocated for this call (the mask's were busy) */
+    bool uses_scratch;
+    int tag;
+    bool done;
+} dt__gcall;
+
+struct dt__coll_req {
+    const dt_mesh *m;
+    dt__coll c;
+    dt__cmask *mask;
+    dt_collective_algorithm algorithm; /* resolved */
+    const char *backend;               /* "local", "mpi", "hierarchical", "nccl" */
+    size_t es;
+    int num_groups;
+    dt__gcall *gc;
+    char *block; /* the groups' small arrays (send, recv, seg, mc) */
+    double t0;
+    bool parallel; /* local phases on the device workers (large enough to pay off) */
+    bool blocking; /* dt__collective on a host with a core per client: blocking MPI calls */
+};
+
+/* DT_ERR_UNSUPPORTED unless algorithm `a` can run on devices of `type`. */
+dt_status dt__coll_check_algorithm(dt_device_type type, dt_collective_algorithm a, const char *fn);
+/* "x,y" for a mask. */
+void dt__coll_axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size);
+
+/* Group cache of a mask (built on first use; communicators too). Collective. */
+dt_status dt__coll_mask(const dt_mesh *m, unsigned axes, bool need_comms, dt__cmask **out);
+
+/* Reductions on host memory: acc[i] = acc[i] op src[i]. */
+void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, size_t n);
+void dt__coll_divide(dt_dtype t, void *acc, size_t n, int by);
+MPI_Datatype dt__coll_mpi_type(dt_dtype t);
+
+/* Shared-memory phases before and after the cross-client step (device workers). */
+void dt__coll_local_pre(dt__coll_req *r);
+void dt__coll_local_post(dt__coll_req *r);
+/* Cross-client step: post and drive to completion. */
+dt_status dt__coll_mpi_start(dt__coll_req *r);
+/* True when every group is done; a failure sets *status. */
+bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
+
+#ifdef DT_HAVE_CUDA
+dt_status dt__nccl_run(dt__coll_req *r);
+void dt__nccl_group_free(dt__cgroup *g);
+#endif
+
+/* Ledger: record a finished collective. */
+void dt__ledger_record(const dt__coll_req *r, double seconds);
+
+/* Block counts of a group's call. */
+static inline int64_t dt__gc_block(const dt__coll_req *r, const dt__gcall *gc, int s, int t)
+{
+    if (!gc->cnt)
+        return r->c.count;
+    return r->c.kind == DT__COLL_ALL_TO_ALL ? gc->cnt[(int64_t)s * r->mask->size + t] : gc->cnt[s];
+}
+
+#endif /* DT_COLL_INTERNAL_H */

@@ -1,0 +1,523 @@
+/* The collectives entry points: validation, the optional agreement check, the choice of
+ * algorithm per group, and start / wait over the shared-memory, MPI and NCCL backends. */
+#include "coll_internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Cross-client all-reduce and reduce-scatter of at least this many bytes (the buffer; the
+ * reduce-scatter's whole input) go around a ring under DT_ALGORITHM_AUTO: MPICH's own
+ * algorithms fall behind a plain ring at large sizes on this machine kind (BASELINE.md;
+ * benchmarks/bench_collectives). */
+#define DT__RING_MIN_BYTES ((int64_t)2 << 20)
+/* Local phases go to the device workers from this many bytes per device; below it the
+ * caller does them (a hand-off costs more than the copy). */
+#define DT__PARALLEL_MIN_BYTES ((int64_t)256 << 10)
+
+const char *dt__coll_kind_name(dt__coll_kind k)
+{
+    static const char *const names[] = {
+#define NAME(NAME, name) [DT__COLL_##NAME] = #name,
+        DT__COLL_KIND_LIST(NAME)
+#undef NAME
+    };
+    return (unsigned)k < DT__COLL_KIND_COUNT ? names[k] : "?";
+}
+
+const char *dt_collective_algorithm_name(dt_collective_algorithm a)
+{
+    static const char *const names[] = {
+#define NAME(NAME, name) [DT_ALGORITHM_##NAME] = #name,
+        DT_ALGORITHM_LIST(NAME)
+#undef NAME
+    };
+    return (unsigned)a < DT_ALGORITHM_COUNT ? names[a] : "?";
+}
+
+dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a)
+{
+    if (!m)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_set_collective_algorithm: mesh is NULL");
+    if ((unsigned)a >= DT_ALGORITHM_COUNT)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_mesh_set_collective_algorithm: algorithm %d is outside 0..%d", (int)a,
+                        DT_ALGORITHM_COUNT - 1);
+    DT_TRY(dt__coll_check_algorithm(m->type, a, "dt_mesh_set_collective_algorithm"));
+    m->coll_algorithm = a;
+    return DT_OK;
+}
+
+dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m)
+{
+    return m ? m->coll_algorithm : DT_ALGORITHM_AUTO;
+}
+
+dt_status dt__coll_check_algorithm(dt_device_type type, dt_collective_algorithm a, const char *fn)
+{
+    if (type == DT_DEVICE_CUDA && a != DT_ALGORITHM_AUTO && a != DT_ALGORITHM_NCCL)
+        return dt__fail(DT_ERR_UNSUPPORTED,
+                        "%s: CUDA devices exchange through NCCL only, %s was asked for", fn,
+                        dt_collective_algorithm_name(a));
+    if (type == DT_DEVICE_CUDA) {
+#ifndef DT_HAVE_CUDA
+        return dt__fail(DT_ERR_UNSUPPORTED, "%s: built without CUDA, so without NCCL", fn);
+#endif
+    }
+    if (type != DT_DEVICE_CUDA && a == DT_ALGORITHM_NCCL)
+        return dt__fail(DT_ERR_UNSUPPORTED, "%s: nccl needs CUDA devices, the mesh has %s devices",
+                        fn, dt_device_type_name(type));
+    return DT_OK;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < m->num_axes && n < size; a++)
+        if (axes >> a & 1u)
+            n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? "," : "", m->names[a]);
+}
+
+/* ---- validation (pure metadata, the same verdict on every client) ------------------------- */
+
+static dt_status validate_header(const dt_mesh *m, const dt__coll *c)
+{
+    if (!m || !c)
+        return dt__fail(DT_ERR_ARG, "collective: mesh or description is NULL");
+    const char *kn = dt__coll_kind_name(c->kind);
+    if ((unsigned)c->kind >= DT__COLL_KIND_COUNT)
+        return dt__fail(DT_ERR_ARG, "collective: kind %d is outside 0..%d", (int)c->kind,
+                        DT__COLL_KIND_COUNT - 1);
+    if (!dt__dtype_valid(c->dtype))
+        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not f32, f64, i32 or i64", kn,
+                        (int)c->dtype);
+    if ((c->kind == DT__COLL_ALL_REDUCE || c->kind == DT__COLL_REDUCE_SCATTER) &&
+        (unsigned)c->op >= DT_REDUCE_COUNT)
+        return dt__fail(DT_ERR_ARG, "%s: reduction %d is outside 0..%d", kn, (int)c->op,
+                        DT_REDUCE_COUNT - 1);
+    if (c->axes >> m->num_axes)
+        return dt__fail(DT_ERR_ARG, "%s: axis mask 0x%x names axes beyond the mesh's %d", kn,
+                        c->axes, m->num_axes);
+    if ((unsigned)c->algorithm >= DT_ALGORITHM_COUNT)
+        return dt__fail(DT_ERR_ARG, "%s: algorithm %d is outside 0..%d", kn, (int)c->algorithm,
+                        DT_ALGORITHM_COUNT - 1);
+    if (c->counts && c->kind != DT__COLL_ALL_GATHER && c->kind != DT__COLL_REDUCE_SCATTER &&
+        c->kind != DT__COLL_ALL_TO_ALL)
+        return dt__fail(DT_ERR_ARG, "%s has no uneven form, but counts were given", kn);
+    if (!c->counts && c->count < 0)
+        return dt__fail(DT_ERR_ARG, "%s: count is %lld", kn, (long long)c->count);
+    int g = dt__group_size(m, c->axes);
+    if (c->kind == DT__COLL_BROADCAST && (c->root < 0 || c->root >= g))
+        return dt__fail(DT_ERR_ARG, "broadcast: root %d is outside the group's 0..%d", c->root,
+                        g - 1);
+    if (m->num_local > 0 && (!c->recv || (!c->send && c->kind != DT__COLL_BROADCAST)))
+        return dt__fail(DT_ERR_ARG, "%s: the send or recv array is NULL", kn);
+    if (c->counts)
+        for (int i = 0; i < m->num_local; i++)
+            if (!c->counts[i])
+                return dt__fail(DT_ERR_ARG, "%s: counts[%d] is NULL", kn, i);
+    dt_collective_algorithm a =
+        c->algorithm != DT_ALGORITHM_AUTO ? c->algorithm : m->coll_algorithm;
+    return dt__coll_check_algorithm(m->type, a, kn);
+}
+
+/* Counts of one group: every local member passes the same array, no entry is negative. */
+static dt_status validate_group(dt__coll_req *r, dt__gcall *gc)
+{
+    const char *kn = dt__coll_kind_name(r->c.kind);
+    const dt__cgroup *g = gc->g;
+    int G = r->mask->size;
+    int64_t len = r->c.kind == DT__COLL_ALL_TO_ALL ? (int64_t)G * G : G;
+    if (gc->cnt) {
+        for (int64_t e = 0; e < len; e++)
+            if (gc->cnt[e] < 0)
+                return dt__fail(DT_ERR_ARG, "%s: counts[%d][%lld] is %lld", kn, g->local[0],
+                                (long long)e, (long long)gc->cnt[e]);
+        for (int j = 1; j < g->num_local; j++) {
+            const int64_t *o = r->c.counts[g->local[j]];
+            for (int64_t e = 0; e < len; e++)
+                if (o[e] != gc->cnt[e])
+                    return dt__fail(DT_ERR_ARG,
+                                    "%s: devices %d and %d of group %d pass different counts: "
+                                    "entry %lld is %lld and %lld",
+                                    kn, r->m->first_local + g->local[0],
+                                    r->m->first_local + g->local[j], g->id, (long long)e,
+                                    (long long)gc->cnt[e], (long long)o[e]);
+        }
+    }
+    gc->total = 0;
+    if (r->c.kind == DT__COLL_ALL_GATHER || r->c.kind == DT__COLL_REDUCE_SCATTER)
+        for (int b = 0; b < G; b++)
+            gc->total += dt__gc_block(r, gc, b, 0);
+    /* per-device sizes: buffers present where needed, and the ledger's bytes */
+    int64_t es = (int64_t)r->es;
+    for (int j = 0; j < g->num_local; j++) {
+        int q = g->first_rank + j;
+        int64_t ns = 0, nr = 0, sent = 0, recd = 0;
+        switch (r->c.kind) {
+        case DT__COLL_ALL_REDUCE:
+            ns = nr = r->c.count;
+            sent = recd = G > 1 ? 2 * (G - 1) * r->c.count / G : 0;
+            break;
+        case DT__COLL_ALL_GATHER:
+            ns = dt__gc_block(r, gc, q, 0);
+            nr = gc->total;
+            sent = ns * (G - 1);
+            recd = nr - ns;
+            break;
+        case DT__COLL_REDUCE_SCATTER:
+            ns = gc->total;
+            nr = dt__gc_block(r, gc, q, 0);
+            sent = ns - nr;
+            recd = nr * (G - 1);
+            break;
+        case DT__COLL_ALL_TO_ALL:
+            for (int t = 0; t < G; t++) {
+                ns += dt__gc_block(r, gc, q, t);
+                nr += dt__gc_block(r, gc, t, q);
+            }
+            sent = ns - dt__gc_block(r, gc, q, q);
+            recd = nr - dt__gc_block(r, gc, q, q);
+            break;
+        case DT__COLL_BROADCAST:
+            ns = q == r->c.root ? r->c.count : 0;
+            nr = r->c.count;
+            sent = ns * (G - 1);
+            recd = q == r->c.root ? 0 : nr;
+            break;
+        default:
+            break;
+        }
+        if ((ns > 0 && !gc->send[j]) || (nr > 0 && !gc->recv[j]))
+            return dt__fail(DT_ERR_ARG, "%s: local device %d has a NULL %s buffer of %lld elements",
+                            kn, g->local[j], ns > 0 && !gc->send[j] ? "send" : "recv",
+                            (long long)(ns > 0 && !gc->send[j] ? ns : nr));
+        gc->max_sent = sent * es > gc->max_sent ? sent * es : gc->max_sent;
+        gc->max_recv = recd * es > gc->max_recv ? recd * es : gc->max_recv;
+        int64_t most = ns > nr ? ns : nr;
+        if (most * es >= DT__PARALLEL_MIN_BYTES)
+            r->parallel = true;
+    }
+    return DT_OK;
+}
+
+/* ---- agreement check (DTENSOR_CHECK_COLLECTIVES=1) ------------------------------------------ */
+
+#define DT__SIG_GROUPS 8
+typedef struct dt__sig {
+    int32_t status;
+    int32_t kind, dtype, op, root, algorithm;
+    uint32_t axes;
+    int32_t num_groups;
+    int64_t count;
+    struct {
+        int32_t id, pad;
+        int64_t total;
+        uint64_t hash;
+    } groups[DT__SIG_GROUPS];
+    char error[256];
+} dt__sig;
+
+static bool check_enabled(void)
+{
+    const char *e = getenv("DTENSOR_CHECK_COLLECTIVES");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static void sig_str(const dt_mesh *m, const dt__sig *s, char *buf, size_t size)
+{
+    char axes[DT_STRING_MAX];
+    axes_str(m, (unsigned)s->axes, axes, sizeof axes);
+    int n = snprintf(buf, size, "%s %s", dt__coll_kind_name((dt__coll_kind)s->kind),
+                     dt_dtype_name((dt_dtype)s->dtype));
+    if (s->kind == DT__COLL_ALL_REDUCE || s->kind == DT__COLL_REDUCE_SCATTER)
+        n += snprintf(buf + n, size - (size_t)n, " %s", dt_reduce_op_name((dt_reduce_op)s->op));
+    if (s->count >= 0)
+        n += snprintf(buf + n, size - (size_t)n, " count %lld", (long long)s->count);
+    else
+        n += snprintf(buf + n, size - (size_t)n, " uneven counts");
+    n += snprintf(buf + n, size - (size_t)n, " on axes {%s}", axes);
+    if (s->kind == DT__COLL_BROADCAST)
+        snprintf(buf + n, size - (size_t)n, " root %d", s->root);
+}
+
+static dt_status check_agreement(dt__coll_req *r, dt_status local)
+{
+    const dt_mesh *m = r->m;
+    dt__sig mine;
+    memset(&mine, 0, sizeof mine);
+    mine.status = local;
+    mine.kind = r->c.kind;
+    mine.dtype = r->c.dtype;
+    mine.op = r->c.op == DT_REDUCE_MEAN ? DT_REDUCE_MEAN : r->c.op;
+    if (r->c.kind != DT__COLL_ALL_REDUCE && r->c.kind != DT__COLL_REDUCE_SCATTER)
+        mine.op = 0;
+    mine.root = r->c.kind == DT__COLL_BROADCAST ? r->c.root : 0;
+    mine.algorithm = r->c.algorithm;
+    mine.axes = r->c.axes;
+    mine.count = r->c.counts ? -1 : r->c.count;
+    if (local != DT_OK)
+        snprintf(mine.error, sizeof mine.error, "%s", dt_last_error());
+    for (int gi = 0; local == DT_OK && gi < r->num_groups && gi < DT__SIG_GROUPS; gi++) {
+        const dt__gcall *gc = &r->gc[gi];
+        mine.groups[gi].id = gc->g->id;
+        if (gc->cnt) {
+            int G = r->mask->size;
+            int64_t len = r->c.kind == DT__COLL_ALL_TO_ALL ? (int64_t)G * G : G;
+            uint64_t h = 1469598103934665603u;
+            for (int64_t e = 0; e < len; e++)
+                h = (h ^ (uint64_t)gc->cnt[e]) * 1099511628211u;
+            mine.groups[gi].hash = h;
+            mine.groups[gi].total = gc->total;
+        }
+        mine.num_groups = gi + 1;
+    }
+    if (m->comm == MPI_COMM_NULL || m->num_clients == 1)
+        return local;
+    int nc = m->num_clients;
+    dt__sig *all = malloc(sizeof *all * (size_t)nc);
+    if (!all)
+        return dt__fail(DT_ERR_NOMEM, "collective check: out of memory for %d clients", nc);
+    dt_status s = dt__allgather_bytes(m->comm, &mine, sizeof mine, all);
+    for (int c = 0; s == DT_OK && c < nc; c++)
+        if (all[c].status != DT_OK) {
+            s = c == dt__rt.client
+                    ? local
+                    : dt__fail((dt_status)all[c].status, "client %d: %s", c, all[c].error);
+            if (c == dt__rt.client)
+                dt__set_error(mine.error);
+        }
+    for (int a = 0; s == DT_OK && a < nc; a++)
+        for (int b = a + 1; s == DT_OK && b < nc; b++) {
+            dt__sig x = all[a], y = all[b];
+            bool same = x.kind == y.kind && x.dtype == y.dtype && x.op == y.op &&
+                        x.root == y.root && x.axes == y.axes && x.count == y.count &&
+                        x.algorithm == y.algorithm;
+            if (!same) {
+                char sa[DT_STRING_MAX], sb[DT_STRING_MAX];
+                sig_str(m, &x, sa, sizeof sa);
+                sig_str(m, &y, sb, sizeof sb);
+                if (x.algorithm != y.algorithm)
+                    s = dt__fail(DT_ERR_MISMATCH,
+                                 "collective check: client %d asks for algorithm %s, client %d "
+                                 "for %s (%s)",
+                                 a, dt_collective_algorithm_name(x.algorithm), b,
+                                 dt_collective_algorithm_name(y.algorithm), sa);
+                else
+                    s = dt__fail(DT_ERR_MISMATCH,
+                                 "collective check: client %d issues %s, client %d issues %s", a,
+                                 sa, b, sb);
+                break;
+            }
+            for (int i = 0; s == DT_OK && i < x.num_groups; i++)
+                for (int j = 0; j < y.num_groups; j++)
+                    if (x.groups[i].id == y.groups[j].id &&
+                        (x.groups[i].hash != y.groups[j].hash ||
+                         x.groups[i].total != y.groups[j].total)) {
+                        s = dt__fail(
+                            DT_ERR_MISMATCH,
+                            "collective check: %s on group %d: client %d passes counts "
+                            "totalling %lld (hash %016llx), client %d totalling %lld "
+                            "(hash %016llx)",
+                            dt__coll_kind_name((dt__coll_kind)x.kind), x.groups[i].id, a,
+                            (long long)x.groups[i].total, (unsigned long long)x.groups[i].hash, b,
+                            (long long)y.groups[j].total, (unsigned long long)y.groups[j].hash);
+                        break;
+                    }
+        }
+    free(all);
+    return s;
+}
+
+/* ---- requests -------------------------------------------------------------------------------- */
+
+static void req_free(dt__coll_req *r)
+{
+    if (!r)
+        return;
+    for (int gi = 0; r->gc && gi < r->num_groups; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        for (int q = 0; q < gc->nreq; q++)
+            if (gc->req[q] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&gc->req[q]);
+                MPI_Request_free(&gc->req[q]);
+            }
+        free(gc->stage);
+        char *work = gc->acc < gc->tmp ? gc->acc : gc->tmp; /* the ring may swap them */
+        if (gc->own_scratch)
+            free(work);
+        if (gc->uses_scratch)
+            r->mask->scratch_busy = false;
+    }
+    free(r->gc);
+    free(r->block);
+    free(r);
+}
+
+/* Per group: the call's buffers and counts, and how it crosses clients. */
+static dt_status plan(dt__coll_req *r)
+{
+    dt__cmask *k = r->mask;
+    int ng = k->num_groups, G = k->size;
+    size_t per = 0;
+    for (int gi = 0; gi < ng; gi++) {
+        const dt__cgroup *g = &k->groups[gi];
+        per += 2 * sizeof(void *) * (size_t)g->num_local +
+               sizeof(int) * 4 * (size_t)g->num_clients +
+               sizeof(int64_t) * ((size_t)g->num_clients + 1);
+    }
+    r->gc = calloc((size_t)(ng ? ng : 1), sizeof *r->gc);
+    char *block = calloc(1, per + 16);
+    if (!r->gc || !block) {
+        free(block);
+        return dt__fail(DT_ERR_NOMEM, "%s: out of memory for %d groups",
+                        dt__coll_kind_name(r->c.kind), ng);
+    }
+    r->num_groups = ng;
+    r->block = block; /* every group's small arrays */
+    char *p = block;
+    dt_collective_algorithm a =
+        r->c.algorithm != DT_ALGORITHM_AUTO ? r->c.algorithm : r->m->coll_algorithm;
+    bool spans = false, stacked = false, ring = false, rtod = false;
+    for (int gi = 0; gi < ng; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        dt__cgroup *g = &k->groups[gi];
+        gc->g = g;
+        gc->send = (const void **)(void *)p;
+        p += sizeof(void *) * (size_t)g->num_local;
+        gc->recv = (void **)p;
+        p += sizeof(void *) * (size_t)g->num_local;
+        gc->seg = (int64_t *)(void *)p;
+        p += sizeof(int64_t) * ((size_t)g->num_clients + 1);
+        gc->mc = (int *)(void *)p;
+        p += sizeof(int) * 4 * (size_t)g->num_clients;
+        for (int j = 0; j < g->num_local; j++) {
+            int i = g->local[j];
+            gc->send[j] = r->c.send ? r->c.send[i] : NULL;
+            gc->recv[j] = r->c.recv[i];
+        }
+        gc->cnt = r->c.counts ? r->c.counts[g->local[0]] : NULL;
+        DT_TRY(validate_group(r, gc));
+        int64_t bytes =
+            (r->c.kind == DT__COLL_ALL_REDUCE ? r->c.count : gc->total) * (int64_t)r->es;
+        if (g->num_clients < 2)
+            gc->mode = DT__X_NONE;
+        else if (r->c.kind == DT__COLL_ALL_REDUCE && a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE)
+            gc->mode = DT__X_REDUCE_BCAST;
+        else if ((r->c.kind == DT__COLL_ALL_REDUCE || r->c.kind == DT__COLL_REDUCE_SCATTER ||
+                  r->c.kind == DT__COLL_ALL_GATHER) &&
+                 (a == DT_ALGORITHM_RING ||
+                  (a == DT_ALGORITHM_AUTO && r->c.kind != DT__COLL_ALL_GATHER &&
+                   bytes >= DT__RING_MIN_BYTES)))
+            gc->mode = DT__X_RING;
+        else
+            gc->mode = DT__X_NATIVE;
+        spans |= g->num_clients > 1;
+        stacked |= g->num_clients > 1 && g->num_local > 1;
+        ring |= gc->mode == DT__X_RING;
+        rtod |= gc->mode == DT__X_REDUCE_BCAST;
+    }
+    (void)G;
+    r->block = block;
+    r->backend = !spans ? "local" : stacked ? "hierarchical" : "mpi";
+    if (r->m->type == DT_DEVICE_CUDA)
+        r->backend = "nccl";
+    r->algorithm = r->m->type == DT_DEVICE_CUDA ? DT_ALGORITHM_NCCL
+                   : ring                       ? DT_ALGORITHM_RING
+                   : rtod || a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
+                       ? DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
+                       : DT_ALGORITHM_HIERARCHICAL_COPY;
+    return DT_OK;
+}
+
+/* Set by dt__collective for the start it makes: nothing else runs between its start and its
+ * wait, so when every client of this host has a core of its own the cross-client step may use
+ * MPICH's blocking calls, which are faster than the nonblocking ones at small sizes (they
+ * spin, which only hurts when clients outnumber cores; TOOLCHAIN.md). */
+static _Thread_local bool blocking_next;
+
+dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out)
+{
+    if (out)
+        *out = NULL;
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "collective: out is NULL");
+    dt_status s = validate_header(m, c);
+    bool check = check_enabled();
+    if (s != DT_OK && !(check && m && c))
+        return s;
+    dt__coll_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt__fail(DT_ERR_NOMEM, "collective: out of memory");
+    r->t0 = now();
+    r->blocking =
+        blocking_next && dt__rt.clients_on_host * (m->num_local ? m->num_local : 1) <= dt__rt.cores;
+    r->m = m;
+    r->c = *c;
+    r->es = dt__dtype_valid(c->dtype) ? dt_dtype_size(c->dtype) : 1;
+    unsigned axes = c->axes & ((1u << m->num_axes) - 1u);
+    if (s == DT_OK)
+        s = dt__coll_mask(m, axes, false, &r->mask);
+    if (s == DT_OK)
+        s = plan(r);
+    if (check)
+        s = check_agreement(r, s);
+    if (s == DT_OK)
+        s = dt__coll_mask(m, axes, true, &r->mask);
+    if (s == DT_OK) {
+        r->mask->seq++;
+#ifdef DT_HAVE_CUDA
+        if (m->type == DT_DEVICE_CUDA)
+            s = dt__nccl_run(r);
+        else
+#endif
+            s = dt__coll_mpi_start(r);
+    }
+    if (s != DT_OK) {
+        req_free(r);
+        return s;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+dt_status dt__collective_wait(dt__coll_req *r)
+{
+    if (!r)
+        return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
+    dt_status s = DT_OK;
+    if (r->m->type != DT_DEVICE_CUDA) {
+        while (!dt__coll_mpi_progress(r, &s))
+            sched_yield();
+        if (s == DT_OK)
+            dt__coll_local_post(r);
+    }
+    if (s == DT_OK)
+        dt__ledger_record(r, now() - r->t0);
+    req_free(r);
+    return s;
+}
+
+dt_status dt__collective(const dt_mesh *m, const dt__coll *c)
+{
+    dt__coll_req *r;
+    blocking_next = true;
+    dt_status s = dt__collective_start(m, c, &r);
+    blocking_next = false;
+    DT_TRY(s);
+    return dt__collective_wait(r);
+}
+
+void dt__coll_axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size)
+{
+    axes_str(m, axes, buf, size);
+}

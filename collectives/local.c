@@ -1,0 +1,351 @@
+/* Shared-memory phases: the local devices of one client exchange through host memory, each
+ * device's worker thread doing its share (a chunk of a reduction, its own receive buffer). */
+#include "coll_internal.h"
+
+#include <string.h>
+
+/* ---- element kernels, one per (dtype, op) ------------------------------------------------ */
+
+#define DT__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DT__MIN(a, b) ((a) < (b) ? (a) : (b))
+
+#define DEF_KERNELS(NAME, name, ctype)                                               \
+    static void reduce_##name(dt_reduce_op op, void *acc, const void *src, size_t n) \
+    {                                                                                \
+        ctype *restrict x = acc;                                                     \
+        const ctype *restrict y = src;                                               \
+        switch (op) {                                                                \
+        case DT_REDUCE_SUM:                                                          \
+        case DT_REDUCE_MEAN:                                                         \
+            for (size_t i = 0; i < n; i++)                                           \
+                x[i] += y[i];                                                        \
+            break;                                                                   \
+        case DT_REDUCE_MAX:                                                          \
+            for (size_t i = 0; i < n; i++)                                           \
+                x[i] = DT__MAX(x[i], y[i]);                                          \
+            break;                                                                   \
+        case DT_REDUCE_MIN:                                                          \
+            for (size_t i = 0; i < n; i++)                                           \
+                x[i] = DT__MIN(x[i], y[i]);                                          \
+            break;                                                                   \
+        case DT_REDUCE_PROD:                                                         \
+            for (size_t i = 0; i < n; i++)                                           \
+                x[i] *= y[i];                                                        \
+            break;                                                                   \
+        default:                                                                     \
+            break;                                                                   \
+        }                                                                            \
+    }                                                                                \
+    static void divide_##name(void *acc, size_t n, int by)                           \
+    {                                                                                \
+        ctype *x = acc;                                                              \
+        for (size_t i = 0; i < n; i++)                                               \
+            x[i] /= (ctype)by;                                                       \
+    }
+DT_DTYPE_LIST(DEF_KERNELS)
+#undef DEF_KERNELS
+
+void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, size_t n)
+{
+    switch (t) {
+#define CASE(NAME, name, ctype)         \
+    case DT_DTYPE_##NAME:               \
+        reduce_##name(op, acc, src, n); \
+        break;
+        DT_DTYPE_LIST(CASE)
+#undef CASE
+    default:
+        break;
+    }
+}
+
+void dt__coll_divide(dt_dtype t, void *acc, size_t n, int by)
+{
+    switch (t) {
+#define CASE(NAME, name, ctype)    \
+    case DT_DTYPE_##NAME:          \
+        divide_##name(acc, n, by); \
+        break;
+        DT_DTYPE_LIST(CASE)
+#undef CASE
+    default:
+        break;
+    }
+}
+
+MPI_Datatype dt__coll_mpi_type(dt_dtype t)
+{
+    static const MPI_Datatype types[] = {
+        [DT_DTYPE_F32] = MPI_FLOAT,
+        [DT_DTYPE_F64] = MPI_DOUBLE,
+        [DT_DTYPE_I32] = MPI_INT32_T,
+        [DT_DTYPE_I64] = MPI_INT64_T,
+    };
+    return types[t];
+}
+
+/* ---- tile combine ------------------------------------------------------------------------- */
+
+/* dst[d][off..off+n) = reduce over s of src[s][off..off+n), divided by `by` when by > 1, for
+ * every d. Works through an L1-sized tile, so a dst may alias a src (in-place all-reduce):
+ * every read of a tile precedes every write of it. */
+static void combine(const dt__coll_req *r, void *const dst[], int nd, const void *const src[],
+                    int ns, size_t off, size_t n, int by)
+{
+    size_t es = r->es;
+    if (n == 0 || nd == 0)
+        return;
+    if (ns == 1 && by <= 1) {
+        const char *s = (const char *)src[0] + off * es;
+        for (int d = 0; d < nd; d++)
+            if ((char *)dst[d] + off * es != s)
+                memcpy((char *)dst[d] + off * es, s, n * es);
+        return;
+    }
+    _Alignas(64) unsigned char tmp[16384];
+    size_t tile = sizeof tmp / es;
+    for (size_t o = off; o < off + n; o += tile) {
+        size_t len = off + n - o < tile ? off + n - o : tile;
+        memcpy(tmp, (const char *)src[0] + o * es, len * es);
+        for (int s = 1; s < ns; s++)
+            dt__coll_reduce(r->c.dtype, r->c.op, tmp, (const char *)src[s] + o * es, len);
+        if (by > 1)
+            dt__coll_divide(r->c.dtype, tmp, len, by);
+        for (int d = 0; d < nd; d++)
+            memcpy((char *)dst[d] + o * es, tmp, len * es);
+    }
+}
+
+/* Chunk j of n over k workers, in whole cache lines. */
+static void chunk(size_t n, int k, int j, size_t es, size_t *off, size_t *len)
+{
+    size_t line = es >= 64 ? 1 : 64 / es;
+    size_t per = (n + (size_t)k - 1) / (size_t)k;
+    per = (per + line - 1) / line * line;
+    size_t a = per * (size_t)j, b = a + per;
+    if (a > n)
+        a = n;
+    if (b > n)
+        b = n;
+    *off = a;
+    *len = b - a;
+}
+
+static bool use_mean(const dt__coll_req *r)
+{
+    return r->c.op == DT_REDUCE_MEAN &&
+           (r->c.kind == DT__COLL_ALL_REDUCE || r->c.kind == DT__COLL_REDUCE_SCATTER);
+}
+
+/* Where local device i is: its group call and its position j among the group's locals. */
+static dt__gcall *locate(const dt__coll_req *r, int i, int *j)
+{
+    dt__gcall *gc = &r->gc[r->mask->group_of[i]];
+    for (int p = 0; p < gc->g->num_local; p++)
+        if (gc->g->local[p] == i) {
+            *j = p;
+            return gc;
+        }
+    *j = 0;
+    return gc;
+}
+
+static int64_t block_off(const dt__coll_req *r, const dt__gcall *gc, int upto)
+{
+    if (!gc->cnt)
+        return r->c.count * upto;
+    int64_t o = 0;
+    for (int b = 0; b < upto; b++)
+        o += gc->cnt[b];
+    return o;
+}
+
+static void pre_task(dt__device *dev, int i, void *arg)
+{
+    (void)dev;
+    dt__coll_req *r = arg;
+    int j;
+    dt__gcall *gc = locate(r, i, &j);
+    const dt__cgroup *g = gc->g;
+    int k = g->num_local, G = r->mask->size, rank = g->first_rank + j;
+    bool spans = g->num_clients > 1;
+    size_t es = r->es, off, len;
+    int by = use_mean(r) && !spans ? G : 1;
+    switch (r->c.kind) {
+    case DT__COLL_ALL_REDUCE:
+        if (spans && k == 1)
+            return;
+        if (!spans && r->algorithm == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE) {
+            /* One device reduces everything, the others only receive. */
+            if (j == 0)
+                combine(r, gc->recv, k, (const void *const *)gc->send, k, 0, (size_t)r->c.count,
+                        by);
+            return;
+        }
+        chunk((size_t)r->c.count, k, j, es, &off, &len);
+        if (spans) /* local partial into the first local member, then across clients */
+            combine(r, gc->recv, 1, (const void *const *)gc->send, k, off, len, 1);
+        else
+            combine(r, gc->recv, k, (const void *const *)gc->send, k, off, len, by);
+        return;
+    case DT__COLL_ALL_GATHER: {
+        int64_t n = dt__gc_block(r, gc, rank, 0);
+        if (!spans) {
+            for (int s = 0; s < k; s++) {
+                char *dst = (char *)gc->recv[j] + block_off(r, gc, s) * es;
+                int64_t m = dt__gc_block(r, gc, s, 0);
+                if (m && dst != gc->send[s])
+                    memcpy(dst, gc->send[s], (size_t)m * es);
+            }
+        } else if (k > 1 || gc->mode == DT__X_RING) {
+            char *dst = (char *)gc->recv[0] + block_off(r, gc, rank) * es;
+            if (n && dst != gc->send[j])
+                memcpy(dst, gc->send[j], (size_t)n * es);
+        }
+        return;
+    }
+    case DT__COLL_REDUCE_SCATTER:
+        if (!spans) {
+            const void *src[k];
+            int64_t o = block_off(r, gc, j);
+            for (int s = 0; s < k; s++)
+                src[s] = (const char *)gc->send[s] + o * es;
+            void *dst[1] = {gc->recv[j]};
+            combine(r, dst, 1, src, k, 0, (size_t)dt__gc_block(r, gc, j, 0), by);
+        } else if (k > 1) {
+            chunk((size_t)gc->total, k, j, es, &off, &len);
+            void *dst[1] = {gc->stage};
+            combine(r, dst, 1, (const void *const *)gc->send, k, off, len, 1);
+        }
+        return;
+    case DT__COLL_ALL_TO_ALL: {
+        if (!spans) {
+            /* pull: block s of my recv is block `rank` of member s's send */
+            char *dst = gc->recv[j];
+            for (int s = 0; s < G; s++) {
+                int64_t so = 0;
+                for (int t = 0; t < rank; t++)
+                    so += dt__gc_block(r, gc, s, t);
+                int64_t m = dt__gc_block(r, gc, s, rank);
+                if (m)
+                    memcpy(dst, (const char *)gc->send[s] + so * es, (size_t)m * es);
+                dst += m * (int64_t)es;
+            }
+        } else if (k > 1) {
+            /* pack my blocks for each client c at its place in the staging buffer: client c's
+             * part holds, for each local sender in order, its blocks for c's members */
+            int nc = g->num_clients;
+            char *p = gc->stage;
+            const char *s0 = gc->send[j];
+            for (int c = 0; c < nc; c++) {
+                for (int s = 0; s < k; s++) {
+                    int64_t m = 0, so = 0;
+                    for (int t = 0; t < g->rank_first[c]; t++)
+                        so += dt__gc_block(r, gc, g->first_rank + s, t);
+                    for (int t = g->rank_first[c]; t < g->rank_first[c + 1]; t++)
+                        m += dt__gc_block(r, gc, g->first_rank + s, t);
+                    if (s == j && m)
+                        memcpy(p, s0 + so * es, (size_t)m * es);
+                    p += m * (int64_t)es;
+                }
+            }
+        }
+        return;
+    }
+    case DT__COLL_BROADCAST:
+        if (!spans) {
+            const void *src = gc->send[r->c.root];
+            if (r->c.count && gc->recv[j] != src)
+                memcpy(gc->recv[j], src, (size_t)r->c.count * es);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+static void post_task(dt__device *dev, int i, void *arg)
+{
+    (void)dev;
+    dt__coll_req *r = arg;
+    int j;
+    dt__gcall *gc = locate(r, i, &j);
+    const dt__cgroup *g = gc->g;
+    if (g->num_clients < 2)
+        return;
+    int k = g->num_local, G = r->mask->size, rank = g->first_rank + j;
+    size_t es = r->es, off, len;
+    int by = use_mean(r) ? G : 1;
+    switch (r->c.kind) {
+    case DT__COLL_ALL_REDUCE: {
+        /* chunk j: divide (mean) and copy the first member's result to every local member */
+        chunk((size_t)r->c.count, k, j, es, &off, &len);
+        const void *src[1] = {gc->recv[0]};
+        combine(r, gc->recv, k, src, 1, off, len, by);
+        return;
+    }
+    case DT__COLL_ALL_GATHER:
+        if (j > 0 && gc->total)
+            memcpy(gc->recv[j], gc->recv[0], (size_t)gc->total * es);
+        return;
+    case DT__COLL_REDUCE_SCATTER: {
+        const void *src[1] = {gc->seg_out +
+                              (block_off(r, gc, rank) - block_off(r, gc, g->first_rank)) * es};
+        void *dst[1] = {gc->recv[j]};
+        combine(r, dst, 1, src, 1, 0, (size_t)dt__gc_block(r, gc, rank, 0), by);
+        return;
+    }
+    case DT__COLL_ALL_TO_ALL: {
+        if (k == 1)
+            return;
+        /* unpack: from client c come, for each of its members s, blocks for my local members
+         * in order; block s of my recv is the one for me */
+        const char *p = gc->xout; /* the receive half of the staging buffer */
+        char *dst = gc->recv[j];
+        for (int c = 0; c < g->num_clients; c++)
+            for (int s = g->rank_first[c]; s < g->rank_first[c + 1]; s++)
+                for (int t = 0; t < k; t++) {
+                    int64_t m = dt__gc_block(r, gc, s, g->first_rank + t);
+                    if (t == j && m)
+                        memcpy(dst, p, (size_t)m * es);
+                    if (t == j)
+                        dst += m * (int64_t)es;
+                    p += m * (int64_t)es;
+                }
+        return;
+    }
+    case DT__COLL_BROADCAST: {
+        int rc = g->my_pos;
+        bool root_here = r->c.root >= g->rank_first[rc] && r->c.root < g->rank_first[rc + 1];
+        const void *src =
+            root_here ? gc->send[r->c.root - g->first_rank] : (const void *)gc->recv[0];
+        if (r->c.count && gc->recv[j] != src)
+            memcpy(gc->recv[j], src, (size_t)r->c.count * es);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static void run(dt__coll_req *r, dt__task_fn fn)
+{
+    dt__device *const *devs = dt__mesh_local_devices(r->m);
+    int n = r->m->num_local;
+    if (r->parallel && n > 1) {
+        dt__devices_run(devs, n, fn, r);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        fn(devs[i], i, r);
+}
+
+void dt__coll_local_pre(dt__coll_req *r)
+{
+    run(r, pre_task);
+}
+
+void dt__coll_local_post(dt__coll_req *r)
+{
+    run(r, post_task);
+}

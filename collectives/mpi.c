@@ -1,0 +1,364 @@
+/* Cross-client step of a group that spans clients: one nonblocking MPI collective on the
+ * group's communicator, or a ring of point-to-point messages, or reduce-then-broadcast. Every
+ * call here is nonblocking; dt__coll_mpi_progress tests and advances (the caller yields). */
+#include "coll_internal.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static MPI_Op mpi_op(dt_reduce_op op)
+{
+    static const MPI_Op ops[] = {
+        [DT_REDUCE_SUM] = MPI_SUM, [DT_REDUCE_MEAN] = MPI_SUM,  [DT_REDUCE_MAX] = MPI_MAX,
+        [DT_REDUCE_MIN] = MPI_MIN, [DT_REDUCE_PROD] = MPI_PROD,
+    };
+    return ops[op];
+}
+
+static int64_t block_off(const dt__coll_req *r, const dt__gcall *gc, int upto)
+{
+    if (!gc->cnt)
+        return r->c.count * upto;
+    int64_t o = 0;
+    for (int b = 0; b < upto; b++)
+        o += gc->cnt[b];
+    return o;
+}
+
+static dt_status fits_int(const dt__coll_req *r, const dt__gcall *gc, int64_t v, const char *what)
+{
+    if (v <= INT_MAX)
+        return DT_OK;
+    return dt__fail(DT_ERR_UNSUPPORTED,
+                    "%s: %s of %lld elements in group %d exceeds MPI's int counts",
+                    dt__coll_kind_name(r->c.kind), what, (long long)v, gc->g->id);
+}
+
+/* ---- ring ---------------------------------------------------------------------------------- */
+
+static dt_status ring_post(dt__coll_req *r, dt__gcall *gc)
+{
+    const dt__cgroup *g = gc->g;
+    int p = g->num_clients, me = g->my_pos;
+    int right = (me + 1) % p, left = (me - 1 + p) % p, s = gc->step;
+    size_t es = r->es;
+    MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
+    int a, b;
+    const char *sendbuf;
+    char *recvbuf;
+    if (gc->phase == 0) { /* reduce-scatter: pass a growing partial sum around */
+        a = (me - s - 1 + 2 * p) % p;
+        b = (me - s - 2 + 2 * p) % p;
+        sendbuf = s == 0 ? gc->xin + gc->seg[a] * (int64_t)es : gc->acc;
+        recvbuf = gc->tmp;
+    } else { /* all-gather: forward the segment received last */
+        a = (me - s + p) % p;
+        b = (me - s - 1 + p) % p;
+        sendbuf = gc->xout + gc->seg[a] * (int64_t)es;
+        recvbuf = gc->xout + gc->seg[b] * (int64_t)es;
+    }
+    int na = (int)(gc->seg[a + 1] - gc->seg[a]), nb = (int)(gc->seg[b + 1] - gc->seg[b]);
+    if (MPI_Irecv(recvbuf, nb, t, left, gc->tag, g->comm, &gc->req[0]) != MPI_SUCCESS ||
+        MPI_Isend(sendbuf, na, t, right, gc->tag, g->comm, &gc->req[1]) != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "%s: ring step %d of group %d failed",
+                        dt__coll_kind_name(r->c.kind), s, g->id);
+    gc->nreq = 2;
+    return DT_OK;
+}
+
+/* The step gc->step of gc->phase has completed (or none has, step -1): finish it, post the
+ * next. */
+static dt_status ring_next(dt__coll_req *r, dt__gcall *gc)
+{
+    int p = gc->g->num_clients, me = gc->g->my_pos;
+    size_t es = r->es;
+    if (gc->phase == 0 && gc->step >= 0) {
+        int b = (me - gc->step - 2 + 2 * p) % p;
+        size_t n = (size_t)(gc->seg[b + 1] - gc->seg[b]);
+        dt__coll_reduce(r->c.dtype, r->c.op, gc->tmp, gc->xin + gc->seg[b] * (int64_t)es, n);
+        if (gc->step == p - 2) {
+            if (n)
+                memcpy(gc->seg_out, gc->tmp, n * es);
+        } else {
+            char *x = gc->acc;
+            gc->acc = gc->tmp;
+            gc->tmp = x;
+        }
+    }
+    gc->step++;
+    if (gc->phase == 0 && gc->step > p - 2) {
+        if (r->c.kind == DT__COLL_REDUCE_SCATTER) {
+            gc->done = true;
+            return DT_OK;
+        }
+        gc->phase = 1;
+        gc->step = 0;
+    }
+    if (gc->phase == 1 && gc->step > p - 2) {
+        gc->done = true;
+        return DT_OK;
+    }
+    return ring_post(r, gc);
+}
+
+/* ---- setup and posting ---------------------------------------------------------------------- */
+
+/* One MPI collective for the group: the blocking call when the request allows it (see
+ * dt__collective), else the nonblocking one; the even forms when every block is the same
+ * size and each client holds one member (MPICH's v forms take slower paths). */
+static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
+{
+    const dt__cgroup *g = gc->g;
+    int nc = g->num_clients, me = g->my_pos, k = g->num_local;
+    int *cc = gc->mc, *cd = gc->mc + nc, *rc = gc->mc + 2 * nc, *rd = gc->mc + 3 * nc;
+    MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
+    MPI_Op op = mpi_op(r->c.op);
+    MPI_Comm comm = g->comm;
+    MPI_Request *q = &gc->req[0];
+    bool b = r->blocking, even = !gc->cnt && k == 1 && nc == r->mask->size;
+    int n = (int)r->c.count, e = MPI_SUCCESS;
+    switch (r->c.kind) {
+    case DT__COLL_ALL_REDUCE: {
+        const void *in = gc->xin == gc->xout ? MPI_IN_PLACE : (const void *)gc->xin;
+        if (gc->mode == DT__X_REDUCE_BCAST) {
+            in = me == 0 ? in : gc->xin;
+            e = b ? MPI_Reduce(in, gc->xout, n, t, op, 0, comm)
+                  : MPI_Ireduce(in, gc->xout, n, t, op, 0, comm, q);
+        } else {
+            e = b ? MPI_Allreduce(in, gc->xout, n, t, op, comm)
+                  : MPI_Iallreduce(in, gc->xout, n, t, op, comm, q);
+        }
+        break;
+    }
+    case DT__COLL_ALL_GATHER: {
+        const void *in = k == 1 ? (const void *)gc->send[0] : MPI_IN_PLACE;
+        if (even)
+            e = b ? MPI_Allgather(in, n, t, gc->recv[0], n, t, comm)
+                  : MPI_Iallgather(in, n, t, gc->recv[0], n, t, comm, q);
+        else
+            e = b ? MPI_Allgatherv(in, cc[me], t, gc->recv[0], cc, cd, t, comm)
+                  : MPI_Iallgatherv(in, cc[me], t, gc->recv[0], cc, cd, t, comm, q);
+        break;
+    }
+    case DT__COLL_REDUCE_SCATTER: {
+        const void *in = k == 1 ? (const void *)gc->send[0] : MPI_IN_PLACE;
+        void *out = k == 1 ? gc->recv[0] : gc->stage;
+        if (even)
+            e = b ? MPI_Reduce_scatter_block(in, out, n, t, op, comm)
+                  : MPI_Ireduce_scatter_block(in, out, n, t, op, comm, q);
+        else
+            e = b ? MPI_Reduce_scatter(in, out, cc, t, op, comm)
+                  : MPI_Ireduce_scatter(in, out, cc, t, op, comm, q);
+        break;
+    }
+    case DT__COLL_ALL_TO_ALL:
+        if (even)
+            e = b ? MPI_Alltoall(gc->xin, n, t, gc->xout, n, t, comm)
+                  : MPI_Ialltoall(gc->xin, n, t, gc->xout, n, t, comm, q);
+        else
+            e = b ? MPI_Alltoallv(gc->xin, cc, cd, t, gc->xout, rc, rd, t, comm)
+                  : MPI_Ialltoallv(gc->xin, cc, cd, t, gc->xout, rc, rd, t, comm, q);
+        break;
+    case DT__COLL_BROADCAST: {
+        int root = 0;
+        while (g->rank_first[root + 1] <= r->c.root)
+            root++;
+        e = b ? MPI_Bcast(gc->xout, n, t, root, comm) : MPI_Ibcast(gc->xout, n, t, root, comm, q);
+        break;
+    }
+    default:
+        break;
+    }
+    if (e != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "%s: MPI call for group %d failed (error %d)",
+                        dt__coll_kind_name(r->c.kind), g->id, e);
+    gc->nreq = b ? 0 : 1;
+    return DT_OK;
+}
+
+static dt_status setup(dt__coll_req *r, dt__gcall *gc, int gi)
+{
+    const dt__cgroup *g = gc->g;
+    int nc = g->num_clients, k = g->num_local, me = g->my_pos, q = g->first_rank;
+    size_t es = r->es;
+    int *cc = gc->mc, *cd = gc->mc + nc, *rc = gc->mc + 2 * nc, *rd = gc->mc + 3 * nc;
+    /* The same on every client of the group: (collective number on this mask, group id).
+     * MPI guarantees tags up to 32767. */
+    (void)gi;
+    gc->tag = (int)(((uint64_t)r->mask->seq * (uint64_t)r->m->size + (uint64_t)g->id) % 32000u) + 1;
+    gc->xout = gc->recv[0];
+    switch (r->c.kind) {
+    case DT__COLL_ALL_REDUCE:
+        DT_TRY(fits_int(r, gc, r->c.count, "count"));
+        gc->xin = k == 1 ? (char *)gc->send[0] : gc->recv[0];
+        for (int c = 0; c <= nc; c++)
+            gc->seg[c] = c < nc ? dt_shard_offset(r->c.count, nc, c) : r->c.count;
+        gc->seg_out = gc->xout + gc->seg[me] * (int64_t)es;
+        break;
+    case DT__COLL_ALL_GATHER:
+    case DT__COLL_REDUCE_SCATTER:
+        for (int c = 0; c <= nc; c++)
+            gc->seg[c] = block_off(r, gc, g->rank_first[c]);
+        DT_TRY(fits_int(r, gc, gc->total, "the total"));
+        for (int c = 0; c < nc; c++) {
+            cc[c] = (int)(gc->seg[c + 1] - gc->seg[c]);
+            cd[c] = (int)gc->seg[c];
+        }
+        if (r->c.kind == DT__COLL_REDUCE_SCATTER) {
+            if (k > 1) {
+                gc->stage_bytes = (size_t)gc->total * es;
+                gc->xin = gc->stage = malloc(gc->stage_bytes ? gc->stage_bytes : 1);
+                gc->seg_out =
+                    gc->mode == DT__X_RING ? gc->stage + gc->seg[me] * (int64_t)es : gc->stage;
+            } else {
+                gc->xin = (char *)gc->send[0];
+                gc->seg_out = gc->recv[0];
+            }
+        } else {
+            gc->xin = gc->xout;
+        }
+        break;
+    case DT__COLL_ALL_TO_ALL: {
+        int64_t ps = 0, pr = 0;
+        for (int c = 0; c < nc; c++) {
+            int64_t sc = 0, rcv = 0;
+            for (int s = 0; s < k; s++)
+                for (int t = g->rank_first[c]; t < g->rank_first[c + 1]; t++)
+                    sc += dt__gc_block(r, gc, q + s, t);
+            for (int s = g->rank_first[c]; s < g->rank_first[c + 1]; s++)
+                for (int t = 0; t < k; t++)
+                    rcv += dt__gc_block(r, gc, s, q + t);
+            DT_TRY(fits_int(r, gc, ps + sc, "a send offset"));
+            DT_TRY(fits_int(r, gc, pr + rcv, "a receive offset"));
+            cc[c] = (int)sc;
+            cd[c] = (int)ps;
+            rc[c] = (int)rcv;
+            rd[c] = (int)pr;
+            ps += sc;
+            pr += rcv;
+        }
+        if (k > 1) {
+            gc->stage_bytes = (size_t)(ps + pr) * es;
+            gc->stage = malloc(gc->stage_bytes ? gc->stage_bytes : 1);
+            gc->xin = gc->stage;
+            gc->xout = gc->stage ? gc->stage + ps * (int64_t)es : NULL;
+        } else {
+            gc->xin = (char *)gc->send[0];
+        }
+        break;
+    }
+    case DT__COLL_BROADCAST: {
+        DT_TRY(fits_int(r, gc, r->c.count, "count"));
+        int root = r->c.root - q;
+        if (root >= 0 && root < k)
+            gc->xout = (char *)gc->send[root]; /* MPI_Ibcast only reads at the root */
+        break;
+    }
+    default:
+        break;
+    }
+    if ((r->c.kind == DT__COLL_REDUCE_SCATTER || r->c.kind == DT__COLL_ALL_TO_ALL) && k > 1 &&
+        !gc->stage)
+        return dt__fail(DT_ERR_NOMEM, "%s: cannot allocate %zu staging bytes",
+                        dt__coll_kind_name(r->c.kind), gc->stage_bytes);
+    if (gc->mode == DT__X_RING) {
+        int64_t most = 0;
+        for (int c = 0; c < nc; c++) {
+            int64_t n = gc->seg[c + 1] - gc->seg[c];
+            DT_TRY(fits_int(r, gc, n, "a ring segment"));
+            most = n > most ? n : most;
+        }
+        size_t half = ((size_t)most * es + 63) / 64 * 64 + 64;
+        dt__cmask *k = r->mask;
+        if (!k->scratch_busy) {
+            if (k->scratch_bytes < 2 * half) {
+                free(k->scratch);
+                k->scratch_bytes = 0;
+                if (!(k->scratch = aligned_alloc(64, 2 * half)))
+                    return dt__fail(DT_ERR_NOMEM, "%s: cannot allocate 2 ring buffers of %zu bytes",
+                                    dt__coll_kind_name(r->c.kind), half);
+                k->scratch_bytes = 2 * half;
+            }
+            k->scratch_busy = gc->uses_scratch = true;
+            gc->acc = k->scratch;
+        } else {
+            gc->own_scratch = true;
+            if (!(gc->acc = aligned_alloc(64, 2 * half)))
+                return dt__fail(DT_ERR_NOMEM, "%s: cannot allocate 2 ring buffers of %zu bytes",
+                                dt__coll_kind_name(r->c.kind), half);
+        }
+        gc->tmp = gc->acc + half;
+    }
+    return DT_OK;
+}
+
+dt_status dt__coll_mpi_start(dt__coll_req *r)
+{
+    for (int gi = 0; gi < r->num_groups; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        if (gc->mode == DT__X_NONE) {
+            gc->done = true;
+            continue;
+        }
+        DT_TRY(setup(r, gc, gi));
+    }
+    /* Local work before the messages (reductions into the first local member, packing). */
+    dt__coll_local_pre(r);
+    for (int gi = 0; gi < r->num_groups; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        if (gc->done)
+            continue;
+        if (gc->mode == DT__X_RING) {
+            gc->phase = r->c.kind == DT__COLL_ALL_GATHER ? 1 : 0;
+            gc->step = -1;
+            DT_TRY(ring_next(r, gc));
+        } else {
+            DT_TRY(post_native(r, gc));
+        }
+    }
+    return DT_OK;
+}
+
+bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
+{
+    bool all = true;
+    for (int gi = 0; gi < r->num_groups; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        if (gc->done)
+            continue;
+        int flag = 1;
+        MPI_Status st[2];
+        if (gc->nreq && MPI_Testall(gc->nreq, gc->req, &flag, st) != MPI_SUCCESS) {
+            *status = dt__fail(DT_ERR_COMM, "%s: MPI_Testall failed for group %d",
+                               dt__coll_kind_name(r->c.kind), gc->g->id);
+            return true;
+        }
+        if (!flag) {
+            all = false;
+            continue;
+        }
+        gc->nreq = 0;
+        dt_status s = DT_OK;
+        if (gc->mode == DT__X_RING) {
+            s = ring_next(r, gc);
+        } else if (gc->mode == DT__X_REDUCE_BCAST && gc->phase == 0) {
+            gc->phase = 1;
+            MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
+            int n = (int)r->c.count;
+            if ((r->blocking
+                     ? MPI_Bcast(gc->xout, n, t, 0, gc->g->comm)
+                     : MPI_Ibcast(gc->xout, n, t, 0, gc->g->comm, &gc->req[0])) != MPI_SUCCESS)
+                s = dt__fail(DT_ERR_COMM, "all_reduce: MPI_Ibcast for group %d failed", gc->g->id);
+            gc->nreq = r->blocking ? 0 : 1;
+        } else {
+            gc->done = true;
+        }
+        if (s != DT_OK) {
+            *status = s;
+            return true;
+        }
+        all = all && gc->done;
+    }
+    return all;
+}

@@ -1,0 +1,68 @@
+/* Collectives across clients: every kind, dtype, reduction and algorithm against direct loops
+ * (tests/coll_ref.h), on 1-D and 2-D meshes with masks of one and several axes. Run with one
+ * device per client (MPI backend) and with several (hierarchical: groups reduce locally, cross
+ * clients once, copy locally; some groups lie inside a client, some span clients partially). */
+#include "../coll_ref.h"
+#include "tap.h"
+
+static void sweep(const char *spec, dt_collective_algorithm alg, int64_t big)
+{
+    dt_mesh *m = NULL;
+    dt_status s = dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m);
+    if (!tap_check(s == DT_OK, "mesh %s", spec))
+        return;
+    for (unsigned axes = 0; axes < 1u << dt_mesh_num_axes(m); axes++) {
+        char why[512] = "";
+        int runs = ref_sweep(m, axes, big, alg, why, sizeof why);
+        tap_check(runs > 0, "%s axes 0x%x (group of %d) %s: %d collectives%s%s", spec, axes,
+                  dt__group_size(m, axes), dt_collective_algorithm_name(alg), runs,
+                  runs > 0 ? "" : ": ", why);
+    }
+    dt_mesh_free(m);
+}
+
+int main(void)
+{
+    if (dt_init(NULL) != DT_OK) {
+        fprintf(stderr, "dt_init: %s\n", dt_last_error());
+        return 1;
+    }
+    tap_init();
+    int n = dt_num_global_devices(DT_DEVICE_CPU);
+    tap_diag("%d clients, %d devices each, %d in all", dt_num_clients(),
+             dt_num_local_devices(DT_DEVICE_CPU), n);
+    char spec[64];
+    snprintf(spec, sizeof spec, "x=%d", n);
+    for (int a = DT_ALGORITHM_AUTO; a < DT_ALGORITHM_COUNT; a++)
+        if (a != DT_ALGORITHM_NCCL)
+            sweep(spec, (dt_collective_algorithm)a, 3001);
+    for (int a = 2; a < n; a++)
+        if (n % a == 0) {
+            snprintf(spec, sizeof spec, "x=%d,y=%d", a, n / a);
+            sweep(spec, DT_ALGORITHM_AUTO, 3001);
+            sweep(spec, DT_ALGORITHM_RING, 5);
+        }
+    /* large enough for the automatic ring (4 MiB) on a group spanning every client */
+    dt_mesh *m = NULL;
+    snprintf(spec, sizeof spec, "x=%d", n);
+    if (dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK) {
+        bool ok;
+        char why[512] = "";
+        ref_case c = {.kind = DT__COLL_ALL_REDUCE,
+                      .dtype = DT_DTYPE_F32,
+                      .op = DT_REDUCE_SUM,
+                      .axes = 1u,
+                      .count = (5 << 20) / 4};
+        dt_status s = ref_run(m, &c, &ok, why, sizeof why);
+        dt_ledger_entry e = {0};
+        dt_ledger_entry_get(dt_ledger_size() - 1, &e);
+        bool spans = dt_num_clients() > 1;
+        tap_check(s == DT_OK && ok && (!spans || e.algorithm == DT_ALGORITHM_RING),
+                  "5 MiB all-reduce (auto: %s on %s) %s", dt_collective_algorithm_name(e.algorithm),
+                  e.backend, why);
+        dt_mesh_free(m);
+    }
+    int rc = tap_done();
+    dt_finalize();
+    return rc;
+}
