@@ -38,6 +38,67 @@ void dt__copy_block(void *dst, const int64_t dst_shape[], const int64_t dst_off[
 
 typedef struct dt__device dt__device;
 
+/* ---- local kernels (ops/<backend>): what the expansion engine emits per device ------------ */
+
+/* X(NAME, name): the short list of local kernels every backend implements per dtype. They see
+ * only local shapes; global ops never reach a backend. */
+#define DT__KERNEL_LIST(X)            \
+    X(FILL, fill)                     \
+    X(ARANGE, arange)                 \
+    X(PHILOX_UNIFORM, philox_uniform) \
+    X(PHILOX_NORMAL, philox_normal)   \
+    X(UNARY, unary)                   \
+    X(BINARY, binary)                 \
+    X(REDUCE, reduce)                 \
+    X(GEMM, gemm)                     \
+    X(TRANSPOSE, transpose)           \
+    X(COPY_BLOCKS, copy_blocks)       \
+    X(SELECT_FILL, select_fill)
+
+typedef enum dt__kernel {
+#define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
+    DT__KERNEL_LIST(DT__KERNEL_ENUM)
+#undef DT__KERNEL_ENUM
+        DT__KERNEL_COUNT
+} dt__kernel;
+
+const char *dt__kernel_name(dt__kernel k);
+
+/* One block move of COPY_BLOCKS: `extent` at src_off inside a src_shape array that starts
+ * src_at elements into the source buffer, to dst_off inside dst_shape at dst_at. */
+typedef struct dt__block {
+    int rank;
+    int64_t src_at, dst_at;
+    int64_t src_shape[DT_MAX_RANK], src_off[DT_MAX_RANK];
+    int64_t dst_shape[DT_MAX_RANK], dst_off[DT_MAX_RANK];
+    int64_t extent[DT_MAX_RANK];
+} dt__block;
+
+/* Arguments of one kernel on one device: local shapes only (plus global offsets where an
+ * element's value depends on its global index). Built at expansion time, per device. */
+typedef struct dt__kargs {
+    int rank;                               /* of the output */
+    int64_t shape[DT_MAX_RANK];             /* output local shape */
+    int64_t offset[DT_MAX_RANK];            /* global index of the output's first element */
+    int64_t gshape[DT_MAX_RANK];            /* global output shape */
+    int64_t in_shape[2][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
+    int op;                                 /* unary / binary / reduce operator */
+    double a, b;                            /* fill value; arange start, step; random
+                                               bounds or mean, stddev; reduce scale */
+    uint64_t seed, key;                     /* Philox key (seed) and counter high word (op key) */
+    unsigned mask;                          /* reduce: local axes reduced */
+    int perm[DT_MAX_RANK];                  /* transpose: out axis i = in axis perm[i] */
+    int64_t batch, m, n, k;                 /* gemm: batch count and matrix extents */
+    int64_t a_batch_stride, b_batch_stride; /* 0 broadcasts an operand over the batch */
+    bool ta, tb;                            /* gemm transposes */
+    bool select;                            /* select_fill: true copies, false fills with a */
+    int nblocks;                            /* copy_blocks */
+    dt__block *blocks;
+    int64_t out_elems; /* size of the output buffer in elements */
+} dt__kargs;
+
+typedef void (*dt__kernel_fn)(const dt__kargs *k, const void *const in[], void *out);
+
 /* What a device backend implements. Device buffers are opaque to everything above ops/.
  * Local kernels are added to the table by the expansion engine's kernel list. */
 typedef struct dt__backend {
@@ -49,7 +110,15 @@ typedef struct dt__backend {
     dt_status (*to_device)(dt__device *d, void *dst, const void *src, size_t bytes);
     dt_status (*to_host)(dt__device *d, void *dst, const void *src, size_t bytes);
     dt_status (*copy)(dt__device *d, void *dst, const void *src, size_t bytes);
+    /* Local kernels by (kernel, dtype); NULL when the backend has none. */
+    const dt__kernel_fn (*kernels)[DT_DTYPE_COUNT];
 } dt__backend;
+
+/* The CPU backend's (kernel, dtype) table: reference loops, OpenBLAS for gemm. */
+extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
+
+/* Philox4x32-10 (Salmon et al. 2011, Random123): one block of 4 words. */
+void dt__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 extern const dt__backend dt__cpu_backend;
 #ifdef DT_HAVE_CUDA
@@ -143,7 +212,13 @@ struct dt_mesh {
     const int *client_first; /* borrowed from the runtime, num_clients + 1 entries */
     MPI_Comm comm;           /* dup of the runtime's world; MPI_COMM_NULL without MPI */
     dt__device **local;      /* this client's devices, by local index */
+    /* collectives/: groups and communicators per axis mask, built on first use */
+    struct dt__coll_mesh *coll;
+    dt_collective_algorithm coll_algorithm; /* dt_mesh_set_collective_algorithm */
 };
+
+/* Free the collectives' per-mesh state (communicators included). Collective. */
+void dt__coll_mesh_free(dt_mesh *m);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);
 /* Local device objects of the mesh, indexed by local index. */
@@ -165,6 +240,10 @@ struct dt_tensor {
     int num_local;
     void **data;   /* one device buffer per local device */
     size_t *bytes; /* its size */
+    /* Symbolic tensors of a function being traced (spmd/graph.c): no buffers (num_local 0),
+     * the graph value they stand for. NULL for a concrete tensor. */
+    struct dt_function *trace;
+    int trace_value;
 };
 
 /* An empty tensor of the right local sizes (contents undefined). Not collective. */

@@ -422,8 +422,8 @@ dt_status dt_ones(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_o
 dt_status dt_zeros(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,
                    dt_tensor **out);
 /* Rank 1: element i = start + i * step, n elements. */
-dt_status dt_arange(dt_dtype dtype, int64_t n, double start, double step,
-                    const dt_op_options *opts, dt_tensor **out);
+dt_status dt_arange(dt_dtype dtype, int64_t n, double start, double step, const dt_op_options *opts,
+                    dt_tensor **out);
 
 /* Stateless random numbers (f32, f64): element i of the global tensor is a function of
  * (seed, key, i) alone through Philox4x32-10, so the global tensor is bitwise the same for
@@ -444,8 +444,7 @@ dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, const dt_op_options 
                     dt_tensor **out);
 
 /* Elementwise; binary ops broadcast as numpy does. Operands share dtype and mesh. */
-dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts,
-                   dt_tensor **out);
+dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts, dt_tensor **out);
 dt_status dt_binary(dt_binary_op op, const dt_tensor *a, const dt_tensor *b,
                     const dt_op_options *opts, dt_tensor **out);
 
@@ -460,8 +459,8 @@ dt_status dt_transpose(const dt_tensor *x, const int perm[], const dt_op_options
 /* Same elements, new shape (one extent may be -1). Local when the layout can express it:
  * a sharded axis must lead its group of merged/split axes with extents divisible by its
  * shard count; otherwise DT_ERR_LAYOUT naming the axis (relayout first). */
-dt_status dt_reshape(const dt_tensor *x, int rank, const int64_t shape[],
-                     const dt_op_options *opts, dt_tensor **out);
+dt_status dt_reshape(const dt_tensor *x, int rank, const int64_t shape[], const dt_op_options *opts,
+                     dt_tensor **out);
 /* x[begin[i] : begin[i] + size[i]] on every axis. */
 dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size[],
                    const dt_op_options *opts, dt_tensor **out);
@@ -553,6 +552,76 @@ dt_status dt_variable_assign_sub(dt_variable *v, const dt_tensor *value);
 const dt_tensor *dt_variable_value(const dt_variable *v);
 const dt_layout *dt_variable_layout(const dt_variable *v);
 void dt_variable_free(dt_variable *v);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collectives and the communication ledger                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The executor moves data between devices with collectives (all-reduce, all-gather,
+ * reduce-scatter, all-to-all, broadcast and their uneven forms) over the groups of a mesh
+ * axis or axis set. Local devices of one client exchange through shared memory, clients over
+ * MPI (nonblocking calls completed by a yielding wait), groups that span clients with several
+ * local devices each hierarchically (reduce locally, cross clients once, copy locally), CUDA
+ * devices through NCCL. Every collective is recorded in this client's ledger.
+ *
+ * Environment: DTENSOR_LOG=comm prints each ledger entry to stderr as it is recorded;
+ * DTENSOR_CHECK_COLLECTIVES=1 makes every collective first exchange a short description
+ * (kind, dtype, reduction, counts, axes, root, algorithm) among all clients of the mesh, so a
+ * client that issues a different collective gets DT_ERR_MISMATCH naming both sides' values,
+ * on every client, instead of a hang. */
+
+/* "ring" for DT_ALGORITHM_RING; "?" outside the list. */
+const char *dt_collective_algorithm_name(dt_collective_algorithm a);
+
+/* How the mesh's collectives are carried out when a call does not say (the default is
+ * DT_ALGORITHM_AUTO: shared memory inside a client; across clients MPI's own collective,
+ * or a ring of point-to-point messages for large all-reduce and reduce-scatter; NCCL on CUDA
+ * devices). RING: ring for cross-client all-reduce, reduce-scatter and all-gather.
+ * HIERARCHICAL_COPY: local reduction, one MPI collective per group, local copies.
+ * REDUCTION_TO_ONE_DEVICE: all-reduce reduces onto one device (one client across clients)
+ * and broadcasts from it. NCCL only on CUDA meshes, and CUDA meshes only NCCL or AUTO
+ * (DT_ERR_UNSUPPORTED otherwise). Every client must set the same algorithm before its next
+ * collective on the mesh (DTENSOR_CHECK_COLLECTIVES=1 checks it). */
+dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a);
+dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m);
+
+/* One recorded collective, as this client saw it. Bytes are per device (the most over this
+ * client's devices) and count what the algorithm-independent exchange needs: all-reduce
+ * 2(g-1)/g of the buffer each way (a ring's volume), all-gather its own block to g-1 members,
+ * and so on, for a group of g members. */
+typedef struct dt_ledger_entry {
+    int64_t step;   /* the step it ran in (dt_ledger_next_step) */
+    int64_t index;  /* position in this client's ledger since the last clear */
+    char op[24];    /* "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast" */
+    char reduce[8]; /* "sum", "mean", ...; "" for gathers, all-to-all and broadcast */
+    dt_dtype dtype;
+    unsigned axes;                      /* mesh axis mask of the groups */
+    char axes_names[DT_STRING_MAX / 2]; /* "x,y" */
+    int group_size;                     /* members per group */
+    int uneven;                         /* 1 for the v forms */
+    int64_t bytes_sent;                 /* per device */
+    int64_t bytes_received;             /* per device */
+    double seconds;                     /* from start to the end of the wait */
+    dt_collective_algorithm algorithm;  /* the one that ran (never AUTO) */
+    char backend[16];                   /* "local", "mpi", "hierarchical", "nccl" */
+    char cause[64];                     /* the global op that caused it; "" when not given */
+} dt_ledger_entry;
+
+/* Start a new step: later entries carry the next step number, which is returned. Steps start
+ * at 0. This client only. */
+int64_t dt_ledger_next_step(void);
+/* Entries recorded since the last clear (at most 65536 are kept; dt_ledger_dropped() counts
+ * the rest). */
+int64_t dt_ledger_size(void);
+int64_t dt_ledger_dropped(void);
+/* Copy entry i (0 <= i < dt_ledger_size()) to *out. */
+dt_status dt_ledger_entry_get(int64_t i, dt_ledger_entry *out);
+/* Drop every entry and the dropped count; the step number goes back to 0. */
+void dt_ledger_clear(void);
+/* Print the entries as a table, per step with its totals (entries, bytes, time). */
+dt_status dt_ledger_print(FILE *f);
+/* Write {"client": c, "dropped": n, "entries": [{...}, ...]} with the fields above. */
+dt_status dt_ledger_write_json(FILE *f);
 
 #ifdef __cplusplus
 }

@@ -15,5 +15,5 @@ esac
 if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" "${opts[@]}" >/dev/null
 fi
-ninja -C "$dir" >/dev/null
+log=$(ninja -C "$dir" 2>&1) || { echo "$log" >&2; exit 1; }
 echo "$dir"

@@ -38,4 +38,5 @@ const dt__backend dt__cpu_backend = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .copy = cpu_copy,
+    .kernels = dt__cpu_kernels,
 };

@@ -1,0 +1,185 @@
+/* SPMD engine benchmarks (not timed tests). Prints CSV on stdout.
+ *
+ *   bench_spmd dispatch            eager dispatch from the program cache on a tiny tensor
+ *                                  (1-device mesh and a 2-device mesh), microseconds per op
+ *   bench_spmd matmul [n]          f32 matmul C = A B (default n = 4096) for each expansion on
+ *                                  a 1-D mesh of every device (run as 1 process x 2 devices,
+ *                                  DTENSOR_CPU_DEVICES=2, or mpiexec.mpich -n 2 x 1 device),
+ *                                  beside single-process OpenBLAS with 2 threads in the same
+ *                                  run (client 0 measures it while the others wait)
+ */
+#include "dt.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void openblas_set_num_threads(int);
+
+#define CHECK(expr)                                                                      \
+    do {                                                                                 \
+        dt_status s_ = (expr);                                                           \
+        if (s_ != DT_OK) {                                                               \
+            fprintf(stderr, "%s: %s: %s\n", #expr, dt_status_name(s_), dt_last_error()); \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void barrier(void)
+{
+    if (dt__rt.world != MPI_COMM_NULL) {
+        int x = 0, y[64];
+        dt__allgather_bytes(dt__rt.world, &x, sizeof x, y);
+    }
+}
+
+static void dispatch(void)
+{
+    printf("benchmark,mesh,op,us_per_op\n");
+    const char *meshes[2] = {"x=1", "x=2"};
+    for (int k = 0; k < 2; k++) {
+        dt_mesh *m;
+        if (dt_mesh_create_from_string(meshes[k], DT_DEVICE_CPU, &m) != DT_OK)
+            continue;
+        dt_layout l;
+        CHECK(dt_layout_parse(m, "x", &l));
+        const int64_t shape[1] = {8};
+        dt_op_options o = {.layout = &l};
+        dt_tensor *a, *b;
+        CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &a));
+        CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &b));
+        for (int op = 0; op < 2; op++) {
+            int iters = 20000;
+            double t0 = 0;
+            for (int i = 0; i < iters + 1000; i++) {
+                if (i == 1000)
+                    t0 = now();
+                dt_tensor *c;
+                if (op == 0)
+                    CHECK(dt_binary(DT_BINARY_ADD, a, b, NULL, &c));
+                else
+                    CHECK(dt_unary(DT_UNARY_NEG, a, NULL, &c));
+                dt_tensor_free(c);
+            }
+            double us = (now() - t0) / iters * 1e6;
+            if (dt_client_id() == 0)
+                printf("dispatch,%s,%s,%.2f\n", meshes[k], op ? "neg f32[8]" : "add f32[8]", us);
+        }
+        dt_tensor_free(a);
+        dt_tensor_free(b);
+        dt_mesh_free(m);
+    }
+}
+
+static double best_of(int reps, dt_tensor *a, dt_tensor *b, const dt_layout *out)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        dt_op_options o = {.layout = out};
+        dt_tensor *c;
+        barrier();
+        double t0 = now();
+        CHECK(dt_matmul(a, b, &o, &c));
+        barrier();
+        double t = now() - t0;
+        best = t < best ? t : best;
+        dt_tensor_free(c);
+    }
+    return best;
+}
+
+static void matmul(int64_t n)
+{
+    /* Baseline: one process, OpenBLAS with 2 threads, client 0 while the others wait. */
+    double base = 0;
+    if (dt_client_id() == 0) {
+        float *a = malloc(sizeof(float) * (size_t)(n * n)),
+              *b = malloc(sizeof(float) * (size_t)(n * n)),
+              *c = malloc(sizeof(float) * (size_t)(n * n));
+        for (int64_t i = 0; i < n * n; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        openblas_set_num_threads(2);
+        double best = 1e30;
+        for (int r = 0; r < 3; r++) {
+            double t0 = now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1, a,
+                        (int)n, b, (int)n, 0, c, (int)n);
+            double t = now() - t0;
+            best = t < best ? t : best;
+        }
+        base = 2.0 * (double)n * n * n / best / 1e9;
+        free(a);
+        free(b);
+        free(c);
+    }
+    openblas_set_num_threads(1);
+    barrier();
+    int devices = dt_num_global_devices(DT_DEVICE_CPU);
+    char spec[32];
+    snprintf(spec, sizeof spec, "x=%d", devices);
+    dt_mesh *m;
+    CHECK(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m));
+    const int64_t shape[2] = {n, n};
+    struct {
+        const char *name, *a, *b, *c;
+    } cases[] = {
+        {"rows of A (B replicated, all-gather-free)", "x,unsharded", "unsharded,unsharded",
+         "x,unsharded"},
+        {"rows of A, B sharded on rows (all-gather B)", "x,unsharded", "x,unsharded",
+         "x,unsharded"},
+        {"contracting (reduce-scatter)", "unsharded,x", "x,unsharded", "x,unsharded"},
+        {"contracting (all-reduce)", "unsharded,x", "x,unsharded", "unsharded,unsharded"},
+        {"columns of B", "unsharded,unsharded", "unsharded,x", "unsharded,x"},
+    };
+    if (dt_client_id() == 0)
+        printf(
+            "benchmark,clients,devices,n,expansion,seconds,gflops,ratio_to_openblas_2_threads\n");
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dt_layout la, lb, lc;
+        CHECK(dt_layout_parse(m, cases[k].a, &la));
+        CHECK(dt_layout_parse(m, cases[k].b, &lb));
+        CHECK(dt_layout_parse(m, cases[k].c, &lc));
+        dt_tensor *a, *b;
+        CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 1, 0, 1, &(dt_op_options){.layout = &la},
+                                &a));
+        CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, 0, 1, &(dt_op_options){.layout = &lb},
+                                &b));
+        double t = best_of(3, a, b, &lc);
+        double gf = 2.0 * (double)n * n * n / t / 1e9;
+        if (dt_client_id() == 0)
+            printf("matmul,%d,%d,%lld,%s,%.4f,%.1f,%.3f\n", dt_num_clients(), devices, (long long)n,
+                   cases[k].name, t, gf, gf / base);
+        fflush(stdout);
+        dt_tensor_free(a);
+        dt_tensor_free(b);
+    }
+    if (dt_client_id() == 0)
+        printf("baseline,1,1,%lld,openblas sgemm 2 threads,,%.1f,1.000\n", (long long)n, base);
+    dt_mesh_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "dispatch") && strcmp(argv[1], "matmul"))) {
+        fprintf(stderr, "usage: %s dispatch | matmul [n]\n", argv[0]);
+        return 2;
+    }
+    dt_init_options o = {0};
+    CHECK(dt_init(&o));
+    if (strcmp(argv[1], "dispatch") == 0)
+        dispatch();
+    else
+        matmul(argc > 2 ? atoll(argv[2]) : 4096);
+    CHECK(dt_finalize());
+    return 0;
+}

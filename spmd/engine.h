@@ -1,0 +1,288 @@
+/* The SPMD expansion engine (internal): graph of global ops, programs of local steps, the op
+ * table and the relayout planner. ARCHITECTURE.md "Data flow" and "Expansion rules".
+ *
+ *   graph (global values, some layouts)  --propagation-->  wanted layouts per value
+ *     --expansion (one rule per op, spmd/ops/<op>.c)-->  program (slots + steps)
+ *     --executor-->  kernels on each local device, collectives on mesh-axis groups
+ */
+#ifndef DT_SPMD_ENGINE_H
+#define DT_SPMD_ENGINE_H
+
+#include "../collectives/collectives.h"
+#include "dt.h"
+
+#define DT__MAX_INPUTS 16
+
+/* ---- the op table: one entry here, one file spmd/ops/<name>.c --------------------------- */
+
+/* X(NAME, name) */
+#define DT__OP_LIST(X)      \
+    X(FILL, fill)           \
+    X(ARANGE, arange)       \
+    X(RANDOM, random)       \
+    X(MATMUL, matmul)       \
+    X(UNARY, unary)         \
+    X(BINARY, binary)       \
+    X(REDUCE, reduce)       \
+    X(TRANSPOSE, transpose) \
+    X(RESHAPE, reshape)     \
+    X(SLICE, slice)         \
+    X(CONCAT, concat)       \
+    X(RELAYOUT, relayout)   \
+    X(COPY_TO_MESH, copy_to_mesh)
+
+typedef enum dt__op {
+#define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
+    DT__OP_LIST(DT__OP_ENUM)
+#undef DT__OP_ENUM
+        DT__OP_COUNT
+} dt__op;
+
+/* Attributes of one op call. Zeroed before filling: the program cache compares them bytewise.
+ */
+typedef struct dt__attrs {
+    int op; /* unary / binary / reduce operator */
+    int keepdims;
+    unsigned mask; /* reduce: axes reduced */
+    int ta, tb;    /* matmul transposes */
+    int axis;      /* concat */
+    dt_dtype dtype;
+    int rank; /* creation ops, reshape: result shape */
+    int64_t shape[DT_MAX_RANK];
+    int64_t begin[DT_MAX_RANK]; /* slice */
+    int perm[DT_MAX_RANK];      /* transpose */
+    double a, b;                /* fill value; arange start, step; random parameters */
+    uint64_t seed, key;         /* random */
+} dt__attrs;
+
+/* A value of the graph: global metadata, and a layout where one is known or required. */
+typedef struct dt__val {
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    const dt_mesh *mesh;
+    bool has_layout; /* graph inputs: their layout; op results: a hard request */
+    dt_layout layout;
+} dt__val;
+
+typedef struct dt__node {
+    dt__op op;
+    dt__attrs attrs;
+    int nin;
+    int in[DT__MAX_INPUTS]; /* value ids */
+    int out;                /* value id */
+} dt__node;
+
+typedef struct dt__graph {
+    dt__val *vals;
+    int nvals, cap_vals;
+    dt__node *nodes;
+    int nnodes, cap_nodes;
+    int *inputs; /* value ids, in input order */
+    int ninputs, cap_inputs;
+    int *outputs;
+    int noutputs;
+} dt__graph;
+
+/* ---- programs ---------------------------------------------------------------------------- */
+
+/* A buffer on every local device (per-device sizes; layouts live in dt__dist). */
+typedef struct dt__slot {
+    const dt_mesh *mesh;
+    size_t *bytes;   /* per local device */
+    int input;       /* program input it is bound to, or -1 */
+    int output;      /* program output it is bound to, or -1 */
+    int first, last; /* steps that first write and last touch it (temporaries live between) */
+} dt__slot;
+
+/* A distributed value during expansion: which slot holds it and how it lies. */
+typedef struct dt__dist {
+    int slot;
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    dt_layout layout;
+} dt__dist;
+
+typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL } dt__step_kind;
+
+typedef struct dt__step {
+    dt__step_kind kind;
+    const char *cause; /* the global op */
+    const dt_mesh *mesh;
+    int nlocal; /* the mesh's local devices (a cached program may outlive its mesh) */
+    dt_dtype dtype;
+    int nin, in[2], out; /* slots */
+    /* kernel */
+    dt__kernel kernel;
+    dt__kargs *args; /* per local device */
+    double work;     /* elements touched plus multiplies, over this client's devices */
+    /* collective */
+    dt__coll_kind coll;
+    dt_reduce_op op;
+    unsigned axes;
+    int64_t count;
+    int64_t **counts; /* per local device (uneven forms), or NULL */
+    /* the printed line and the totals it contributes */
+    char text[768];
+    double mults_total; /* gemm multiplies over every device of the mesh */
+    double mults_max;   /* on the busiest device */
+    double bytes_max;   /* collective: bytes the busiest device sends */
+} dt__step;
+
+typedef struct dt__program {
+    atomic_int refs;
+    char title[96];
+    dt__slot *slots;
+    int nslots, cap_slots;
+    dt__step *steps;
+    int nsteps, cap_steps;
+    int ninputs, noutputs;
+    dt__dist *in; /* per program input */
+    dt__dist *out;
+} dt__program;
+
+dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out);
+void dt__program_release(dt__program *p);
+
+/* A new slot: a buffer of the local shard of (layout, shape, dtype) on every local device. */
+dt_status dt__slot_new(dt__program *p, const dt_layout *l, dt_dtype dtype, int rank,
+                       const int64_t shape[], dt__dist *out);
+/* A new slot of `elems(device)` elements per local device. */
+dt_status dt__slot_new_elems(dt__program *p, const dt_mesh *m, dt_dtype dtype,
+                             const int64_t elems_per_local[], int *slot);
+
+/* Fill k for global device `device`; called for every device of the mesh at expansion. */
+typedef void (*dt__args_fn)(void *ctx, int device, dt__kargs *k);
+
+/* Append a kernel step: `fill` builds each device's arguments. */
+dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, dt_dtype dtype,
+                          int nin, const int in[], int out, const dt_mesh *m, dt__args_fn fill,
+                          void *ctx);
+
+/* Append a collective on the groups of mesh-axis mask `axes`. counts_of(ctx, device, counts)
+ * gives the uneven counts of a device (NULL for the even form with `count`); sent is the
+ * bytes the busiest device sends (for the printer and the cost model). */
+typedef void (*dt__counts_fn)(void *ctx, int device, int64_t counts[]);
+dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, dt_dtype dtype,
+                        dt_reduce_op op, unsigned axes, int send, int recv, int64_t count,
+                        dt__counts_fn counts_of, void *ctx, int ncounts, double sent,
+                        const char *what);
+
+/* Run: inputs must match the program's input dists (checked by the caller); results get new
+ * tensors in the output layouts. Collective. */
+dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[]);
+dt_status dt__program_print(const dt__program *p, FILE *f);
+/* Compute each temporary's lifetime (call once the program is complete). */
+void dt__program_seal(dt__program *p);
+void dt__program_totals(const dt__program *p, double *mults, int *colls, double *bytes);
+
+/* Local shape of a dist's shard on global device d. */
+void dt__local_shape(const dt__dist *x, int device, int64_t local[], int64_t offset[]);
+int64_t dt__local_elems(const dt_layout *l, int rank, const int64_t shape[], int device);
+
+/* Kernel steps touching fewer elements than this over all local devices run on the calling
+ * thread instead of the device workers. */
+#define DT__INLINE_WORK 32768.0
+
+/* ---- the cost model (alpha-beta) ---------------------------------------------------------- */
+
+#define DT__ALPHA 2e-6       /* seconds per message */
+#define DT__BETA 5e-10       /* seconds per byte sent (2 GB/s) */
+#define DT__BETA_LOCAL 1e-10 /* seconds per byte copied locally (10 GB/s) */
+#define DT__GAMMA 2e-11      /* seconds per multiply-add (50 G/s per device) */
+
+/* ---- relayout ---------------------------------------------------------------------------- */
+
+/* One transition on one mesh axis (ARCHITECTURE.md: the minimal transition per axis). */
+#define DT__TRANS_LIST(X)             \
+    X(ALL_REDUCE, all_reduce)         \
+    X(REDUCE_SCATTER, reduce_scatter) \
+    X(ALL_GATHER, all_gather)         \
+    X(ALL_TO_ALL, all_to_all)         \
+    X(SLICE, local_slice)             \
+    X(TO_PARTIAL, to_partial)
+
+typedef enum dt__trans_kind {
+#define DT__TRANS_ENUM(NAME, name) DT__T_##NAME,
+    DT__TRANS_LIST(DT__TRANS_ENUM)
+#undef DT__TRANS_ENUM
+} dt__trans_kind;
+
+typedef struct dt__trans {
+    dt__trans_kind kind;
+    unsigned axes; /* mesh axes (one, or several for a fused all-reduce) */
+    int from, to;  /* tensor axes: gathered / scattered / sliced */
+    dt_layout before, after;
+} dt__trans;
+
+/* A relayout plan is data: it can be costed and printed before it runs. */
+typedef struct dt__plan {
+    int n;
+    dt__trans t[4 * DT_MAX_MESH_AXES + 2];
+    double cost; /* seconds, by the alpha-beta model, for the busiest device */
+} dt__plan;
+
+dt_status dt__plan_make(const dt_layout *from, const dt_layout *to, dt_dtype dtype, int rank,
+                        const int64_t shape[], dt__plan *plan);
+/* Cost of relayouting (infinite when impossible). */
+double dt__relayout_cost(const dt_layout *from, const dt_layout *to, dt_dtype dtype, int rank,
+                         const int64_t shape[]);
+/* Emit the steps of from -> to; *out may alias the input when nothing moves. */
+dt_status dt__relayout_emit(dt__program *p, const char *cause, const dt__dist *in,
+                            const dt_layout *to, dt__dist *out);
+/* A local copy from `in` (whose local shard on each device contains the needed block) into a
+ * new slot laid out as `to` (on in's mesh or another over the same devices); the element at
+ * global index g of the result is taken from global index g + shift of the input. */
+dt_status dt__emit_local_slice(dt__program *p, const char *cause, const dt__dist *in,
+                               const dt_layout *to, int rank, const int64_t shape[],
+                               const int64_t shift[], dt__dist *out);
+
+/* ---- op definitions ---------------------------------------------------------------------- */
+
+typedef struct dt__op_def {
+    const char *name;
+    int min_inputs, max_inputs;
+    /* Shape rule: validate operands and attributes and set the result's dtype, rank, shape and
+     * mesh. Pure metadata (shared by all clients). */
+    dt_status (*infer)(const dt__node *n, const dt__val *const in[], dt__val *out);
+    /* Expansion: operands as they lie, the layout wanted of the result (NULL: free choice,
+     * not partial). Emits steps; the result must lie exactly as wanted when want != NULL. */
+    dt_status (*expand)(dt__program *p, const dt__node *n, const dt__dist in[],
+                        const dt_layout *want, dt__dist *out);
+    /* Backward propagation (may be NULL): the layout operand i would best have when the
+     * result is wanted in `want`; false for no preference. */
+    bool (*pull)(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                 dt_layout *in_want);
+} dt__op_def;
+
+#define DT__OP_DECL(NAME, name) extern const dt__op_def dt__op_##name;
+DT__OP_LIST(DT__OP_DECL)
+#undef DT__OP_DECL
+
+const dt__op_def *dt__op_get(dt__op op);
+
+/* Shared helpers of op files. */
+char *dt__layout_str(const dt_layout *l, char *buf, size_t size);
+/* A non-partial layout of rank `rank` on m with every axis unsharded. */
+dt_layout dt__layout_none(const dt_mesh *m, int rank);
+/* Bring x to its layout without partial axes (all-reduce / nothing). */
+dt_status dt__resolve_partial(dt__program *p, const char *cause, const dt__dist *x, dt__dist *out);
+/* Final step of most rules: relayout the computed result to `want` (or leave it when NULL
+ * and it is not partial; resolve a partial result when NULL). */
+dt_status dt__finish(dt__program *p, const char *cause, const dt__dist *x, const dt_layout *want,
+                     dt__dist *out);
+/* Shape rule of creation ops: attrs dtype, rank and shape. */
+dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out);
+/* Fill k's output shape and global offset from x's shard on device d. */
+void dt__kargs_out(dt__kargs *k, const dt__dist *x, int device);
+/* Mesh axes used by a layout (sharding and partial). */
+unsigned dt__layout_used(const dt_layout *l);
+
+/* ---- entry points shared by the public API files ----------------------------------------- */
+
+/* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
+dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
+                   const dt_op_options *opts, dt_tensor **out);
+
+#endif /* DT_SPMD_ENGINE_H */

@@ -1,0 +1,707 @@
+/* The graph of global ops, layout propagation, compilation into a program, the eager program
+ * cache, and traced functions. */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const dt__op_def *const op_table[DT__OP_COUNT] = {
+#define DT__OP_ENTRY(NAME, name) [DT__OP_##NAME] = &dt__op_##name,
+    DT__OP_LIST(DT__OP_ENTRY)
+#undef DT__OP_ENTRY
+};
+
+const dt__op_def *dt__op_get(dt__op op)
+{
+    return (unsigned)op < DT__OP_COUNT ? op_table[op] : NULL;
+}
+
+const char *dt_unary_op_name(dt_unary_op op)
+{
+    static const char *const names[] = {
+#define UNAME(NAME, name) [DT_UNARY_##NAME] = #name,
+        DT_UNARY_LIST(UNAME)
+#undef UNAME
+    };
+    return (unsigned)op < DT_UNARY_COUNT ? names[op] : "?";
+}
+
+const char *dt_binary_op_name(dt_binary_op op)
+{
+    static const char *const names[] = {
+#define BNAME(NAME, name) [DT_BINARY_##NAME] = #name,
+        DT_BINARY_LIST(BNAME)
+#undef BNAME
+    };
+    return (unsigned)op < DT_BINARY_COUNT ? names[op] : "?";
+}
+
+/* ---- graph ------------------------------------------------------------------------------ */
+
+static void graph_free(dt__graph *g)
+{
+    free(g->vals);
+    free(g->nodes);
+    free(g->inputs);
+    free(g->outputs);
+    memset(g, 0, sizeof *g);
+}
+
+static dt_status graph_add_val(dt__graph *g, const dt__val *v, int *id)
+{
+    if (g->nvals == g->cap_vals) {
+        int cap = g->cap_vals ? 2 * g->cap_vals : 16;
+        dt__val *n = realloc(g->vals, (size_t)cap * sizeof *n);
+        if (!n)
+            return dt__fail(DT_ERR_NOMEM, "graph: out of memory");
+        g->vals = n;
+        g->cap_vals = cap;
+    }
+    g->vals[g->nvals] = *v;
+    *id = g->nvals++;
+    return DT_OK;
+}
+
+static dt_status graph_add_input(dt__graph *g, const dt__val *v, int *id)
+{
+    if (g->ninputs == g->cap_inputs) {
+        int cap = g->cap_inputs ? 2 * g->cap_inputs : 8;
+        int *n = realloc(g->inputs, (size_t)cap * sizeof *n);
+        if (!n)
+            return dt__fail(DT_ERR_NOMEM, "graph: out of memory");
+        g->inputs = n;
+        g->cap_inputs = cap;
+    }
+    DT_TRY(graph_add_val(g, v, id));
+    g->inputs[g->ninputs++] = *id;
+    return DT_OK;
+}
+
+static dt_status check_want(const char *name, const dt__val *out, const dt_layout *want)
+{
+    DT_TRY(dt_layout_check(want));
+    char lb[DT_STRING_MAX];
+    if (want->mesh != out->mesh) {
+        char ma[DT_STRING_MAX], mb[DT_STRING_MAX];
+        dt_mesh_format(want->mesh, ma, sizeof ma);
+        dt_mesh_format(out->mesh, mb, sizeof mb);
+        return dt__fail(DT_ERR_LAYOUT,
+                        "%s: requested layout \"%s\" is on %s, the result is on %s (use "
+                        "dt_copy_to_mesh)",
+                        name, dt__layout_str(want, lb, sizeof lb), ma, mb);
+    }
+    if (want->rank != out->rank) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(DT_ERR_LAYOUT, "%s: requested layout \"%s\" has rank %d, the result %s %s",
+                        name, dt__layout_str(want, lb, sizeof lb), want->rank,
+                        dt_dtype_name(out->dtype),
+                        dt__shape_str(sb, sizeof sb, out->rank, out->shape));
+    }
+    return DT_OK;
+}
+
+/* Add a node: validate (shape rule) and create its result value. */
+static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs, int nin,
+                                const int in[], const dt_layout *want, int *out_val)
+{
+    const dt__op_def *def = dt__op_get(op);
+    if (nin < def->min_inputs || nin > def->max_inputs)
+        return dt__fail(DT_ERR_ARG, "%s: %d operands, expected %d to %d", def->name, nin,
+                        def->min_inputs, def->max_inputs);
+    if (g->nnodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? 2 * g->cap_nodes : 16;
+        dt__node *n = realloc(g->nodes, (size_t)cap * sizeof *n);
+        if (!n)
+            return dt__fail(DT_ERR_NOMEM, "graph: out of memory");
+        g->nodes = n;
+        g->cap_nodes = cap;
+    }
+    dt__node *n = &g->nodes[g->nnodes];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->attrs = *attrs;
+    n->nin = nin;
+    const dt__val *ins[DT__MAX_INPUTS];
+    for (int i = 0; i < nin; i++) {
+        n->in[i] = in[i];
+        ins[i] = &g->vals[in[i]];
+    }
+    for (int i = 1; i < nin && op != DT__OP_COPY_TO_MESH; i++)
+        if (ins[i]->mesh != ins[0]->mesh) {
+            char ma[DT_STRING_MAX], mb[DT_STRING_MAX];
+            dt_mesh_format(ins[0]->mesh, ma, sizeof ma);
+            dt_mesh_format(ins[i]->mesh, mb, sizeof mb);
+            return dt__fail(DT_ERR_LAYOUT, "%s: operand 0 is on %s, operand %d on %s", def->name,
+                            ma, i, mb);
+        }
+    dt__val out = {0};
+    out.mesh = nin ? ins[0]->mesh : (want ? want->mesh : NULL);
+    DT_TRY(def->infer(n, ins, &out));
+    if (op == DT__OP_COPY_TO_MESH && want)
+        out.mesh = want->mesh;
+    if (want) {
+        DT_TRY(check_want(def->name, &out, want));
+        out.has_layout = true;
+        out.layout = *want;
+    } else if (!out.mesh) {
+        return dt__fail(DT_ERR_LAYOUT,
+                        "%s: needs a requested layout (opts->layout) to name its "
+                        "mesh",
+                        def->name);
+    }
+    int id;
+    DT_TRY(graph_add_val(g, &out, &id));
+    g->nodes[g->nnodes].out = id; /* g->nodes may not move: vals and nodes are separate */
+    g->nnodes++;
+    *out_val = id;
+    return DT_OK;
+}
+
+/* ---- compile: propagation, then expansion ---------------------------------------------- */
+
+static dt_status compile(const dt__graph *g, const char *title, dt__program **out)
+{
+    *out = NULL;
+    int nv = g->nvals;
+    dt__dist *dist = calloc((size_t)nv + 1, sizeof *dist);
+    bool *has_dist = calloc((size_t)nv + 1, sizeof *has_dist);
+    dt_layout *want = calloc((size_t)nv + 1, sizeof *want);
+    bool *has_want = calloc((size_t)nv + 1, sizeof *has_want);
+    int *uses = calloc((size_t)nv + 1, sizeof *uses);
+    dt__program *p = NULL;
+    dt_status s = dist && has_dist && want && has_want && uses
+                      ? dt__program_create(title, g->ninputs, g->noutputs, &p)
+                      : dt__fail(DT_ERR_NOMEM, "compile: out of memory");
+    if (s != DT_OK)
+        goto done;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            uses[g->nodes[i].in[j]]++;
+    for (int i = 0; i < g->noutputs; i++)
+        uses[g->outputs[i]]++;
+    bool *is_input = has_dist; /* inputs get their dist first below */
+
+    /* Inputs: slots bound to the caller's tensors. */
+    for (int i = 0; s == DT_OK && i < g->ninputs; i++) {
+        const dt__val *v = &g->vals[g->inputs[i]];
+        dt__dist *d = &dist[g->inputs[i]];
+        s = dt__slot_new(p, &v->layout, v->dtype, v->rank, v->shape, d);
+        if (s == DT_OK) {
+            p->slots[d->slot].input = i;
+            p->in[i] = *d;
+            has_dist[g->inputs[i]] = true;
+        }
+    }
+    if (s != DT_OK)
+        goto done;
+
+    /* Backward propagation: hard requests first, then each consumer's wish pulled into its
+     * operand's producer when that operand feeds nothing else (merging producer and
+     * consumer: the producer's rule then emits the cheap form, e.g. a reduce-scatter). */
+    for (int v = 0; v < nv; v++)
+        if (g->vals[v].has_layout && !is_input[v]) {
+            want[v] = g->vals[v].layout;
+            has_want[v] = true;
+        }
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const dt__node *n = &g->nodes[i];
+        const dt__op_def *def = dt__op_get(n->op);
+        if (!has_want[n->out] || !def->pull)
+            continue;
+        const dt__val *ins[DT__MAX_INPUTS];
+        for (int j = 0; j < n->nin; j++)
+            ins[j] = &g->vals[n->in[j]];
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (is_input[v] || has_want[v] || uses[v] != 1)
+                continue;
+            dt_layout w;
+            if (def->pull(n, ins, &want[n->out], j, &w)) {
+                want[v] = w;
+                has_want[v] = true;
+            }
+        }
+    }
+
+    /* Forward: expand each node in order on the layouts its operands actually have. */
+    for (int i = 0; s == DT_OK && i < g->nnodes; i++) {
+        const dt__node *n = &g->nodes[i];
+        const dt__op_def *def = dt__op_get(n->op);
+        dt__dist ins[DT__MAX_INPUTS];
+        for (int j = 0; j < n->nin; j++)
+            ins[j] = dist[n->in[j]];
+        dt__dist r;
+        s = def->expand(p, n, ins, has_want[n->out] ? &want[n->out] : NULL, &r);
+        if (s == DT_OK && g->vals[n->out].has_layout &&
+            !dt_layout_equal(&r.layout, &g->vals[n->out].layout)) {
+            char a[DT_STRING_MAX], b[DT_STRING_MAX];
+            s = dt__fail(DT_ERR_LAYOUT, "%s: expansion gave \"%s\", \"%s\" was requested",
+                         def->name, dt__layout_str(&r.layout, a, sizeof a),
+                         dt__layout_str(&g->vals[n->out].layout, b, sizeof b));
+        }
+        dist[n->out] = r;
+        has_dist[n->out] = true;
+    }
+
+    /* Outputs: each in a slot of its own, exactly its tensor's size, bound to no input. */
+    for (int o = 0; s == DT_OK && o < g->noutputs; o++) {
+        dt__dist x = dist[g->outputs[o]];
+        const dt__slot *sl = &p->slots[x.slot];
+        bool own = sl->input < 0 && sl->output < 0;
+        for (int i = 0; own && i < sl->mesh->num_local; i++)
+            own = sl->bytes[i] ==
+                  (size_t)dt__local_elems(&x.layout, x.rank, x.shape, sl->mesh->first_local + i) *
+                      dt_dtype_size(x.dtype);
+        if (!own) {
+            int64_t zero[DT_MAX_RANK] = {0};
+            s = dt__emit_local_slice(p, "output", &x, &x.layout, x.rank, x.shape, zero, &x);
+        }
+        if (s == DT_OK) {
+            p->slots[x.slot].output = o;
+            p->out[o] = x;
+        }
+    }
+    if (s == DT_OK)
+        dt__program_seal(p);
+done:
+    free(dist);
+    free(has_dist);
+    free(want);
+    free(has_want);
+    free(uses);
+    if (s != DT_OK) {
+        dt__program_release(p);
+        return s;
+    }
+    *out = p;
+    return DT_OK;
+}
+
+/* ---- eager program cache ------------------------------------------------------------------ */
+
+typedef struct key_input {
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    dt_layout layout;
+} key_input;
+
+/* Everything a program depends on; compared bytewise (built from zeroed memory). */
+typedef struct cache_key {
+    dt__op op;
+    int nin;
+    bool has_want;
+    dt_layout want;
+    dt__attrs attrs;
+    /* the meshes involved, by content, so a new mesh at a freed one's address cannot reuse */
+    int num_axes, num_local, first_local, size;
+    int sizes[DT_MAX_MESH_AXES];
+    char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
+    int extra_mesh_size, extra_mesh_axes;
+    key_input in[DT__MAX_INPUTS];
+} cache_key;
+
+typedef struct cache_entry {
+    uint64_t hash;
+    size_t len;
+    cache_key key;
+    dt__program *prog;
+} cache_entry;
+
+#define CACHE_SLOTS 1024 /* open addressing; cleared when half full */
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry *cache;
+static int cache_count;
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void cache_clear_locked(void)
+{
+    if (!cache)
+        return;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache[i].prog)
+            dt__program_release(cache[i].prog);
+    memset(cache, 0, sizeof *cache * CACHE_SLOTS);
+    cache_count = 0;
+}
+
+/* A retained program or NULL. */
+static dt__program *cache_find(const cache_key *k, size_t len, uint64_t h)
+{
+    dt__program *p = NULL;
+    pthread_mutex_lock(&cache_lock);
+    if (cache)
+        for (int i = 0; i < CACHE_SLOTS; i++) {
+            cache_entry *e = &cache[(h + (uint64_t)i) % CACHE_SLOTS];
+            if (!e->prog)
+                break;
+            if (e->hash == h && e->len == len && memcmp(&e->key, k, len) == 0) {
+                p = e->prog;
+                atomic_fetch_add(&p->refs, 1);
+                break;
+            }
+        }
+    pthread_mutex_unlock(&cache_lock);
+    return p;
+}
+
+static void cache_insert(const cache_key *k, size_t len, uint64_t h, dt__program *p)
+{
+    pthread_mutex_lock(&cache_lock);
+    if (!cache)
+        cache = calloc(CACHE_SLOTS, sizeof *cache);
+    if (cache) {
+        if (cache_count >= CACHE_SLOTS / 2)
+            cache_clear_locked();
+        for (int i = 0; i < CACHE_SLOTS; i++) {
+            cache_entry *e = &cache[(h + (uint64_t)i) % CACHE_SLOTS];
+            if (e->prog)
+                continue;
+            e->hash = h;
+            e->len = len;
+            memcpy(&e->key, k, len);
+            e->prog = p;
+            atomic_fetch_add(&p->refs, 1);
+            cache_count++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+static size_t build_key(cache_key *k, dt__op op, const dt__attrs *attrs, int nin,
+                        const dt_tensor *const in[], const dt_layout *want)
+{
+    size_t len = offsetof(cache_key, in) + (size_t)nin * sizeof(key_input);
+    memset(k, 0, len);
+    k->op = op;
+    k->nin = nin;
+    k->attrs = *attrs;
+    if (want) {
+        k->has_want = true;
+        k->want = *want;
+    }
+    const dt_mesh *m = nin ? in[0]->mesh : want->mesh;
+    k->num_axes = m->num_axes;
+    k->num_local = m->num_local;
+    k->first_local = m->first_local;
+    k->size = m->size;
+    for (int a = 0; a < m->num_axes; a++) {
+        k->sizes[a] = m->sizes[a];
+        memcpy(k->names[a], m->names[a], DT_MAX_NAME);
+    }
+    if (want && want->mesh != m) {
+        /* copy_to_mesh: the second mesh by content too (sizes hashed into two ints) */
+        k->extra_mesh_size = want->mesh->size;
+        for (int a = 0; a < want->mesh->num_axes; a++)
+            k->extra_mesh_axes = k->extra_mesh_axes * 31 + want->mesh->sizes[a] +
+                                 (int)hash_bytes(want->mesh->names[a], DT_MAX_NAME);
+    }
+    for (int i = 0; i < nin; i++) {
+        key_input *ki = &k->in[i];
+        ki->dtype = in[i]->dtype;
+        ki->rank = in[i]->rank;
+        memcpy(ki->shape, in[i]->shape, sizeof(int64_t) * (size_t)in[i]->rank);
+        ki->layout = in[i]->layout;
+        for (int a = in[i]->layout.rank; a < DT_MAX_RANK; a++)
+            ki->layout.axes[a] = DT_UNSHARDED;
+    }
+    /* layouts may carry stale values past their rank */
+    for (int a = want ? want->rank : 0; want && a < DT_MAX_RANK; a++)
+        k->want.axes[a] = DT_UNSHARDED;
+    return len;
+}
+
+/* ---- functions (tracing) ----------------------------------------------------------------- */
+
+struct dt_function {
+    dt__graph g;
+    bool ended, failed;
+    dt__program *prog;
+};
+
+static _Thread_local dt_function *tracing;
+
+static dt_status symbolic_tensor(dt_function *f, int value, dt_tensor **out)
+{
+    const dt__val *v = &f->g.vals[value];
+    dt_tensor *t = calloc(1, sizeof *t);
+    const dt_mesh *m = v->mesh;
+    if (t) {
+        t->data = calloc((size_t)m->num_local + 1, sizeof *t->data);
+        t->bytes = calloc((size_t)m->num_local + 1, sizeof *t->bytes);
+    }
+    if (!t || !t->data || !t->bytes) {
+        if (t) {
+            free(t->data);
+            free(t->bytes);
+        }
+        free(t);
+        return dt__fail(DT_ERR_NOMEM, "function: out of memory");
+    }
+    t->mesh = dt__mesh_retain(m);
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    memcpy(t->shape, v->shape, sizeof t->shape);
+    t->layout = v->has_layout ? v->layout : dt__layout_none(m, v->rank);
+    t->num_local = 0;
+    t->trace = f;
+    t->trace_value = value;
+    atomic_fetch_add(&dt__rt.live_tensors, 1);
+    *out = t;
+    return DT_OK;
+}
+
+dt_status dt_function_begin(dt_function **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_function_begin: out is NULL");
+    *out = NULL;
+    DT_TRY(dt__require_init("dt_function_begin"));
+    if (tracing)
+        return dt__fail(DT_ERR_STATE, "dt_function_begin: this thread is already recording a "
+                                      "function");
+    dt_function *f = calloc(1, sizeof *f);
+    if (!f)
+        return dt__fail(DT_ERR_NOMEM, "dt_function_begin: out of memory");
+    tracing = f;
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_function_input(dt_function *f, const dt_layout *layout, dt_dtype dtype, int rank,
+                            const int64_t shape[], dt_tensor **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_function_input: out is NULL");
+    *out = NULL;
+    if (!f || f != tracing || f->ended)
+        return dt__fail(DT_ERR_STATE, "dt_function_input: the function is not recording on this "
+                                      "thread");
+    if (!layout)
+        return dt__fail(DT_ERR_ARG, "dt_function_input: layout is NULL");
+    DT_TRY(dt_layout_check(layout));
+    if (!dt__dtype_valid(dtype))
+        return dt__fail(DT_ERR_DTYPE, "dt_function_input: dtype %d is not valid", (int)dtype);
+    char lb[DT_STRING_MAX];
+    if (rank != layout->rank || (rank && !shape) || dt__num_elements(rank, shape) < 0)
+        return dt__fail(DT_ERR_SHAPE, "dt_function_input: rank %d with layout \"%s\"", rank,
+                        dt__layout_str(layout, lb, sizeof lb));
+    dt__val v = {
+        .dtype = dtype, .rank = rank, .mesh = layout->mesh, .has_layout = true, .layout = *layout};
+    for (int i = 0; i < rank; i++)
+        v.shape[i] = shape[i];
+    int id;
+    DT_TRY(graph_add_input(&f->g, &v, &id));
+    return symbolic_tensor(f, id, out);
+}
+
+dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outputs[])
+{
+    if (!f || f != tracing)
+        return dt__fail(DT_ERR_STATE, "dt_function_end: the function is not recording on this "
+                                      "thread");
+    tracing = NULL;
+    f->ended = true;
+    f->failed = true;
+    if (num_outputs < 1 || !outputs)
+        return dt__fail(DT_ERR_ARG, "dt_function_end: %d outputs, expected at least 1",
+                        num_outputs);
+    f->g.outputs = calloc((size_t)num_outputs, sizeof *f->g.outputs);
+    if (!f->g.outputs)
+        return dt__fail(DT_ERR_NOMEM, "dt_function_end: out of memory");
+    for (int i = 0; i < num_outputs; i++) {
+        if (!outputs[i] || outputs[i]->trace != f)
+            return dt__fail(DT_ERR_ARG,
+                            "dt_function_end: output %d is not a tensor of this "
+                            "function",
+                            i);
+        f->g.outputs[i] = outputs[i]->trace_value;
+    }
+    f->g.noutputs = num_outputs;
+    char title[64];
+    snprintf(title, sizeof title, "function (%d ops)", f->g.nnodes);
+    DT_TRY(compile(&f->g, title, &f->prog));
+    f->failed = false;
+    return DT_OK;
+}
+
+static dt_status check_bound(const char *fn, int i, const dt_tensor *t, const dt__dist *want)
+{
+    if (!t)
+        return dt__fail(DT_ERR_ARG, "%s: input %d is NULL", fn, i);
+    if (t->trace)
+        return dt__fail(DT_ERR_ARG, "%s: input %d is a symbolic tensor", fn, i);
+    bool same = t->dtype == want->dtype && t->rank == want->rank &&
+                dt_layout_equal(&t->layout, &want->layout);
+    for (int a = 0; same && a < t->rank; a++)
+        same = t->shape[a] == want->shape[a];
+    if (!same) {
+        char sa[DT__SHAPE_STR_MAX], sb[DT__SHAPE_STR_MAX], la[DT_STRING_MAX], lb[DT_STRING_MAX];
+        return dt__fail(DT_ERR_ARG, "%s: input %d is %s%s \"%s\", the function takes %s%s \"%s\"",
+                        fn, i, dt_dtype_name(t->dtype),
+                        dt__shape_str(sa, sizeof sa, t->rank, t->shape),
+                        dt__layout_str(&t->layout, la, sizeof la), dt_dtype_name(want->dtype),
+                        dt__shape_str(sb, sizeof sb, want->rank, want->shape),
+                        dt__layout_str(&want->layout, lb, sizeof lb));
+    }
+    return DT_OK;
+}
+
+dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor *const inputs[],
+                          int num_outputs, dt_tensor *results[])
+{
+    if (results)
+        for (int i = 0; i < num_outputs; i++)
+            results[i] = NULL;
+    if (!f || !f->ended || f->failed)
+        return dt__fail(DT_ERR_STATE, "dt_function_run: the function was not ended successfully");
+    if (num_inputs != f->prog->ninputs || num_outputs != f->prog->noutputs ||
+        (num_inputs && !inputs) || !results)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_function_run: %d inputs and %d results, the function has %d and %d",
+                        num_inputs, num_outputs, f->prog->ninputs, f->prog->noutputs);
+    for (int i = 0; i < num_inputs; i++)
+        DT_TRY(check_bound("dt_function_run", i, inputs[i], &f->prog->in[i]));
+    return dt__program_run(f->prog, inputs, results);
+}
+
+void dt_function_free(dt_function *f)
+{
+    if (!f)
+        return;
+    if (tracing == f)
+        tracing = NULL;
+    dt__program_release(f->prog);
+    graph_free(&f->g);
+    free(f);
+}
+
+dt_status dt_function_print(const dt_function *f, FILE *out)
+{
+    if (!f || !f->ended || f->failed || !out)
+        return dt__fail(DT_ERR_STATE, "dt_function_print: the function was not ended "
+                                      "successfully (or out is NULL)");
+    return dt__program_print(f->prog, out);
+}
+
+dt_status dt_function_cost(const dt_function *f, double *multiplies, int *collectives,
+                           double *bytes_per_device)
+{
+    if (!f || !f->ended || f->failed)
+        return dt__fail(DT_ERR_STATE, "dt_function_cost: the function was not ended "
+                                      "successfully");
+    dt__program_totals(f->prog, multiplies, collectives, bytes_per_device);
+    return DT_OK;
+}
+
+/* ---- one op call: record or run --------------------------------------------------------- */
+
+static dt_status record(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
+                        const dt_layout *want, dt_tensor **out)
+{
+    dt_function *f = tracing;
+    int ids[DT__MAX_INPUTS];
+    for (int i = 0; i < nin; i++) {
+        if (in[i]->trace != f)
+            return dt__fail(DT_ERR_ARG,
+                            "%s: operand %d is a concrete tensor (or another function's); pass it "
+                            "as a function input",
+                            dt__op_get(op)->name, i);
+        ids[i] = in[i]->trace_value;
+    }
+    int v;
+    DT_TRY(graph_add_node(&f->g, op, attrs, nin, ids, want, &v));
+    return symbolic_tensor(f, v, out);
+}
+
+static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
+                       const dt_op_options *opts, dt_tensor **out)
+{
+    const dt_layout *want = opts ? opts->layout : NULL;
+    const dt__op_def *def = dt__op_get(op);
+    for (int i = 0; i < nin; i++)
+        if (in[i]->trace)
+            return dt__fail(DT_ERR_STATE,
+                            "%s: operand %d is symbolic but no function is "
+                            "recording on this thread",
+                            def->name, i);
+    if (!nin && !want)
+        return dt__fail(DT_ERR_LAYOUT,
+                        "%s: needs a requested layout (opts->layout) to name its "
+                        "mesh",
+                        def->name);
+    if (want)
+        DT_TRY(dt_layout_check(want));
+    cache_key key;
+    size_t len = build_key(&key, op, attrs, nin, in, want);
+    uint64_t h = hash_bytes(&key, len);
+    dt__program *p = cache_find(&key, len, h);
+    if (!p) {
+        dt__graph g = {0};
+        int ids[DT__MAX_INPUTS], v;
+        dt_status s = DT_OK;
+        for (int i = 0; s == DT_OK && i < nin; i++) {
+            dt__val iv = {.dtype = in[i]->dtype,
+                          .rank = in[i]->rank,
+                          .mesh = in[i]->mesh,
+                          .has_layout = true,
+                          .layout = in[i]->layout};
+            memcpy(iv.shape, in[i]->shape, sizeof iv.shape);
+            s = graph_add_input(&g, &iv, &ids[i]);
+        }
+        if (s == DT_OK)
+            s = graph_add_node(&g, op, attrs, nin, ids, want, &v);
+        if (s == DT_OK) {
+            g.outputs = malloc(sizeof *g.outputs);
+            s = g.outputs ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of memory", def->name);
+        }
+        if (s == DT_OK) {
+            g.outputs[0] = v;
+            g.noutputs = 1;
+            s = compile(&g, def->name, &p);
+        }
+        graph_free(&g);
+        DT_TRY(s);
+        cache_insert(&key, len, h, p);
+    }
+    if (opts && opts->program)
+        dt__program_print(p, opts->program);
+    dt_status s = dt__program_run(p, in, out);
+    dt__program_release(p);
+    return s;
+}
+
+dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
+                   const dt_op_options *opts, dt_tensor **out)
+{
+    const dt__op_def *def = dt__op_get(op);
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "%s: out is NULL", def->name);
+    *out = NULL;
+    DT_TRY(dt__require_init(def->name));
+    if (nin > DT__MAX_INPUTS)
+        return dt__fail(DT_ERR_ARG, "%s: %d operands, at most %d", def->name, nin, DT__MAX_INPUTS);
+    for (int i = 0; i < nin; i++)
+        if (!in[i])
+            return dt__fail(DT_ERR_ARG, "%s: operand %d is NULL", def->name, i);
+    if (tracing)
+        return record(op, attrs, nin, in, opts ? opts->layout : NULL, out);
+    return eager(op, attrs, nin, in, opts, out);
+}

@@ -1,0 +1,102 @@
+/* fill (ones, zeros): every device writes its own shard; no communication. */
+#include "../engine.h"
+
+#include <string.h>
+
+dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out)
+{
+    if (!dt__dtype_valid(a->dtype))
+        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of f32, f64, i32, i64", name,
+                        (int)a->dtype);
+    if (a->rank < 0 || a->rank > DT_MAX_RANK)
+        return dt__fail(DT_ERR_SHAPE, "%s: rank %d outside 0..%d", name, a->rank, DT_MAX_RANK);
+    if (dt__num_elements(a->rank, a->shape) < 0) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(DT_ERR_SHAPE, "%s: shape %s has a negative extent or overflows", name,
+                        dt__shape_str(sb, sizeof sb, a->rank, a->shape));
+    }
+    out->dtype = a->dtype;
+    out->rank = a->rank;
+    memcpy(out->shape, a->shape, sizeof out->shape);
+    return DT_OK;
+}
+
+void dt__kargs_out(dt__kargs *k, const dt__dist *x, int device)
+{
+    k->rank = x->rank;
+    dt__local_shape(x, device, k->shape, k->offset);
+    for (int i = 0; i < x->rank; i++)
+        k->gshape[i] = x->shape[i];
+}
+
+static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
+{
+    (void)in;
+    return dt__infer_creation("fill", &n->attrs, out);
+}
+
+typedef struct fill_ctx {
+    const dt__dist *out;
+    double value;
+} fill_ctx;
+
+static void args(void *ctx, int d, dt__kargs *k)
+{
+    fill_ctx *c = ctx;
+    dt__kargs_out(k, c->out, d);
+    k->a = c->value;
+}
+
+static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
+                        const dt_layout *want, dt__dist *out)
+{
+    (void)in;
+    /* out: the requested layout's shard on each device, filled locally */
+    /* computed in the request's layout without partial axes, then marked partial */
+    dt_layout base = *want;
+    base.partial = 0;
+    dt__dist y;
+    DT_TRY(dt__slot_new(p, &base, n->attrs.dtype, n->attrs.rank, n->attrs.shape, &y));
+    fill_ctx c = {.out = &y, .value = n->attrs.a};
+    DT_TRY(dt__emit_kernel(p, "fill", DT__K_FILL, y.dtype, 0, NULL, y.slot, want->mesh, args, &c));
+    return dt__relayout_emit(p, "fill", &y, want, out);
+}
+
+const dt__op_def dt__op_fill = {
+    .name = "fill", .min_inputs = 0, .max_inputs = 0, .infer = infer, .expand = expand};
+
+static dt_status call_fill(dt_dtype dtype, int rank, const int64_t shape[], double value,
+                           const dt_op_options *opts, dt_tensor **out)
+{
+    dt__attrs a;
+    memset(&a, 0, sizeof a);
+    if (out)
+        *out = NULL;
+    if (rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
+        return dt__fail(DT_ERR_SHAPE, "fill: rank %d outside 0..%d or shape NULL", rank,
+                        DT_MAX_RANK);
+    a.dtype = dtype;
+    a.rank = rank;
+    for (int i = 0; i < rank; i++)
+        a.shape[i] = shape[i];
+    a.a = value;
+    return dt__call(DT__OP_FILL, &a, 0, NULL, opts, out);
+}
+
+dt_status dt_fill(dt_dtype dtype, int rank, const int64_t shape[], double value,
+                  const dt_op_options *opts, dt_tensor **out)
+{
+    return call_fill(dtype, rank, shape, value, opts, out);
+}
+
+dt_status dt_ones(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,
+                  dt_tensor **out)
+{
+    return call_fill(dtype, rank, shape, 1.0, opts, out);
+}
+
+dt_status dt_zeros(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,
+                   dt_tensor **out)
+{
+    return call_fill(dtype, rank, shape, 0.0, opts, out);
+}

@@ -1,0 +1,54 @@
+/* relayout: the same global tensor in the requested layout (spmd/relayout.c plans it). */
+#include "../engine.h"
+
+#include <string.h>
+
+static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
+{
+    (void)n;
+    out->dtype = in[0]->dtype;
+    out->rank = in[0]->rank;
+    memcpy(out->shape, in[0]->shape, sizeof out->shape);
+    return DT_OK;
+}
+
+static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
+                        const dt_layout *want, dt__dist *out)
+{
+    (void)n;
+    return dt__relayout_emit(p, "relayout", &in[0], want, out);
+}
+
+static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                 dt_layout *in_want)
+{
+    (void)n;
+    (void)in;
+    (void)i;
+    *in_want = *want;
+    return true;
+}
+
+const dt__op_def dt__op_relayout = {.name = "relayout",
+                                    .min_inputs = 1,
+                                    .max_inputs = 1,
+                                    .infer = infer,
+                                    .expand = expand,
+                                    .pull = pull};
+
+dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
+                      dt_tensor **out)
+{
+    if (out)
+        *out = NULL;
+    if (!layout)
+        return dt__fail(DT_ERR_ARG, "relayout: layout is NULL");
+    dt_op_options o = {0};
+    if (opts)
+        o = *opts;
+    o.layout = layout;
+    dt__attrs a;
+    memset(&a, 0, sizeof a);
+    const dt_tensor *in[1] = {x};
+    return dt__call(DT__OP_RELAYOUT, &a, 1, in, &o, out);
+}

@@ -1,0 +1,533 @@
+/* Programs: slots (per-device buffers) and steps (local kernels, collectives); the executor
+ * and the printer. A program is built from global metadata only, so it is the same on every
+ * client; only the per-local-device arguments differ. */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- metadata helpers ------------------------------------------------------------------- */
+
+int64_t dt__local_elems(const dt_layout *l, int rank, const int64_t shape[], int device)
+{
+    int64_t local[DT_MAX_RANK];
+    dt_layout_local_shape(l, shape, device, local, NULL);
+    return dt__num_elements(rank, local);
+}
+
+void dt__local_shape(const dt__dist *x, int device, int64_t local[], int64_t offset[])
+{
+    dt_layout_local_shape(&x->layout, x->shape, device, local, offset);
+}
+
+char *dt__layout_str(const dt_layout *l, char *buf, size_t size)
+{
+    if (dt_layout_to_string(l, buf, size) != DT_OK)
+        snprintf(buf, size, "<invalid layout>");
+    return buf;
+}
+
+dt_layout dt__layout_none(const dt_mesh *m, int rank)
+{
+    dt_layout l = {.mesh = m, .rank = rank, .partial = 0, .partial_op = DT_REDUCE_SUM};
+    for (int i = 0; i < DT_MAX_RANK; i++)
+        l.axes[i] = DT_UNSHARDED;
+    return l;
+}
+
+unsigned dt__layout_used(const dt_layout *l)
+{
+    unsigned used = l->partial;
+    for (int i = 0; i < l->rank; i++)
+        if (l->axes[i] != DT_UNSHARDED)
+            used |= 1u << l->axes[i];
+    return used;
+}
+
+/* ---- building ----------------------------------------------------------------------------- */
+
+dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out)
+{
+    *out = NULL;
+    dt__program *p = calloc(1, sizeof *p);
+    if (!p)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    p->in = calloc((size_t)ninputs + 1, sizeof *p->in);
+    p->out = calloc((size_t)noutputs + 1, sizeof *p->out);
+    if (!p->in || !p->out) {
+        free(p->in);
+        free(p->out);
+        free(p);
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    }
+    atomic_init(&p->refs, 1);
+    snprintf(p->title, sizeof p->title, "%s", title);
+    p->ninputs = ninputs;
+    p->noutputs = noutputs;
+    *out = p;
+    return DT_OK;
+}
+
+void dt__program_release(dt__program *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    for (int s = 0; s < p->nslots; s++)
+        free(p->slots[s].bytes);
+    for (int i = 0; i < p->nsteps; i++) {
+        dt__step *st = &p->steps[i];
+        int nl = st->nlocal;
+        if (st->args)
+            for (int d = 0; d < nl; d++)
+                free(st->args[d].blocks);
+        free(st->args);
+        if (st->counts)
+            for (int d = 0; d < nl; d++)
+                free(st->counts[d]);
+        free(st->counts);
+    }
+    free(p->slots);
+    free(p->steps);
+    free(p->in);
+    free(p->out);
+    free(p);
+}
+
+static dt_status grow(void **arr, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return DT_OK;
+    int ncap = *cap ? *cap * 2 : 8;
+    while (ncap < need)
+        ncap *= 2;
+    void *n = realloc(*arr, (size_t)ncap * elem);
+    if (!n)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory for %d entries", ncap);
+    memset((char *)n + (size_t)*cap * elem, 0, (size_t)(ncap - *cap) * elem);
+    *arr = n;
+    *cap = ncap;
+    return DT_OK;
+}
+
+dt_status dt__slot_new_elems(dt__program *p, const dt_mesh *m, dt_dtype dtype,
+                             const int64_t elems_per_local[], int *slot)
+{
+    DT_TRY(grow((void **)&p->slots, &p->cap_slots, p->nslots + 1, sizeof *p->slots));
+    dt__slot *s = &p->slots[p->nslots];
+    s->bytes = calloc((size_t)m->num_local + 1, sizeof *s->bytes);
+    if (!s->bytes)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    s->mesh = m;
+    s->input = s->output = -1;
+    for (int i = 0; i < m->num_local; i++)
+        s->bytes[i] = (size_t)elems_per_local[i] * dt_dtype_size(dtype);
+    *slot = p->nslots++;
+    return DT_OK;
+}
+
+dt_status dt__slot_new(dt__program *p, const dt_layout *l, dt_dtype dtype, int rank,
+                       const int64_t shape[], dt__dist *out)
+{
+    const dt_mesh *m = l->mesh;
+    int64_t *elems = calloc((size_t)m->num_local + 1, sizeof *elems);
+    if (!elems)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; i < m->num_local; i++)
+        elems[i] = dt__local_elems(l, rank, shape, m->first_local + i);
+    dt_status s = dt__slot_new_elems(p, m, dtype, elems, &out->slot);
+    free(elems);
+    DT_TRY(s);
+    out->dtype = dtype;
+    out->rank = rank;
+    for (int i = 0; i < DT_MAX_RANK; i++)
+        out->shape[i] = i < rank ? shape[i] : 0;
+    out->layout = *l;
+    return DT_OK;
+}
+
+static dt_status new_step(dt__program *p, dt__step **out)
+{
+    DT_TRY(grow((void **)&p->steps, &p->cap_steps, p->nsteps + 1, sizeof *p->steps));
+    *out = &p->steps[p->nsteps];
+    memset(*out, 0, sizeof **out);
+    return DT_OK;
+}
+
+static void shape_text(char *buf, size_t size, int rank, const int64_t s[])
+{
+    dt__shape_str(buf, size, rank, s);
+}
+
+/* The printed line of a kernel, from the busiest device's arguments. */
+static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_dtype dtype,
+                        const dt__kargs *k, double mults_total, double mults_max, int ndev)
+{
+    char out[DT__SHAPE_STR_MAX], a[DT__SHAPE_STR_MAX];
+    shape_text(out, sizeof out, k->rank, k->shape);
+    const char *dn = dt_dtype_name(dtype);
+    switch (kernel) {
+    case DT__K_GEMM: {
+        char bs[32] = "";
+        if (k->batch != 1)
+            snprintf(bs, sizeof bs, "%lld x ", (long long)k->batch);
+        snprintf(buf, size,
+                 "gemm %s %s[%lld,%lld]%s @ [%lld,%lld]%s -> [%lld,%lld]: %.0f multiplies per "
+                 "device (at most), %.0f on %d devices",
+                 dn, bs, (long long)k->m, (long long)k->k, k->ta ? "^T" : "", (long long)k->k,
+                 (long long)k->n, k->tb ? "^T" : "", (long long)k->m, (long long)k->n, mults_max,
+                 mults_total, ndev);
+        break;
+    }
+    case DT__K_UNARY:
+        snprintf(buf, size, "unary %s %s local %s", dt_unary_op_name((dt_unary_op)k->op), dn, out);
+        break;
+    case DT__K_BINARY: {
+        char b[DT__SHAPE_STR_MAX];
+        shape_text(a, sizeof a, k->rank, k->in_shape[0]);
+        shape_text(b, sizeof b, k->rank, k->in_shape[1]);
+        snprintf(buf, size, "binary %s %s local %s, %s -> %s",
+                 dt_binary_op_name((dt_binary_op)k->op), dn, a, b, out);
+        break;
+    }
+    case DT__K_REDUCE:
+        shape_text(a, sizeof a, k->rank, k->in_shape[0]);
+        snprintf(buf, size, "reduce %s %s local %s -> %s", dt_reduce_op_name((dt_reduce_op)k->op),
+                 dn, a, out);
+        break;
+    case DT__K_TRANSPOSE:
+        shape_text(a, sizeof a, k->rank, k->in_shape[0]);
+        snprintf(buf, size, "transpose %s local %s -> %s", dn, a, out);
+        break;
+    case DT__K_COPY_BLOCKS:
+        snprintf(buf, size, "copy %s local -> %s (%d blocks)", dn, out, k->nblocks);
+        break;
+    default:
+        snprintf(buf, size, "%s %s local %s", dt__kernel_name(kernel), dn, out);
+        break;
+    }
+}
+
+dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, dt_dtype dtype,
+                          int nin, const int in[], int out, const dt_mesh *m, dt__args_fn fill,
+                          void *ctx)
+{
+    dt__device *const *devs = dt__mesh_local_devices(m);
+    if (m->num_local && (!devs[0]->backend->kernels || !devs[0]->backend->kernels[kernel][dtype]))
+        return dt__fail(DT_ERR_UNSUPPORTED, "%s: the %s backend has no %s kernel for %s", cause,
+                        devs[0]->backend->name, dt__kernel_name(kernel), dt_dtype_name(dtype));
+    dt__step *st;
+    DT_TRY(new_step(p, &st));
+    st->kind = DT__STEP_KERNEL;
+    st->cause = cause;
+    st->mesh = m;
+    st->nlocal = m->num_local;
+    st->dtype = dtype;
+    st->kernel = kernel;
+    st->nin = nin;
+    for (int i = 0; i < nin; i++)
+        st->in[i] = in[i];
+    st->out = out;
+    st->args = calloc((size_t)m->num_local + 1, sizeof *st->args);
+    if (!st->args)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    dt__kargs busiest = {0};
+    int64_t most = -1;
+    for (int d = 0; d < m->size; d++) {
+        dt__kargs k = {0};
+        fill(ctx, d, &k);
+        int64_t e = dt__num_elements(k.rank, k.shape);
+        double mults = kernel == DT__K_GEMM ? (double)k.batch * k.m * k.n * k.k : 0;
+        st->mults_total += mults;
+        if (mults > st->mults_max)
+            st->mults_max = mults;
+        if (e > most || (kernel == DT__K_GEMM && mults >= st->mults_max && e >= most)) {
+            free(busiest.blocks);
+            busiest = k;
+            busiest.blocks = NULL;
+            most = e;
+        }
+        int li = d - m->first_local;
+        if (li >= 0 && li < m->num_local) {
+            double work = (double)e + mults;
+            for (int q = 0; q < k.nblocks; q++)
+                work += (double)dt__num_elements(k.blocks[q].rank, k.blocks[q].extent);
+            if (kernel == DT__K_REDUCE || kernel == DT__K_BINARY)
+                work += (double)dt__num_elements(k.rank, k.in_shape[0]);
+            st->work += work;
+            st->args[li] = k;
+        } else
+            free(k.blocks);
+    }
+    p->nsteps++;
+    kernel_text(st->text, sizeof st->text, kernel, dtype, &busiest, st->mults_total, st->mults_max,
+                m->size);
+    return DT_OK;
+}
+
+static void axes_text(char *buf, size_t size, const dt_mesh *m, unsigned axes)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < m->num_axes; a++)
+        if (axes & (1u << a))
+            n += (size_t)snprintf(buf + n, n < size ? size - n : 0, "%s%s", n ? "," : "",
+                                  m->names[a]);
+}
+
+dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, dt_dtype dtype,
+                        dt_reduce_op op, unsigned axes, int send, int recv, int64_t count,
+                        dt__counts_fn counts_of, void *ctx, int ncounts, double sent,
+                        const char *what)
+{
+    const dt_mesh *m = p->slots[recv].mesh;
+    dt__step *st;
+    DT_TRY(new_step(p, &st));
+    st->kind = DT__STEP_COLL;
+    st->cause = cause;
+    st->mesh = m;
+    st->nlocal = m->num_local;
+    st->dtype = dtype;
+    st->coll = kind;
+    st->op = op;
+    st->axes = axes;
+    st->nin = 1;
+    st->in[0] = send;
+    st->out = recv;
+    st->count = count;
+    st->bytes_max = sent;
+    if (counts_of) {
+        st->counts = calloc((size_t)m->num_local + 1, sizeof *st->counts);
+        if (!st->counts)
+            return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+        for (int i = 0; i < m->num_local; i++) {
+            st->counts[i] = calloc((size_t)ncounts + 1, sizeof **st->counts);
+            if (!st->counts[i]) {
+                for (int j = 0; j < i; j++)
+                    free(st->counts[j]);
+                free(st->counts);
+                st->counts = NULL;
+                return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+            }
+            counts_of(ctx, m->first_local + i, st->counts[i]);
+        }
+    }
+    p->nsteps++;
+    char ax[DT_STRING_MAX];
+    axes_text(ax, sizeof ax, m, axes);
+    char opname[16] = "";
+    if (kind == DT__COLL_ALL_REDUCE || kind == DT__COLL_REDUCE_SCATTER)
+        snprintf(opname, sizeof opname, " %s", dt_reduce_op_name(op));
+    snprintf(st->text, sizeof st->text, "%s%s over {%s} %s %s: %.0f bytes sent per device",
+             dt__coll_kind_name(kind), opname, ax, dt_dtype_name(dtype), what, sent);
+    return DT_OK;
+}
+
+/* ---- executor ----------------------------------------------------------------------------- */
+
+typedef struct run_ctx {
+    const dt__step *st;
+    void ***bufs; /* bufs[slot][local] */
+} run_ctx;
+
+static void kernel_task(dt__device *d, int i, void *arg)
+{
+    const run_ctx *c = arg;
+    const dt__step *st = c->st;
+    const void *in[2] = {NULL, NULL};
+    for (int j = 0; j < st->nin; j++)
+        in[j] = c->bufs[st->in[j]][i];
+    d->backend->kernels[st->kernel][st->dtype](&st->args[i], in, c->bufs[st->out][i]);
+}
+
+static dt_status run_coll(const dt__step *st, void ***bufs)
+{
+    dt__coll c = {
+        .kind = st->coll,
+        .dtype = st->dtype,
+        .op = st->op,
+        .axes = st->axes,
+        .root = 0,
+        .algorithm = DT_ALGORITHM_AUTO,
+        .cause = st->cause,
+        .send = (const void *const *)bufs[st->in[0]],
+        .recv = bufs[st->out],
+        .count = st->count,
+        .counts = (const int64_t *const *)st->counts,
+    };
+    return dt__collective(st->mesh, &c);
+}
+
+void dt__program_seal(dt__program *p)
+{
+    for (int i = 0; i < p->nslots; i++) {
+        p->slots[i].first = p->nsteps;
+        p->slots[i].last = -1;
+    }
+    for (int i = 0; i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        int touched[3] = {st->out, st->nin > 0 ? st->in[0] : -1, st->nin > 1 ? st->in[1] : -1};
+        for (int t = 0; t < 3; t++) {
+            if (touched[t] < 0)
+                continue;
+            dt__slot *sl = &p->slots[touched[t]];
+            if (i < sl->first)
+                sl->first = i;
+            if (i > sl->last)
+                sl->last = i;
+        }
+    }
+}
+
+static dt_status alloc_slot(const dt__slot *sl, void ***buf)
+{
+    int nl = sl->mesh->num_local;
+    *buf = calloc((size_t)nl + 1, sizeof **buf);
+    if (!*buf)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
+    for (int d = 0; d < nl; d++)
+        DT_TRY(dt__device_alloc(devs[d], sl->bytes[d], &(*buf)[d]));
+    return DT_OK;
+}
+
+static void free_slot(const dt__slot *sl, void ***buf)
+{
+    if (!*buf)
+        return;
+    dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
+    for (int d = 0; d < sl->mesh->num_local; d++)
+        dt__device_free(devs[d], (*buf)[d], sl->bytes[d]);
+    free(*buf);
+    *buf = NULL;
+}
+
+dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[])
+{
+    for (int o = 0; o < p->noutputs; o++)
+        out[o] = NULL;
+    dt_status s = DT_OK;
+    void ***bufs = calloc((size_t)p->nslots + 1, sizeof *bufs);
+    if (!bufs)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    /* Results are allocated first, and clients agree on that before any collective.
+     * Temporaries live from the step that first writes them to the step that last reads
+     * them, so a relayout chain never holds every intermediate at once. */
+    for (int o = 0; s == DT_OK && o < p->noutputs; o++) {
+        const dt__dist *x = &p->out[o];
+        s = dt__tensor_alloc(&x->layout, x->dtype, x->rank, x->shape, &out[o]);
+    }
+    for (int i = 0; s == DT_OK && i < p->nslots; i++) {
+        const dt__slot *sl = &p->slots[i];
+        if (sl->input >= 0)
+            bufs[i] = in[sl->input]->data;
+        else if (sl->output >= 0)
+            bufs[i] = out[sl->output]->data;
+    }
+    const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
+    if (m0 && m0->comm != MPI_COMM_NULL)
+        s = dt__agree(m0->comm, s);
+    for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        const dt__slot *so = &p->slots[st->out];
+        if (!bufs[st->out] && so->input < 0 && so->output < 0)
+            s = alloc_slot(so, &bufs[st->out]);
+        if (s != DT_OK)
+            break;
+        if (st->kind == DT__STEP_KERNEL) {
+            run_ctx c = {.st = st, .bufs = bufs};
+            dt__device *const *devs = dt__mesh_local_devices(st->mesh);
+            int nl = st->mesh->num_local;
+            /* Small kernels on host-accessible devices run on the caller: waking the workers
+             * costs more than the work (eager dispatch on tiny tensors). */
+            if (nl > 1 && devs[0]->backend->host_accessible && st->work < DT__INLINE_WORK)
+                for (int d = 0; d < nl; d++)
+                    kernel_task(devs[d], d, &c);
+            else
+                dt__devices_run(devs, nl, kernel_task, &c);
+        } else {
+            s = run_coll(st, bufs);
+        }
+        int touched[3] = {st->out, st->nin > 0 ? st->in[0] : -1, st->nin > 1 ? st->in[1] : -1};
+        for (int t = 0; t < 3; t++) {
+            int k = touched[t];
+            if (k < 0 || p->slots[k].input >= 0 || p->slots[k].output >= 0 || p->slots[k].last != i)
+                continue;
+            free_slot(&p->slots[k], &bufs[k]);
+        }
+    }
+    for (int i = 0; i < p->nslots; i++)
+        if (p->slots[i].input < 0 && p->slots[i].output < 0)
+            free_slot(&p->slots[i], &bufs[i]);
+    free(bufs);
+    if (s != DT_OK)
+        for (int o = 0; o < p->noutputs; o++) {
+            dt_tensor_free(out[o]);
+            out[o] = NULL;
+        }
+    return s;
+}
+
+/* ---- printer ------------------------------------------------------------------------------ */
+
+void dt__program_totals(const dt__program *p, double *mults, int *colls, double *bytes)
+{
+    double mu = 0, by = 0;
+    int co = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        mu += p->steps[i].mults_total;
+        if (p->steps[i].kind == DT__STEP_COLL) {
+            co++;
+            by += p->steps[i].bytes_max;
+        }
+    }
+    if (mults)
+        *mults = mu;
+    if (colls)
+        *colls = co;
+    if (bytes)
+        *bytes = by;
+}
+
+static void dist_text(char *buf, size_t size, const dt__dist *x)
+{
+    char sb[DT__SHAPE_STR_MAX], lb[DT_STRING_MAX];
+    snprintf(buf, size, "%s%s \"%s\"", dt_dtype_name(x->dtype),
+             dt__shape_str(sb, sizeof sb, x->rank, x->shape),
+             dt__layout_str(&x->layout, lb, sizeof lb));
+}
+
+dt_status dt__program_print(const dt__program *p, FILE *f)
+{
+    char mb[DT_STRING_MAX], xb[DT_STRING_MAX + 64];
+    const dt_mesh *m = p->noutputs ? p->out[0].layout.mesh : NULL;
+    if (m)
+        dt_mesh_format(m, mb, sizeof mb);
+    else
+        snprintf(mb, sizeof mb, "<no mesh>");
+    fprintf(f, "program %s on %s: %d steps\n", p->title, mb, p->nsteps);
+    for (int i = 0; i < p->ninputs; i++) {
+        dist_text(xb, sizeof xb, &p->in[i]);
+        fprintf(f, "  input %d: %s\n", i, xb);
+    }
+    double mults_max = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        fprintf(f, "  %2d. %-10s %s  (%s)\n", i + 1,
+                st->kind == DT__STEP_KERNEL ? "kernel" : "collective", st->text, st->cause);
+        mults_max += st->mults_max;
+    }
+    for (int i = 0; i < p->noutputs; i++) {
+        dist_text(xb, sizeof xb, &p->out[i]);
+        fprintf(f, "  output %d: %s\n", i, xb);
+    }
+    double mults, bytes;
+    int colls;
+    dt__program_totals(p, &mults, &colls, &bytes);
+    int ndev = m ? m->size : 0;
+    fprintf(f,
+            "  total: %.0f multiplies on %d devices (at most %.0f per device); %d collective%s, "
+            "at most %.0f bytes sent per device\n",
+            mults, ndev, mults_max, colls, colls == 1 ? "" : "s", bytes);
+    return DT_OK;
+}

@@ -1,0 +1,767 @@
+/* Differential test core shared by tests/unit/test_spmd_diff.c (one client, N local devices)
+ * and tests/mpi/spmd_diff.c (several clients): every op under every layout of its operands
+ * (each assignment of mesh axes to tensor axes, unsharded, and partial sums), even and
+ * uneven shapes, f32 and f64, against naive host loops and, for random numbers, the Random123
+ * reference Philox. Exact for fill, random, elementwise, relayout, slicing; within 1e-5
+ * relative for reductions and matmul.
+ *
+ * The includer defines DIFF_REPORT(ok, ...) which records one verdict (every client calls it
+ * the same number of times, in the same order). */
+#ifndef DT_TEST_DIFF_CORE_H
+#define DT_TEST_DIFF_CORE_H
+
+#include "dt.h"
+
+#include <Random123/philox.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYOUTS 96
+
+/* Every layout of a rank-`rank` tensor on m: each injective assignment of mesh axes to tensor
+ * axes (or none), and with `partial`, the same with a partial sum over the first mesh axis
+ * left free. */
+static int all_layouts(const dt_mesh *m, int rank, bool partial, dt_layout out[])
+{
+    int n = 0, na = dt_mesh_num_axes(m);
+    int choice[DT_MAX_RANK] = {0}; /* 0 = unsharded, a+1 = mesh axis a */
+    for (;;) {
+        unsigned used = 0;
+        bool ok = true;
+        for (int i = 0; i < rank && ok; i++)
+            if (choice[i]) {
+                ok = !(used & (1u << (choice[i] - 1)));
+                used |= 1u << (choice[i] - 1);
+            }
+        if (ok && n < MAX_LAYOUTS) {
+            dt_layout l = {.mesh = m, .rank = rank, .partial = 0, .partial_op = DT_REDUCE_SUM};
+            for (int i = 0; i < DT_MAX_RANK; i++)
+                l.axes[i] = i < rank ? choice[i] - 1 : DT_UNSHARDED;
+            out[n++] = l;
+            if (partial && n < MAX_LAYOUTS)
+                for (int a = 0; a < na; a++)
+                    if (!(used & (1u << a)) && m->sizes[a] > 1) {
+                        l.partial = 1u << a;
+                        out[n++] = l;
+                        break;
+                    }
+        }
+        int i = rank - 1;
+        while (i >= 0 && ++choice[i] > na)
+            choice[i--] = 0;
+        if (i < 0)
+            break;
+    }
+    return n;
+}
+
+/* Test values: small multiples of 1/2 so sums and products are exact in f32. */
+static double value_at(int64_t i, int salt)
+{
+    return (double)((i * 7 + salt * 3) % 11 - 5) * 0.5;
+}
+
+static void fill_host(dt_dtype dt, void *buf, int64_t n, int salt)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double v = value_at(i, salt);
+        if (dt == DT_DTYPE_F32)
+            ((float *)buf)[i] = (float)v;
+        else
+            ((double *)buf)[i] = v;
+    }
+}
+
+static double get(dt_dtype dt, const void *buf, int64_t i)
+{
+    return dt == DT_DTYPE_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+}
+
+/* A tensor holding the global `host` in layout l; for a partial layout, the terms over the
+ * partial axis are: member 0 holds v - (g-1), the others 1 (exact sums). */
+static dt_tensor *make_tensor(const dt_layout *l, dt_dtype dt, int rank, const int64_t shape[],
+                              const void *host)
+{
+    dt_tensor *t = NULL;
+    if (!l->partial) {
+        size_t bytes = (size_t)dt__num_elements(rank, shape) * dt_dtype_size(dt);
+        if (dt_tensor_from_host(l, dt, rank, shape, host, bytes, &t) != DT_OK)
+            return NULL;
+        return t;
+    }
+    const dt_mesh *m = l->mesh;
+    int nl = dt_mesh_num_local_devices(m), pa = __builtin_ctz(l->partial);
+    int g = m->sizes[pa];
+    void *comps[64];
+    int64_t shapes[64][DT_MAX_RANK];
+    const int64_t *sp[64];
+    size_t es = dt_dtype_size(dt);
+    for (int i = 0; i < nl; i++) {
+        int dev = dt_mesh_local_device_id(m, i);
+        int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], zero[DT_MAX_RANK] = {0};
+        dt_layout_local_shape(l, shape, dev, local, off);
+        int64_t n = dt__num_elements(rank, local);
+        comps[i] = malloc((size_t)n * es + 8);
+        dt__copy_block(comps[i], local, zero, host, shape, off, local, rank, es);
+        int c = dev / m->strides[pa] % g;
+        for (int64_t k = 0; k < n; k++) {
+            double v = get(dt, comps[i], k);
+            double term = c == 0 ? v - (g - 1) : 1.0;
+            if (dt == DT_DTYPE_F32)
+                ((float *)comps[i])[k] = (float)term;
+            else
+                ((double *)comps[i])[k] = term;
+        }
+        memcpy(shapes[i], local, sizeof local);
+        sp[i] = shapes[i];
+    }
+    dt_status s = dt_tensor_pack(l, dt, rank, shape, nl, (const void *const *)comps, sp, &t);
+    for (int i = 0; i < nl; i++)
+        free(comps[i]);
+    return s == DT_OK ? t : NULL;
+}
+
+/* Read t and compare with the reference (exact when tol == 0; relative otherwise). */
+static bool matches(const dt_tensor *t, dt_dtype dt, const double *ref, int64_t n, double tol)
+{
+    if (!t)
+        return false;
+    size_t bytes = (size_t)n * dt_dtype_size(dt);
+    void *buf = malloc(bytes + 8);
+    bool ok = dt_tensor_read(t, buf, bytes) == DT_OK;
+    for (int64_t i = 0; ok && i < n; i++) {
+        double g = get(dt, buf, i), r = ref[i];
+        if (isnan(r) && isnan(g))
+            continue;
+        if (tol == 0) {
+            /* exact in the tensor's dtype */
+            ok = dt == DT_DTYPE_F32 ? (float)g == (float)r : g == r;
+        } else {
+            ok = fabs(g - r) <= tol * fmax(1.0, fabs(r));
+        }
+    }
+    free(buf);
+    return ok;
+}
+
+static void layout_text(const dt_layout *l, char *buf, size_t size)
+{
+    if (dt_layout_to_string(l, buf, size) != DT_OK)
+        snprintf(buf, size, "?");
+}
+
+/* ---- references ------------------------------------------------------------------------- */
+
+static double ref_unary(int op, dt_dtype dt, double x)
+{
+    double r;
+    switch ((dt_unary_op)op) {
+    case DT_UNARY_NEG:
+        r = -x;
+        break;
+    case DT_UNARY_ABS:
+        r = fabs(x);
+        break;
+    case DT_UNARY_EXP:
+        r = exp(x);
+        break;
+    case DT_UNARY_LOG:
+        r = log(x);
+        break;
+    case DT_UNARY_SQRT:
+        r = sqrt(x);
+        break;
+    case DT_UNARY_RELU:
+        r = x > 0 ? x : 0;
+        break;
+    case DT_UNARY_TANH:
+        r = tanh(x);
+        break;
+    case DT_UNARY_SIGMOID:
+        r = 1.0 / (1.0 + exp(-x));
+        break;
+    case DT_UNARY_SQUARE:
+        r = x * x;
+        break;
+    case DT_UNARY_SIN:
+        r = sin(x);
+        break;
+    default:
+        r = cos(x);
+        break;
+    }
+    return dt == DT_DTYPE_F32 ? (double)(float)r : r;
+}
+
+static double ref_binary(int op, dt_dtype dt, double a, double b)
+{
+    double r;
+    bool f = dt == DT_DTYPE_F32;
+    switch ((dt_binary_op)op) {
+    case DT_BINARY_ADD:
+        r = f ? (double)((float)a + (float)b) : a + b;
+        break;
+    case DT_BINARY_SUB:
+        r = f ? (double)((float)a - (float)b) : a - b;
+        break;
+    case DT_BINARY_MUL:
+        r = f ? (double)((float)a * (float)b) : a * b;
+        break;
+    case DT_BINARY_DIV:
+        r = f ? (double)((float)a / (float)b) : a / b;
+        break;
+    case DT_BINARY_MAX:
+        r = a > b ? a : b;
+        break;
+    case DT_BINARY_MIN:
+        r = a < b ? a : b;
+        break;
+    case DT_BINARY_POW:
+        r = pow(a, b);
+        break;
+    case DT_BINARY_EQ:
+        r = a == b;
+        break;
+    case DT_BINARY_NE:
+        r = a != b;
+        break;
+    case DT_BINARY_LT:
+        r = a < b;
+        break;
+    case DT_BINARY_LE:
+        r = a <= b;
+        break;
+    case DT_BINARY_GT:
+        r = a > b;
+        break;
+    default:
+        r = a >= b;
+        break;
+    }
+    return f ? (double)(float)r : r;
+}
+
+/* Random123 reference of element e (same stream definition as the library's, written from
+ * the Random123 API: counter (block, key), key = seed). */
+static double ref_random(bool normal, bool f64, uint64_t seed, uint64_t key, uint64_t e)
+{
+    philox4x32_key_t k = {{(uint32_t)seed, (uint32_t)(seed >> 32)}};
+    uint64_t block = !normal ? (f64 ? e / 2 : e / 4) : (f64 ? e : e / 2);
+    philox4x32_ctr_t c = {
+        {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)key, (uint32_t)(key >> 32)}};
+    philox4x32_ctr_t r = philox4x32(c, k);
+    uint32_t *w = r.v;
+    double u, a, b;
+    if (!normal) {
+        if (!f64)
+            u = (double)(w[e % 4] >> 8) / 16777216.0;
+        else
+            u = (double)(((uint64_t)w[2 * (e % 2)] << 21) ^ (w[2 * (e % 2) + 1] >> 11)) /
+                9007199254740992.0;
+        return u;
+    }
+    if (!f64) {
+        a = (double)(w[2 * (e % 2)] >> 8) / 16777216.0;
+        b = (double)(w[2 * (e % 2) + 1] >> 8) / 16777216.0;
+    } else {
+        a = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) / 9007199254740992.0;
+        b = (double)(((uint64_t)w[2] << 21) ^ (w[3] >> 11)) / 9007199254740992.0;
+    }
+    return sqrt(-2.0 * log(1.0 - a)) * cos(2.0 * M_PI * b);
+}
+
+/* ---- the suite --------------------------------------------------------------------------- */
+
+typedef struct diff_opts {
+    bool thorough; /* every pair of operand layouts; otherwise a deterministic subset */
+} diff_opts;
+
+/* Pairs (i, j) to run: all, or the diagonal plus a stride. */
+static bool pick(const diff_opts *o, int i, int j, int n)
+{
+    return o->thorough || i == j || (i * 7 + j * 3) % (n > 8 ? 5 : 2) == 0;
+}
+
+static const dt_dtype dtypes[2] = {DT_DTYPE_F32, DT_DTYPE_F64};
+
+static void diff_creation(const dt_mesh *m, const diff_opts *o)
+{
+    (void)o;
+    dt_layout ls[MAX_LAYOUTS];
+    const int64_t shapes[2][2] = {{6, 12}, {5, 7}};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            dt_dtype dt = dtypes[d];
+            int n = all_layouts(m, 2, true, ls);
+            int64_t ne = shapes[s][0] * shapes[s][1];
+            double *ref = malloc(sizeof(double) * (size_t)ne);
+            bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true;
+            for (int li = 0; li < n; li++) {
+                dt_op_options op = {.layout = &ls[li]};
+                dt_tensor *t = NULL;
+                for (int64_t i = 0; i < ne; i++)
+                    ref[i] = 2.5;
+                ok_fill = ok_fill && dt_fill(dt, 2, shapes[s], 2.5, &op, &t) == DT_OK &&
+                          matches(t, dt, ref, ne, 0);
+                dt_tensor_free(t);
+                t = NULL;
+                if (ls[li].partial)
+                    continue; /* random terms are not partial sums of anything */
+                for (int64_t i = 0; i < ne; i++)
+                    ref[i] = -1.0 + 3.0 * ref_random(false, d == 1, 42, 7, (uint64_t)i);
+                ok_u = ok_u &&
+                       dt_random_uniform(dt, 2, shapes[s], 42, 7, -1.0, 2.0, &op, &t) == DT_OK &&
+                       matches(t, dt, ref, ne, 0);
+                dt_tensor_free(t);
+                t = NULL;
+                for (int64_t i = 0; i < ne; i++)
+                    ref[i] = 0.5 + 2.0 * ref_random(true, d == 1, 43, 9, (uint64_t)i);
+                ok_n = ok_n &&
+                       dt_random_normal(dt, 2, shapes[s], 43, 9, 0.5, 2.0, &op, &t) == DT_OK &&
+                       matches(t, dt, ref, ne, 0);
+                dt_tensor_free(t);
+                t = NULL;
+                if (ls[li].axes[1] == DT_UNSHARDED) {
+                    dt_layout l1 = ls[li];
+                    l1.rank = 1;
+                    dt_op_options o1 = {.layout = &l1};
+                    for (int64_t i = 0; i < shapes[s][0]; i++)
+                        ref[i] = 3.0 - 0.5 * (double)i;
+                    ok_ar = ok_ar && dt_arange(dt, shapes[s][0], 3.0, -0.5, &o1, &t) == DT_OK &&
+                            matches(t, dt, ref, shapes[s][0], 0);
+                    dt_tensor_free(t);
+                }
+            }
+            DIFF_REPORT(ok_fill, "fill %s %s: %d layouts", dt_dtype_name(dt), s ? "uneven" : "even",
+                        n);
+            DIFF_REPORT(ok_u, "random_uniform %s %s: bitwise the Random123 stream in every layout",
+                        dt_dtype_name(dt), s ? "uneven" : "even");
+            DIFF_REPORT(ok_n, "random_normal %s %s: bitwise the Random123 stream in every layout",
+                        dt_dtype_name(dt), s ? "uneven" : "even");
+            DIFF_REPORT(ok_ar, "arange %s %s", dt_dtype_name(dt), s ? "uneven" : "even");
+            free(ref);
+        }
+}
+
+static void diff_relayout(const dt_mesh *m, const diff_opts *o)
+{
+    dt_layout ls[MAX_LAYOUTS];
+    const int64_t shapes[2][2] = {{4, 12}, {5, 7}};
+    for (int s = 0; s < 2; s++) {
+        dt_dtype dt = dtypes[s];
+        int n = all_layouts(m, 2, true, ls);
+        int64_t ne = shapes[s][0] * shapes[s][1];
+        double *ref = malloc(sizeof(double) * (size_t)ne);
+        void *host = malloc((size_t)ne * 8);
+        fill_host(dt, host, ne, 1);
+        for (int64_t i = 0; i < ne; i++)
+            ref[i] = get(dt, host, i);
+        bool ok = true;
+        char bad[256] = "";
+        for (int i = 0; i < n; i++) {
+            dt_tensor *x = make_tensor(&ls[i], dt, 2, shapes[s], host);
+            for (int j = 0; j < n; j++) {
+                if (!pick(o, i, j, n))
+                    continue;
+                dt_tensor *y = NULL;
+                bool one = x && dt_relayout(x, &ls[j], NULL, &y) == DT_OK &&
+                           dt_layout_equal(dt_tensor_layout(y), &ls[j]) &&
+                           matches(y, dt, ref, ne, 0);
+                if (!one && ok) {
+                    char a[64], b[64];
+                    layout_text(&ls[i], a, sizeof a);
+                    layout_text(&ls[j], b, sizeof b);
+                    snprintf(bad, sizeof bad, " (first failure \"%s\" -> \"%s\": %s)", a, b,
+                             dt_last_error());
+                }
+                ok = ok && one;
+                dt_tensor_free(y);
+            }
+            dt_tensor_free(x);
+        }
+        DIFF_REPORT(ok, "relayout %s %s: every pair of %d layouts%s", dt_dtype_name(dt),
+                    s ? "uneven" : "even", n, bad);
+        free(ref);
+        free(host);
+    }
+}
+
+static void ref_matmul(const double *a, const double *b, double *c, int64_t M, int64_t K, int64_t N,
+                       bool ta, bool tb)
+{
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t q = 0; q < K; q++)
+                s += (ta ? a[q * M + i] : a[i * K + q]) * (tb ? b[j * K + q] : b[q * N + j]);
+            c[i * N + j] = s;
+        }
+}
+
+static void diff_matmul(const dt_mesh *m, const diff_opts *o)
+{
+    dt_layout ls[MAX_LAYOUTS];
+    /* {M, K, N}: even and uneven */
+    const int64_t dims[2][3] = {{4, 12, 6}, {5, 7, 3}};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            dt_dtype dt = dtypes[d];
+            int64_t M = dims[s][0], K = dims[s][1], N = dims[s][2];
+            for (int tr = 0; tr < 2; tr++) {
+                bool ta = tr == 1, tb = tr == 1;
+                int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {tb ? N : K, tb ? K : N};
+                void *ha = malloc((size_t)(M * K) * 8), *hb = malloc((size_t)(K * N) * 8);
+                double *ra = malloc(sizeof(double) * (size_t)(M * K)),
+                       *rb = malloc(sizeof(double) * (size_t)(K * N)),
+                       *rc = malloc(sizeof(double) * (size_t)(M * N));
+                fill_host(dt, ha, M * K, 2);
+                fill_host(dt, hb, K * N, 3);
+                for (int64_t i = 0; i < M * K; i++)
+                    ra[i] = get(dt, ha, i);
+                for (int64_t i = 0; i < K * N; i++)
+                    rb[i] = get(dt, hb, i);
+                ref_matmul(ra, rb, rc, M, K, N, ta, tb);
+                int n = all_layouts(m, 2, true, ls);
+                bool ok = true;
+                char bad[256] = "";
+                dt_op_options op = {.transpose_a = ta, .transpose_b = tb};
+                for (int i = 0; i < n; i++) {
+                    dt_tensor *a = make_tensor(&ls[i], dt, 2, sa, ha);
+                    for (int j = 0; j < n; j++) {
+                        if (!pick(o, i, j, n) || (tr && (i + j) % 3))
+                            continue;
+                        dt_tensor *b = make_tensor(&ls[j], dt, 2, sb, hb), *c = NULL;
+                        bool one = a && b && dt_matmul(a, b, &op, &c) == DT_OK &&
+                                   matches(c, dt, rc, M * N, 1e-5);
+                        if (!one && ok) {
+                            char x[64], y[64];
+                            layout_text(&ls[i], x, sizeof x);
+                            layout_text(&ls[j], y, sizeof y);
+                            snprintf(bad, sizeof bad, " (first failure a \"%s\" b \"%s\": %s)", x,
+                                     y, dt_last_error());
+                        }
+                        ok = ok && one;
+                        dt_tensor_free(b);
+                        dt_tensor_free(c);
+                    }
+                    dt_tensor_free(a);
+                }
+                /* every requested output layout, from a fixed pair of operands */
+                dt_tensor *a = make_tensor(&ls[n > 1 ? 1 : 0], dt, 2, sa, ha);
+                dt_tensor *b = make_tensor(&ls[n - 1], dt, 2, sb, hb);
+                for (int k = 0; k < n; k++) {
+                    dt_op_options oo = op;
+                    oo.layout = &ls[k];
+                    dt_tensor *c = NULL;
+                    bool one = a && b && dt_matmul(a, b, &oo, &c) == DT_OK &&
+                               dt_layout_equal(dt_tensor_layout(c), &ls[k]) &&
+                               matches(c, dt, rc, M * N, 1e-5);
+                    if (!one && ok) {
+                        char x[64];
+                        layout_text(&ls[k], x, sizeof x);
+                        snprintf(bad, sizeof bad, " (first failure: requested \"%s\": %s)", x,
+                                 dt_last_error());
+                    }
+                    ok = ok && one;
+                    dt_tensor_free(c);
+                }
+                dt_tensor_free(a);
+                dt_tensor_free(b);
+                DIFF_REPORT(ok, "matmul %s %s%s: layouts of a, b and the result%s",
+                            dt_dtype_name(dt), s ? "uneven" : "even", ta ? " transposed" : "", bad);
+                free(ha);
+                free(hb);
+                free(ra);
+                free(rb);
+                free(rc);
+            }
+        }
+}
+
+static void diff_batch_matmul(const dt_mesh *m, const diff_opts *o)
+{
+    (void)o;
+    dt_layout l3[MAX_LAYOUTS], l2[MAX_LAYOUTS];
+    const int64_t B = 3, M = 5, K = 4, N = 3;
+    dt_dtype dt = DT_DTYPE_F64;
+    int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, sb2[2] = {K, N};
+    double ha[60], hb[36], hc[45];
+    fill_host(dt, ha, B * M * K, 4);
+    fill_host(dt, hb, B * K * N, 5);
+    int n3 = all_layouts(m, 3, false, l3), n2 = all_layouts(m, 2, false, l2);
+    bool ok = true;
+    for (int shared = 0; shared < 2; shared++) {
+        for (int b = 0; b < B; b++)
+            ref_matmul(ha + b * M * K, hb + (shared ? 0 : b * K * N), hc + b * M * N, M, K, N,
+                       false, false);
+        for (int i = 0; i < n3; i++) {
+            dt_tensor *a = make_tensor(&l3[i], dt, 3, sa, ha);
+            int nb = shared ? n2 : n3;
+            for (int j = 0; j < nb; j += 3) {
+                dt_tensor *bt = shared ? make_tensor(&l2[j], dt, 2, sb2, hb)
+                                       : make_tensor(&l3[j], dt, 3, sb, hb);
+                dt_tensor *c = NULL;
+                ok = ok && a && bt && dt_matmul(a, bt, NULL, &c) == DT_OK &&
+                     matches(c, dt, hc, B * M * N, 1e-5);
+                dt_tensor_free(bt);
+                dt_tensor_free(c);
+            }
+            dt_tensor_free(a);
+        }
+    }
+    DIFF_REPORT(ok, "batch matmul f64 (batched and shared b), uneven: %d layouts of a", n3);
+}
+
+static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
+{
+    dt_layout ls[MAX_LAYOUTS], l1[MAX_LAYOUTS];
+    const int64_t shapes[2][2] = {{4, 6}, {5, 3}};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            dt_dtype dt = dtypes[d];
+            const int64_t *sh = shapes[s];
+            int64_t ne = sh[0] * sh[1];
+            void *ha = malloc((size_t)ne * 8), *hb = malloc((size_t)ne * 8);
+            fill_host(dt, ha, ne, 6);
+            fill_host(dt, hb, ne, 8);
+            double *ref = malloc(sizeof(double) * (size_t)ne);
+            int n = all_layouts(m, 2, true, ls), n1 = all_layouts(m, 1, true, l1);
+            /* unary: every op, every layout */
+            bool ok_u = true;
+            for (int i = 0; i < n; i++) {
+                dt_tensor *x = make_tensor(&ls[i], dt, 2, sh, ha);
+                for (int op = 0; op < DT_UNARY_COUNT; op++) {
+                    for (int64_t k = 0; k < ne; k++)
+                        ref[k] = ref_unary(op, dt, get(dt, ha, k));
+                    dt_tensor *y = NULL;
+                    ok_u = ok_u && x && dt_unary((dt_unary_op)op, x, NULL, &y) == DT_OK &&
+                           matches(y, dt, ref, ne, 0);
+                    dt_tensor_free(y);
+                }
+                dt_tensor_free(x);
+            }
+            DIFF_REPORT(ok_u, "unary (%d ops) %s %s: %d layouts", DT_UNARY_COUNT, dt_dtype_name(dt),
+                        s ? "uneven" : "even", n);
+            /* binary: add, mul, max on every pair of layouts; every op on a subset */
+            bool ok_b = true;
+            char bad[256] = "";
+            for (int i = 0; i < n; i++) {
+                dt_tensor *a = make_tensor(&ls[i], dt, 2, sh, ha);
+                for (int j = 0; j < n; j++) {
+                    if (!pick(o, i, j, n))
+                        continue;
+                    dt_tensor *b = make_tensor(&ls[j], dt, 2, sh, hb);
+                    for (int op = 0; op < DT_BINARY_COUNT; op++) {
+                        if (op > DT_BINARY_MAX && (i + j + op) % 4)
+                            continue;
+                        for (int64_t k = 0; k < ne; k++)
+                            ref[k] = ref_binary(op, dt, get(dt, ha, k), get(dt, hb, k));
+                        dt_tensor *c = NULL;
+                        bool one = a && b && dt_binary((dt_binary_op)op, a, b, NULL, &c) == DT_OK &&
+                                   matches(c, dt, ref, ne, 0);
+                        if (!one && ok_b) {
+                            char x[64], y[64];
+                            layout_text(&ls[i], x, sizeof x);
+                            layout_text(&ls[j], y, sizeof y);
+                            snprintf(bad, sizeof bad, " (first failure %s \"%s\" \"%s\": %s)",
+                                     dt_binary_op_name((dt_binary_op)op), x, y, dt_last_error());
+                        }
+                        ok_b = ok_b && one;
+                        dt_tensor_free(c);
+                    }
+                    dt_tensor_free(b);
+                }
+                /* broadcasting: a (M, N) with b of shape (N) */
+                for (int j = 0; j < n1; j++) {
+                    int64_t sb1[1] = {sh[1]};
+                    dt_tensor *b = make_tensor(&l1[j], dt, 1, sb1, hb), *c = NULL;
+                    for (int64_t k = 0; k < ne; k++)
+                        ref[k] =
+                            ref_binary(DT_BINARY_SUB, dt, get(dt, ha, k), get(dt, hb, k % sh[1]));
+                    bool one = a && b && dt_binary(DT_BINARY_SUB, a, b, NULL, &c) == DT_OK &&
+                               matches(c, dt, ref, ne, 0);
+                    if (!one && ok_b)
+                        snprintf(bad, sizeof bad, " (broadcast failure: %s)", dt_last_error());
+                    ok_b = ok_b && one;
+                    dt_tensor_free(b);
+                    dt_tensor_free(c);
+                }
+                dt_tensor_free(a);
+            }
+            DIFF_REPORT(ok_b, "binary %s %s: pairs of %d layouts, broadcasting%s",
+                        dt_dtype_name(dt), s ? "uneven" : "even", n, bad);
+            free(ha);
+            free(hb);
+            free(ref);
+        }
+}
+
+static void diff_reduce(const dt_mesh *m, const diff_opts *o)
+{
+    (void)o;
+    dt_layout ls[MAX_LAYOUTS];
+    const int64_t shapes[2][3] = {{4, 6, 2}, {5, 3, 3}};
+    const int ops[4] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            dt_dtype dt = dtypes[d];
+            const int64_t *sh = shapes[s];
+            int64_t ne = sh[0] * sh[1] * sh[2];
+            void *hx = malloc((size_t)ne * 8);
+            fill_host(dt, hx, ne, 9);
+            double ref[128];
+            int n = all_layouts(m, 3, true, ls);
+            bool ok = true;
+            char bad[256] = "";
+            for (int i = 0; i < n; i++) {
+                dt_tensor *x = make_tensor(&ls[i], dt, 3, sh, hx);
+                for (unsigned mask = 1; mask < 8; mask++)
+                    for (int q = 0; q < 4; q++) {
+                        if ((mask + (unsigned)q + (unsigned)i) % 2 && mask != 7)
+                            continue;
+                        int axes[3], na = 0;
+                        for (int a = 0; a < 3; a++)
+                            if (mask & (1u << a))
+                                axes[na++] = a;
+                        /* reference: keepdims layout of the output */
+                        int64_t os[3], cnt = 1;
+                        for (int a = 0; a < 3; a++) {
+                            os[a] = (mask & (1u << a)) ? 1 : sh[a];
+                            cnt *= (mask & (1u << a)) ? sh[a] : 1;
+                        }
+                        int64_t no = os[0] * os[1] * os[2];
+                        for (int64_t k = 0; k < no; k++)
+                            ref[k] = ops[q] == DT_REDUCE_MAX   ? -INFINITY
+                                     : ops[q] == DT_REDUCE_MIN ? INFINITY
+                                                               : 0;
+                        for (int64_t i0 = 0; i0 < sh[0]; i0++)
+                            for (int64_t i1 = 0; i1 < sh[1]; i1++)
+                                for (int64_t i2 = 0; i2 < sh[2]; i2++) {
+                                    int64_t ii[3] = {i0, i1, i2}, k = 0;
+                                    for (int a = 0; a < 3; a++)
+                                        k = k * os[a] + ((mask & (1u << a)) ? 0 : ii[a]);
+                                    double v = get(dt, hx, (i0 * sh[1] + i1) * sh[2] + i2);
+                                    if (ops[q] == DT_REDUCE_MAX)
+                                        ref[k] = fmax(ref[k], v);
+                                    else if (ops[q] == DT_REDUCE_MIN)
+                                        ref[k] = fmin(ref[k], v);
+                                    else
+                                        ref[k] += v;
+                                }
+                        if (ops[q] == DT_REDUCE_MEAN)
+                            for (int64_t k = 0; k < no; k++)
+                                ref[k] /= (double)cnt;
+                        for (int keep = 0; keep < 2; keep++) {
+                            dt_tensor *y = NULL;
+                            bool one = x &&
+                                       dt_reduce((dt_reduce_op)ops[q], x, na, axes, keep, NULL,
+                                                 &y) == DT_OK &&
+                                       dt_tensor_rank(y) == (keep ? 3 : 3 - na) &&
+                                       matches(y, dt, ref, no, 1e-5);
+                            if (!one && ok) {
+                                char lx[64];
+                                layout_text(&ls[i], lx, sizeof lx);
+                                snprintf(bad, sizeof bad,
+                                         " (first failure %s mask %u keepdims %d \"%s\": %s)",
+                                         dt_reduce_op_name((dt_reduce_op)ops[q]), mask, keep, lx,
+                                         dt_last_error());
+                            }
+                            ok = ok && one;
+                            dt_tensor_free(y);
+                        }
+                    }
+                dt_tensor_free(x);
+            }
+            DIFF_REPORT(ok, "reduce sum/mean/max/min %s %s: %d layouts%s", dt_dtype_name(dt),
+                        s ? "uneven" : "even", n, bad);
+            free(hx);
+        }
+}
+
+static void diff_shape_ops(const dt_mesh *m, const diff_opts *o)
+{
+    (void)o;
+    dt_layout ls[MAX_LAYOUTS];
+    dt_dtype dt = DT_DTYPE_F32;
+    const int64_t sh[2] = {5, 6};
+    float hx[30], hy[30];
+    double ref[64];
+    fill_host(dt, hx, 30, 10);
+    fill_host(dt, hy, 30, 11);
+    int n = all_layouts(m, 2, true, ls);
+    bool ok_t = true, ok_s = true, ok_c = true, ok_r = true;
+    char bad[256] = "";
+    for (int i = 0; i < n; i++) {
+        dt_tensor *x = make_tensor(&ls[i], dt, 2, sh, hx), *y = NULL;
+        /* transpose */
+        const int perm[2] = {1, 0};
+        for (int64_t r = 0; r < 6; r++)
+            for (int64_t c = 0; c < 5; c++)
+                ref[r * 5 + c] = hx[c * 6 + r];
+        ok_t = ok_t && x && dt_transpose(x, perm, NULL, &y) == DT_OK && matches(y, dt, ref, 30, 0);
+        dt_tensor_free(y);
+        y = NULL;
+        /* slice rows 1..4, columns 2..5 */
+        const int64_t begin[2] = {1, 2}, size[2] = {3, 3};
+        for (int64_t r = 0; r < 3; r++)
+            for (int64_t c = 0; c < 3; c++)
+                ref[r * 3 + c] = hx[(r + 1) * 6 + c + 2];
+        ok_s =
+            ok_s && x && dt_slice(x, begin, size, NULL, &y) == DT_OK && matches(y, dt, ref, 9, 0);
+        dt_tensor_free(y);
+        y = NULL;
+        /* concat with itself and another layout's tensor, on both axes */
+        for (int axis = 0; axis < 2; axis++) {
+            dt_tensor *z = make_tensor(&ls[(i * 5 + axis) % n], dt, 2, sh, hy);
+            const dt_tensor *xs[2] = {x, z};
+            for (int64_t r = 0; r < (axis ? 5 : 10); r++)
+                for (int64_t c = 0; c < (axis ? 12 : 6); c++) {
+                    int64_t w = axis ? 12 : 6;
+                    bool first = axis ? c < 6 : r < 5;
+                    ref[r * w + c] =
+                        first ? hx[r * 6 + c] : hy[(axis ? r : r - 5) * 6 + (axis ? c - 6 : c)];
+                }
+            bool one =
+                x && z && dt_concat(2, xs, axis, NULL, &y) == DT_OK && matches(y, dt, ref, 60, 0);
+            if (!one && ok_c) {
+                char lx[64];
+                layout_text(&ls[i], lx, sizeof lx);
+                snprintf(bad, sizeof bad, " (concat failure axis %d \"%s\": %s)", axis, lx,
+                         dt_last_error());
+            }
+            ok_c = ok_c && one;
+            dt_tensor_free(y);
+            dt_tensor_free(z);
+            y = NULL;
+        }
+        /* reshape [5,6] -> [5,2,3] (expressible whenever axis 1 is unsharded or 2 | shards) */
+        const int64_t rs[3] = {5, 2, 3};
+        for (int64_t k = 0; k < 30; k++)
+            ref[k] = hx[k];
+        dt_status st = x ? dt_reshape(x, 3, rs, NULL, &y) : DT_ERR_ARG;
+        bool expressible = ls[i].axes[1] == DT_UNSHARDED || 2 % m->sizes[ls[i].axes[1]] == 0;
+        ok_r = ok_r && (expressible ? st == DT_OK && matches(y, dt, ref, 30, 0)
+                                    : st == DT_ERR_LAYOUT && strstr(dt_last_error(), "axis 1"));
+        dt_tensor_free(y);
+        dt_tensor_free(x);
+    }
+    DIFF_REPORT(ok_t, "transpose f32 uneven: %d layouts", n);
+    DIFF_REPORT(ok_s, "slice f32 uneven: %d layouts", n);
+    DIFF_REPORT(ok_c, "concat f32 uneven: %d layouts%s", n, bad);
+    DIFF_REPORT(ok_r, "reshape f32: %d layouts (local, or DT_ERR_LAYOUT where inexpressible)", n);
+}
+
+static void diff_all(const dt_mesh *m, const diff_opts *o)
+{
+    diff_creation(m, o);
+    diff_relayout(m, o);
+    diff_matmul(m, o);
+    diff_batch_matmul(m, o);
+    diff_elementwise(m, o);
+    diff_reduce(m, o);
+    diff_shape_ops(m, o);
+}
+
+#endif /* DT_TEST_DIFF_CORE_H */

@@ -1,0 +1,402 @@
+/* The SPMD engine's contracts: Philox known answers, the DTensor guide's multiply counts and
+ * collectives, traced functions with backward propagation, variables, memory accounting, and
+ * clear errors. */
+#include <criterion/criterion.h>
+
+#include "dt.h"
+
+#include <Random123/philox.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dt_mesh *mesh;
+
+static void start(int devices, const char *spec)
+{
+    dt_init_options o = {.cpu_devices = devices};
+    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &mesh), DT_OK, "%s",
+                 dt_last_error());
+}
+
+static void stop(void)
+{
+    dt_mesh_free(mesh);
+    mesh = NULL;
+    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
+}
+
+static dt_layout L(const char *text)
+{
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(mesh, text, &l), DT_OK, "%s", dt_last_error());
+    return l;
+}
+
+static dt_tensor *T(const char *layout, int rank, const int64_t shape[], const float *v)
+{
+    dt_layout l = L(layout);
+    dt_tensor *t = NULL;
+    size_t n = (size_t)dt__num_elements(rank, shape);
+    cr_assert_eq(dt_tensor_from_host(&l, DT_DTYPE_F32, rank, shape, v, n * sizeof(float), &t),
+                 DT_OK, "%s", dt_last_error());
+    return t;
+}
+
+Test(philox, known_answers)
+{
+    /* Random123 known answers (BASELINE.md) */
+    const uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
+    uint32_t out[4];
+    dt__philox4x32_10(c0, k0, out);
+    cr_expect(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu &&
+              out[3] == 0x9b00dbd8u);
+    const uint32_t c1[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+                   k1[2] = {0xa4093822u, 0x299f31d0u};
+    dt__philox4x32_10(c1, k1, out);
+    cr_expect(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u &&
+              out[3] == 0x24126ea1u);
+    /* and against the Random123 header on a spread of counters and keys */
+    uint32_t x = 12345;
+    for (int i = 0; i < 1000; i++) {
+        uint32_t c[4], k[2];
+        for (int j = 0; j < 4; j++)
+            c[j] = x = x * 1664525u + 1013904223u;
+        k[0] = x = x * 1664525u + 1013904223u;
+        k[1] = x = x * 1664525u + 1013904223u;
+        philox4x32_ctr_t rc = {{c[0], c[1], c[2], c[3]}};
+        philox4x32_key_t rk = {{k[0], k[1]}};
+        philox4x32_ctr_t r = philox4x32(rc, rk);
+        dt__philox4x32_10(c, k, out);
+        cr_assert(memcmp(out, r.v, sizeof out) == 0, "counter %d differs", i);
+    }
+}
+
+/* The guide's example: 2x3 @ 3x2 on a 3x2 mesh, traced so the program can be inspected. */
+static void guide_case(const char *la, const char *lb, double mults, int colls, const char *must,
+                       const char *must_not)
+{
+    const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {6, 5, 4, 3, 2, 1};
+    const int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    dt_layout lay = L(la), lby = L(lb);
+    dt_function *f;
+    dt_tensor *xa, *xb, *xc;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &lay, DT_DTYPE_F32, 2, sa, &xa), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(dt_function_input(f, &lby, DT_DTYPE_F32, 2, sb, &xb), DT_OK);
+    cr_assert_eq(dt_matmul(xa, xb, NULL, &xc), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_function_end(f, 1, &xc), DT_OK, "%s", dt_last_error());
+    double m, bytes;
+    int c;
+    cr_assert_eq(dt_function_cost(f, &m, &c, &bytes), DT_OK);
+    cr_expect_eq(m, mults, "%s @ %s: %.0f multiplies, expected %.0f", la, lb, m, mults);
+    cr_expect_eq(c, colls, "%s @ %s: %d collectives, expected %d", la, lb, c, colls);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    cr_assert_eq(dt_function_print(f, mem), DT_OK);
+    fclose(mem);
+    char want[64];
+    snprintf(want, sizeof want, "total: %.0f multiplies on 6 devices", mults);
+    cr_expect(strstr(text, want), "program lacks \"%s\":\n%s", want, text);
+    if (must)
+        cr_expect(strstr(text, must), "program lacks \"%s\":\n%s", must, text);
+    if (must_not)
+        cr_expect(!strstr(text, must_not), "program has \"%s\":\n%s", must_not, text);
+    free(text);
+    /* run it twice on real operands */
+    dt_tensor *ta = T(la, 2, sa, a), *tb = T(lb, 2, sb, b);
+    const dt_tensor *ins[2] = {ta, tb};
+    for (int r = 0; r < 2; r++) {
+        dt_tensor *res;
+        cr_assert_eq(dt_function_run(f, 2, ins, 1, &res), DT_OK, "%s", dt_last_error());
+        float got[4];
+        cr_assert_eq(dt_tensor_read(res, got, sizeof got), DT_OK);
+        cr_expect(got[0] == 20 && got[1] == 14 && got[2] == 56 && got[3] == 41);
+        dt_tensor_free(res);
+    }
+    dt_tensor_free(ta);
+    dt_tensor_free(tb);
+    dt_tensor_free(xa);
+    dt_tensor_free(xb);
+    dt_tensor_free(xc);
+    dt_function_free(f);
+}
+
+Test(program, guide_multiply_counts)
+{
+    start(6, "x=3,y=2");
+    guide_case("unsharded,unsharded", "unsharded,unsharded", 72, 0, "12 multiplies per device",
+               "all_reduce");
+    guide_case("unsharded,x", "x,unsharded", 24, 1, "all_reduce sum over {x}", "all_gather");
+    guide_case("y,x", "x,unsharded", 12, 1, "all_reduce sum over {x}", "all_gather");
+    stop();
+}
+
+Test(program, eager_print_and_partial_result)
+{
+    start(6, "x=3,y=2");
+    const float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {6, 5, 4, 3, 2, 1};
+    const int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    dt_tensor *ta = T("unsharded,x", 2, sa, a), *tb = T("x,unsharded", 2, sb, b), *c;
+    /* a partial result requested through the public API: no collective at all */
+    dt_layout lp = L("unsharded,unsharded;partial_sum=x");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_op_options o = {.layout = &lp, .program = mem};
+    cr_assert_eq(dt_matmul(ta, tb, &o, &c), DT_OK, "%s", dt_last_error());
+    fclose(mem);
+    cr_expect(strstr(text, "0 collectives"), "%s", text);
+    cr_expect(dt_layout_equal(dt_tensor_layout(c), &lp));
+    float got[4];
+    cr_assert_eq(dt_tensor_read(c, got, sizeof got), DT_OK);
+    cr_expect(got[0] == 20 && got[1] == 14 && got[2] == 56 && got[3] == 41);
+    free(text);
+    /* requested sharded on x: reduce-scatter instead of all-reduce */
+    dt_tensor *c2;
+    dt_layout ls = L("unsharded,unsharded");
+    ls.axes[0] = 0; /* rows on x */
+    text = NULL;
+    mem = open_memstream(&text, &len);
+    o = (dt_op_options){.layout = &ls, .program = mem};
+    cr_assert_eq(dt_matmul(ta, tb, &o, &c2), DT_OK, "%s", dt_last_error());
+    fclose(mem);
+    cr_expect(strstr(text, "reduce_scatter sum over {x}") && !strstr(text, "all_reduce"), "%s",
+              text);
+    cr_assert_eq(dt_tensor_read(c2, got, sizeof got), DT_OK);
+    cr_expect(got[0] == 20 && got[1] == 14 && got[2] == 56 && got[3] == 41);
+    free(text);
+    dt_tensor_free(c);
+    dt_tensor_free(c2);
+    dt_tensor_free(ta);
+    dt_tensor_free(tb);
+    stop();
+}
+
+Test(function, backward_propagation_fuses_reduce_scatter)
+{
+    start(4, "x=4");
+    const int64_t sa[2] = {8, 8};
+    float a[64], b[64];
+    for (int i = 0; i < 64; i++) {
+        a[i] = (float)(i % 5);
+        b[i] = (float)(i % 3);
+    }
+    dt_layout la = L("unsharded,x"), lb = L("x,unsharded"), lr = L("x,unsharded");
+    dt_function *f;
+    dt_tensor *xa, *xb, *xc, *xd, *xe;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &la, DT_DTYPE_F32, 2, sa, &xa), DT_OK);
+    cr_assert_eq(dt_function_input(f, &lb, DT_DTYPE_F32, 2, sa, &xb), DT_OK);
+    cr_assert_eq(dt_matmul(xa, xb, NULL, &xc), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_unary(DT_UNARY_RELU, xc, NULL, &xd), DT_OK);
+    cr_assert_eq(dt_relayout(xd, &lr, NULL, &xe), DT_OK, "%s", dt_last_error());
+    /* a concrete tensor cannot be captured */
+    dt_tensor *conc = T("x,unsharded", 2, sa, a), *bad = NULL;
+    cr_expect_eq(dt_binary(DT_BINARY_ADD, xe, conc, NULL, &bad), DT_ERR_ARG);
+    cr_assert_eq(dt_function_end(f, 1, &xe), DT_OK, "%s", dt_last_error());
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_function_print(f, mem);
+    fclose(mem);
+    cr_expect(strstr(text, "reduce_scatter") && !strstr(text, "all_reduce") &&
+                  !strstr(text, "all_gather"),
+              "the relayout's request should reach the matmul:\n%s", text);
+    free(text);
+    dt_tensor *ta = T("unsharded,x", 2, sa, a), *tb = T("x,unsharded", 2, sa, b), *res;
+    const dt_tensor *ins[2] = {ta, tb};
+    cr_assert_eq(dt_function_run(f, 2, ins, 1, &res), DT_OK, "%s", dt_last_error());
+    float got[64];
+    cr_assert_eq(dt_tensor_read(res, got, sizeof got), DT_OK);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) {
+            float s = 0;
+            for (int k = 0; k < 8; k++)
+                s += a[i * 8 + k] * b[k * 8 + j];
+            cr_expect_eq(got[i * 8 + j], s > 0 ? s : 0);
+        }
+    cr_expect(dt_layout_equal(dt_tensor_layout(res), &lr));
+    /* a wrongly laid out input is refused before anything runs */
+    dt_tensor *wrong = T("x,unsharded", 2, sa, a), *r2 = NULL;
+    const dt_tensor *ins2[2] = {wrong, tb};
+    cr_expect_eq(dt_function_run(f, 2, ins2, 1, &r2), DT_ERR_ARG);
+    cr_expect(strstr(dt_last_error(), "\"unsharded,x\""), "%s", dt_last_error());
+    dt_tensor_free(wrong);
+    dt_tensor_free(res);
+    dt_tensor_free(ta);
+    dt_tensor_free(tb);
+    dt_tensor_free(conc);
+    dt_tensor_free(xa);
+    dt_tensor_free(xb);
+    dt_tensor_free(xc);
+    dt_tensor_free(xd);
+    dt_tensor_free(xe);
+    dt_function_free(f);
+    stop();
+}
+
+Test(variable, fixed_layout)
+{
+    start(2, "x=2");
+    const int64_t s[2] = {4, 3};
+    float ones[12], twos[12];
+    for (int i = 0; i < 12; i++) {
+        ones[i] = 1;
+        twos[i] = 2;
+    }
+    dt_tensor *init = T("x,unsharded", 2, s, ones), *rep = T("unsharded,unsharded", 2, s, twos);
+    dt_variable *v;
+    cr_assert_eq(dt_variable_create(init, &v), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(dt_variable_assign(v, rep), DT_ERR_LAYOUT);
+    cr_expect(strstr(dt_last_error(), "\"x,unsharded\"") &&
+                  strstr(dt_last_error(), "\"unsharded,unsharded\""),
+              "%s", dt_last_error());
+    cr_expect_eq(dt_variable_assign_add(v, rep), DT_ERR_LAYOUT);
+    dt_layout lv = L("x,unsharded");
+    dt_tensor *moved;
+    cr_assert_eq(dt_relayout(rep, &lv, NULL, &moved), DT_OK);
+    cr_assert_eq(dt_variable_assign_add(v, moved), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_variable_assign_add(v, moved), DT_OK);
+    cr_assert_eq(dt_variable_assign_sub(v, init), DT_OK);
+    float got[12];
+    cr_assert_eq(dt_tensor_read(dt_variable_value(v), got, sizeof got), DT_OK);
+    for (int i = 0; i < 12; i++)
+        cr_expect_eq(got[i], 4.0f); /* 1 + 2 + 2 - 1 */
+    cr_expect(dt_layout_equal(dt_variable_layout(v), &lv));
+    cr_assert_eq(dt_variable_assign(v, init), DT_OK);
+    cr_assert_eq(dt_tensor_read(dt_variable_value(v), got, sizeof got), DT_OK);
+    cr_expect_eq(got[5], 1.0f);
+    const int64_t s2[2] = {3, 4};
+    dt_tensor *other = T("x,unsharded", 2, s2, ones);
+    cr_expect_eq(dt_variable_assign(v, other), DT_ERR_SHAPE);
+    cr_expect(strstr(dt_last_error(), "[4,3]") && strstr(dt_last_error(), "[3,4]"));
+    dt_variable_free(v);
+    dt_tensor_free(init);
+    dt_tensor_free(rep);
+    dt_tensor_free(moved);
+    dt_tensor_free(other);
+    stop();
+}
+
+/* No device allocates a full global tensor for sharded ops that do not need one: for each op,
+ * the device's peak minus what it held before stays below the size of the global tensor. */
+static size_t held[8];
+
+static void before(void)
+{
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(dt_device_memory(DT_DEVICE_CPU, i, &held[i], NULL), DT_OK);
+}
+
+static void after(const char *what, size_t global)
+{
+    for (int i = 0; i < 4; i++) {
+        size_t peak;
+        cr_assert_eq(dt_device_memory(DT_DEVICE_CPU, i, NULL, &peak), DT_OK);
+        cr_expect_lt(peak - held[i], global,
+                     "%s: device %d allocated up to %zu bytes, the global "
+                     "tensor has %zu",
+                     what, i, peak - held[i], global);
+    }
+}
+
+Test(memory, sharded_ops_stay_sharded)
+{
+    start(4, "x=4");
+    const int64_t n = 512;
+    const int64_t sa[2] = {n, n};
+    size_t global = (size_t)(n * n) * sizeof(float);
+    dt_layout rows = L("x,unsharded"), cols = L("unsharded,x"), rep = L("unsharded,unsharded");
+    dt_op_options orow = {.layout = &rows}, orep = {.layout = &rep};
+    dt_tensor *a, *b, *w, *r;
+    before();
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 1, 0, 1, &orow, &a), DT_OK);
+    after("random", global);
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 2, 0, 1, &orow, &b), DT_OK);
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 3, 0, 1, &orep, &w), DT_OK);
+    before();
+    cr_assert_eq(dt_relayout(b, &cols, NULL, &r), DT_OK); /* all-to-all */
+    after("relayout x,unsharded -> unsharded,x", global);
+    dt_tensor_free(r);
+    before();
+    cr_assert_eq(dt_binary(DT_BINARY_MUL, a, b, NULL, &r), DT_OK);
+    after("mul", global);
+    dt_tensor_free(r);
+    before();
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, a, 0, NULL, 0, NULL, &r), DT_OK);
+    after("sum", global);
+    dt_tensor_free(r);
+    before();
+    cr_assert_eq(dt_matmul(a, w, NULL, &r), DT_OK, "%s", dt_last_error()); /* rows stay on x */
+    after("matmul", global);
+    cr_expect(dt_layout_equal(dt_tensor_layout(r), &rows));
+    dt_tensor_free(r);
+    before();
+    cr_assert_eq(dt_unary(DT_UNARY_EXP, b, &(dt_op_options){.layout = &cols}, &r), DT_OK);
+    after("exp into another layout", global);
+    dt_tensor_free(r);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    dt_tensor_free(w);
+    stop();
+}
+
+Test(errors, clear_messages)
+{
+    start(2, "x=2");
+    const int64_t s23[2] = {2, 3}, s32[2] = {3, 2};
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    dt_tensor *a = T("x,unsharded", 2, s23, v), *b = T("unsharded,unsharded", 2, s23, v);
+    dt_tensor *c = (dt_tensor *)1;
+    cr_expect_eq(dt_matmul(a, b, NULL, &c), DT_ERR_SHAPE);
+    cr_expect_null(c);
+    cr_expect(strstr(dt_last_error(), "[2,3]") && strstr(dt_last_error(), "3 and 2"), "%s",
+              dt_last_error());
+    dt_layout l64 = L("x,unsharded");
+    double dv[6] = {0};
+    dt_tensor *d64;
+    cr_assert_eq(dt_tensor_from_host(&l64, DT_DTYPE_F64, 2, s32, dv, sizeof dv, &d64), DT_OK);
+    cr_expect_eq(dt_matmul(a, d64, NULL, &c), DT_ERR_DTYPE);
+    cr_expect(strstr(dt_last_error(), "f32") && strstr(dt_last_error(), "f64"));
+    /* a layout on another mesh */
+    dt_mesh *other;
+    cr_assert_eq(dt_mesh_create_from_string("y=2", DT_DEVICE_CPU, &other), DT_OK);
+    dt_layout lo;
+    dt_layout_parse(other, "y,unsharded", &lo);
+    dt_op_options oo = {.layout = &lo};
+    cr_expect_eq(dt_unary(DT_UNARY_NEG, a, &oo, &c), DT_ERR_LAYOUT);
+    cr_expect(strstr(dt_last_error(), "y=2") && strstr(dt_last_error(), "x=2"), "%s",
+              dt_last_error());
+    /* ...but copy_to_mesh goes there */
+    cr_assert_eq(dt_copy_to_mesh(a, &lo, NULL, &c), DT_OK, "%s", dt_last_error());
+    float got[6];
+    cr_assert_eq(dt_tensor_read(c, got, sizeof got), DT_OK);
+    cr_expect(got[0] == 1 && got[5] == 6);
+    dt_tensor_free(c);
+    /* an axis that does not exist */
+    int ax = 2;
+    cr_expect_eq(dt_reduce(DT_REDUCE_SUM, a, 1, &ax, 0, NULL, &c), DT_ERR_ARG);
+    cr_expect(strstr(dt_last_error(), "axis 2") && strstr(dt_last_error(), "rank 2"));
+    /* an inexpressible reshape: [2,3] sharded on rows over x=2 ... to [3,2] */
+    dt_tensor *r = T("unsharded,x", 2, s23, v);
+    cr_expect_eq(dt_reshape(r, 2, s32, NULL, &c), DT_ERR_LAYOUT);
+    cr_expect(strstr(dt_last_error(), "mesh axis \"x\"") && strstr(dt_last_error(), "[3,2]"), "%s",
+              dt_last_error());
+    /* creation without a layout names what is missing */
+    cr_expect_eq(dt_ones(DT_DTYPE_F32, 2, s23, NULL, &c), DT_ERR_LAYOUT);
+    cr_expect(strstr(dt_last_error(), "opts->layout"));
+    /* random numbers are floating point only */
+    dt_layout lr = L("x,unsharded");
+    dt_op_options orr = {.layout = &lr};
+    cr_expect_eq(dt_random_uniform(DT_DTYPE_I32, 2, s23, 1, 1, 0, 1, &orr, &c), DT_ERR_DTYPE);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    dt_tensor_free(r);
+    dt_tensor_free(d64);
+    dt_mesh_free(other);
+    stop();
+}
