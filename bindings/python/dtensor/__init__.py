@@ -19,6 +19,7 @@ documented as collective must be made by every client in the same order. Every f
 """
 
 import atexit
+import builtins as _builtins
 import weakref
 
 import numpy as np
@@ -32,7 +33,13 @@ __all__ = [
     "create_mesh", "create_distributed_mesh", "client_id", "num_clients", "barrier",
     "num_local_devices", "num_global_devices", "local_devices", "devices_report",
     "dtensor_from_array", "pack", "unpack", "gather", "fetch_layout", "check_layout",
-    "print_ordered",
+    "print_ordered", "call_with_layout", "relayout", "copy_to_mesh", "fill", "ones", "zeros",
+    "range", "random", "matmul", "add", "subtract", "multiply", "divide", "maximum", "minimum",
+    "pow", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "neg",
+    "negative", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "square", "sin", "cos",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "transpose", "reshape", "slice",
+    "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
+    "ledger", "ledger_text", "ledger_clear", "ledger_next_step",
 ]
 
 UNSHARDED = "unsharded"
@@ -72,9 +79,11 @@ def shutdown_accelerator_system():
     """Release every live mesh and tensor, then stop the runtime (collective)."""
     if not _c.runtime_info()["initialized"]:
         return
+    import gc
+    gc.collect()  # handles only reachable from dead frames or cycles
     objs = list(_live)
     for o in objs:
-        if isinstance(o, DTensor):
+        if not isinstance(o, Mesh):
             o._handle.free()
     for o in objs:
         if isinstance(o, Mesh):
@@ -125,7 +134,7 @@ def local_devices(device_type="CPU"):
     code = _DEVICE_TYPES[device_type.upper()]
     name = "CPU" if code == _c.DEVICE_CPU else "GPU"
     return [f"{name}:{_c.global_device_id(code, i)}"
-            for i in range(num_local_devices(device_type))]
+            for i in _builtins.range(num_local_devices(device_type))]
 
 
 def barrier(mesh=None, barrier_name=None):
@@ -158,6 +167,7 @@ class Mesh:
         self._sizes = tuple(info["sizes"])
         self._local_ids = tuple(info["local_ids"])
         self._device_type = "GPU" if info["device_type"] == "CUDA" else "CPU"
+        self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
 
     @property
@@ -220,7 +230,7 @@ def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
     if kind not in _DEVICE_TYPES:
         raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
     if devices is not None:
-        want = [f"{kind}:{i}" for i in range(num_global_devices(kind))]
+        want = [f"{kind}:{i}" for i in _builtins.range(num_global_devices(kind))]
         got = [d.split("device:")[-1].upper() for d in devices]
         if got != want and len(got) != num_local_devices(kind):
             raise ValueError(f"devices {devices} must be every {kind} device in order ({want})")
@@ -333,14 +343,20 @@ class DTensor:
     """A global tensor: shape, dtype, layout and one component per local device."""
 
     def __init__(self, handle, layout):
+        dtype, shape, text = _c.tensor_meta(handle)
         self._handle = handle
-        info = _c.tensor_info(handle)
-        self._shape = tuple(info["shape"])
-        self._dtype = _NUMPY[info["dtype"]]
-        self._local_shapes = [tuple(s) for s in info["local_shapes"]]
-        self._layout = layout if layout.to_string() == info["layout"] else \
-            Layout.from_string(info["layout"], layout.mesh)
+        self._shape = shape
+        self._dtype = _NUMPY[dtype]
+        self._layout = layout if layout.to_string() == text else \
+            _layout_of(text, layout.mesh)
         _live.add(self)
+
+    @property
+    def _local_shapes(self):
+        """Shapes of this client's components; None for a symbolic tensor (recorded in a
+        function being traced), which holds no shards."""
+        shapes = _c.tensor_info(self._handle)["local_shapes"]
+        return None if shapes is None else [tuple(s) for s in shapes]
 
     @property
     def shape(self):
@@ -407,7 +423,7 @@ def pack(tensors, layout, shape=None):
     if any(c.ndim != layout.rank for c in comps):
         raise ValueError(f"components must have rank {layout.rank} like the layout")
     if shape is None:
-        shape = [comps[0].shape[a] * layout.num_shards(a) for a in range(layout.rank)]
+        shape = [comps[0].shape[a] * layout.num_shards(a) for a in _builtins.range(layout.rank)]
     handle = _c.tensor_pack(layout.mesh._handle, layout.to_string(), _code(dtype), list(shape),
                             comps, [list(c.shape) for c in comps])
     return DTensor(handle, layout)
@@ -415,6 +431,9 @@ def pack(tensors, layout, shape=None):
 
 def unpack(tensor):
     """This client's components, one numpy array per local device."""
+    if tensor._local_shapes is None:
+        raise DTensorError("unpack: the tensor is symbolic (recorded in a function being "
+                           "traced); call the function to get values")
     out = []
     for i, shape in enumerate(tensor._local_shapes):
         a = np.empty(shape, dtype=tensor.dtype)
@@ -439,3 +458,418 @@ def check_layout(tensor, layout):
     """Raise ValueError unless the tensor has this layout."""
     if tensor.layout != layout:
         raise ValueError(f"layout mismatch: tensor has {tensor.layout}, expected {layout}")
+
+
+# ---- ops -------------------------------------------------------------------------------------
+#
+# Every op is collective (every client calls it in the same order) and returns a DTensor. The
+# engine chooses the result's layout by its cost model unless one is requested with
+# call_with_layout (a hard constraint, as in TensorFlow). Creation ops need a mesh: they take it
+# from the requested layout.
+
+import contextlib as _contextlib
+import threading as _threading
+
+_state = _threading.local()
+
+
+def _requested():
+    return getattr(_state, "layout", None)
+
+
+def _show_programs():
+    return getattr(_state, "programs", False)
+
+
+@_contextlib.contextmanager
+def show_programs():
+    """Print the expanded program of every op run inside this block (on client 0)."""
+    old = _show_programs()
+    _state.programs = True
+    try:
+        yield
+    finally:
+        _state.programs = old
+
+
+def _layout_args(layout):
+    return (None, None) if layout is None else (layout.mesh._handle, layout.to_string())
+
+
+def _layout_of(text, mesh):
+    """The Layout of a canonical text on a mesh, cached on the mesh (results of ops)."""
+    layout = mesh._layouts.get(text)
+    if layout is None:
+        layout = mesh._layouts[text] = Layout.from_string(text, mesh)
+    return layout
+
+
+def _result(value, mesh):
+    """Wrap a C op result (a handle, or (handle, program) when programs are shown)."""
+    if type(value) is tuple:
+        value, program = value
+        if client_id() == 0:
+            print(program, end="")
+    t = DTensor.__new__(DTensor)
+    dtype, t._shape, text = _c.tensor_meta(value)
+    t._handle = value
+    t._dtype = _NUMPY[dtype]
+    t._layout = _layout_of(text, mesh)
+    _live.add(t)
+    return t
+
+
+def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
+    layout = layout or _requested()
+    if layout is None:
+        raise ValueError(f"{kind}: no layout: call it through dtensor.call_with_layout(fn, "
+                         f"layout, ...) or pass layout=")
+    shape = [int(s) for s in shape]
+    if layout.rank != len(shape):
+        # Inside call_with_layout a composite function may create tensors of other ranks:
+        # those are replicated on the requested mesh (the result is relayouted at the end).
+        layout = Layout.replicated(layout.mesh, len(shape))
+    h = _c.create(kind, layout.mesh._handle, layout.to_string(), _code(dtype), shape,
+                  float(a), float(b), int(seed), int(key), _show_programs())
+    return _result(h, layout.mesh)
+
+
+def fill(dims, value, dtype=np.float32, layout=None):
+    return _create("fill", dims, dtype, layout, a=value)
+
+
+def ones(shape, dtype=np.float32, layout=None):
+    return _create("fill", shape, dtype, layout, a=1.0)
+
+
+def zeros(shape, dtype=np.float32, layout=None):
+    return _create("fill", shape, dtype, layout, a=0.0)
+
+
+def range(start, limit=None, delta=1, dtype=np.int64, layout=None):  # noqa: A001 (tf.range)
+    """Like tf.range: [start, limit) by delta, or [0, start) with one argument."""
+    if limit is None:
+        start, limit = 0, start
+    n = max(0, int(np.ceil((limit - start) / delta)))
+    return _create("arange", [n], dtype, layout, a=start, b=delta)
+
+
+class _Random:
+    """Stateless random ops (tf.random.stateless_*): element i of the global tensor depends on
+    (seed, i) alone, whatever the layout, mesh or number of clients."""
+
+    @staticmethod
+    def _seed(seed):
+        s = np.asarray(seed, dtype=np.int64).reshape(-1)
+        if s.size != 2:
+            raise ValueError(f"seed must hold 2 integers, got {seed!r}")
+        return int(s[0]) & 0xFFFFFFFFFFFFFFFF, int(s[1]) & 0xFFFFFFFFFFFFFFFF
+
+    def stateless_uniform(self, shape, seed, minval=0, maxval=None, dtype=np.float32,
+                          layout=None):
+        k0, k1 = self._seed(seed)
+        return _create("uniform", shape, dtype, layout, a=minval,
+                       b=1.0 if maxval is None else maxval, seed=k0, key=k1)
+
+    def stateless_normal(self, shape, seed, mean=0.0, stddev=1.0, dtype=np.float32,
+                         layout=None):
+        k0, k1 = self._seed(seed)
+        return _create("normal", shape, dtype, layout, a=mean, b=stddev, seed=k0, key=k1)
+
+
+random = _Random()
+
+
+def _apply(op, tensors, *attrs):
+    mesh = tensors[0]._layout._mesh
+    requested = getattr(_state, "layout", None)
+    if requested is not None and requested._mesh is mesh:
+        mesh_h, text = mesh._handle, requested._text
+    else:
+        mesh_h, text = None, None
+    h = _c.apply(op, [t._handle for t in tensors], mesh_h, text,
+                 getattr(_state, "programs", False), *attrs)
+    return _result(h, mesh)
+
+
+def _as_dtensor(x, like):
+    """Scalars and arrays next to a DTensor become replicated DTensors on its mesh."""
+    if isinstance(x, DTensor):
+        return x
+    a = np.asarray(x, dtype=like.dtype)
+    rep = Layout.replicated(like.layout.mesh, a.ndim)
+    if a.ndim == 0:
+        return _create("fill", [], like.dtype, rep, a=float(a))
+    return dtensor_from_array(a, rep)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    """a @ b with optional transposes of the last two axes; leading batch axes allowed."""
+    return _apply("matmul", [a, b], int(bool(transpose_a)), int(bool(transpose_b)))
+
+
+def _unary(code):
+    def op(x):
+        return _apply("unary", (x,), code)
+    return op
+
+
+neg = negative = _unary(_c.UNARY_NEG)
+abs = _unary(_c.UNARY_ABS)  # noqa: A001 (tf.abs)
+exp = _unary(_c.UNARY_EXP)
+log = _unary(_c.UNARY_LOG)
+sqrt = _unary(_c.UNARY_SQRT)
+relu = _unary(_c.UNARY_RELU)
+tanh = _unary(_c.UNARY_TANH)
+sigmoid = _unary(_c.UNARY_SIGMOID)
+square = _unary(_c.UNARY_SQUARE)
+sin = _unary(_c.UNARY_SIN)
+cos = _unary(_c.UNARY_COS)
+
+
+def _binary(code):
+    def op(a, b):
+        if type(a) is not DTensor:
+            a = _as_dtensor(a, b)
+        if type(b) is not DTensor:
+            b = _as_dtensor(b, a)
+        return _apply("binary", (a, b), code)
+    return op
+
+
+add = _binary(_c.BINARY_ADD)
+subtract = _binary(_c.BINARY_SUB)
+multiply = _binary(_c.BINARY_MUL)
+divide = _binary(_c.BINARY_DIV)
+maximum = _binary(_c.BINARY_MAX)
+minimum = _binary(_c.BINARY_MIN)
+pow = _binary(_c.BINARY_POW)  # noqa: A001 (tf.pow)
+equal = _binary(_c.BINARY_EQ)
+not_equal = _binary(_c.BINARY_NE)
+less = _binary(_c.BINARY_LT)
+less_equal = _binary(_c.BINARY_LE)
+greater = _binary(_c.BINARY_GT)
+greater_equal = _binary(_c.BINARY_GE)
+
+
+def _reduce(code):
+    def op(input_tensor, axis=None, keepdims=False):
+        if axis is None:
+            axes = []
+        elif isinstance(axis, (list, tuple)):
+            axes = [int(a) for a in axis]
+        else:
+            axes = [int(axis)]
+        if axis is not None and not axes:
+            raise ValueError("reduce over an empty list of axes")
+        return _apply("reduce", [input_tensor], code, axes, int(bool(keepdims)))
+    return op
+
+
+reduce_sum = _reduce(_c.REDUCE_SUM)
+reduce_mean = _reduce(_c.REDUCE_MEAN)
+reduce_max = _reduce(_c.REDUCE_MAX)
+reduce_min = _reduce(_c.REDUCE_MIN)
+
+
+def transpose(a, perm=None):
+    perm = list(reversed(_builtins.range(a.ndim))) if perm is None else [int(p) for p in perm]
+    return _apply("transpose", [a], 0, perm)
+
+
+def reshape(tensor, shape):
+    return _apply("reshape", [tensor], 0, [int(s) for s in shape])
+
+
+def slice(input_, begin, size):  # noqa: A001 (tf.slice)
+    """input_[begin[i] : begin[i] + size[i]]; size -1 takes the rest of the axis."""
+    begin = [int(b) for b in begin]
+    size = [input_.shape[i] - begin[i] if int(s) == -1 else int(s) for i, s in enumerate(size)]
+    return _apply("slice", [input_], 0, begin, size)
+
+
+def concat(values, axis):
+    return _apply("concat", values, int(axis))
+
+
+def relayout(tensor, layout):
+    """The same global tensor in ``layout`` (the minimal transition per mesh axis)."""
+    h = _c.apply("relayout", [tensor._handle], layout.mesh._handle, layout.to_string(),
+                 _show_programs())
+    return _result(h, layout.mesh)
+
+
+def copy_to_mesh(tensor, layout):
+    """The same global tensor on another mesh over the same devices, in ``layout``."""
+    h = _c.apply("copy_to_mesh", [tensor._handle], layout.mesh._handle, layout.to_string(),
+                 _show_programs())
+    return _result(h, layout.mesh)
+
+
+def call_with_layout(fn, layout, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` so that its result has ``layout`` (as TensorFlow's): creation
+    ops inside it make their tensors directly in that layout (no full tensor is built first)
+    and ops whose result is requested take it as a hard constraint."""
+    old = _requested()
+    _state.layout = layout
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        _state.layout = old
+    if isinstance(result, DTensor) and result.layout != layout:
+        result = relayout(result, layout)
+    return result
+
+
+def _install_operators():
+    ops = {
+        "__add__": add, "__sub__": subtract, "__mul__": multiply, "__truediv__": divide,
+        "__pow__": pow, "__matmul__": matmul, "__lt__": less, "__le__": less_equal,
+        "__gt__": greater, "__ge__": greater_equal,
+    }
+    for name, fn in ops.items():
+        setattr(DTensor, name, lambda self, other, fn=fn: fn(self, other))
+    for name, fn in {"__radd__": add, "__rsub__": subtract, "__rmul__": multiply,
+                     "__rtruediv__": divide, "__rpow__": pow}.items():
+        setattr(DTensor, name, lambda self, other, fn=fn: fn(_as_dtensor(other, self), self))
+    DTensor.__neg__ = lambda self: neg(self)
+    DTensor.__abs__ = lambda self: abs(self)
+
+
+_install_operators()
+
+
+# ---- variables -------------------------------------------------------------------------------
+
+class DVariable:
+    """A variable whose layout is fixed at creation (tf.experimental.dtensor.DVariable).
+    Assigning a value of another layout raises; relayout it first."""
+
+    def __init__(self, initial_value):
+        if not isinstance(initial_value, DTensor):
+            raise TypeError("DVariable needs a DTensor initial value (use call_with_layout)")
+        self._handle = _c.variable_create(initial_value._handle)
+        self._layout = initial_value.layout
+        self._shape, self._dtype = initial_value.shape, initial_value.dtype
+        _live.add(self)
+
+    @property
+    def layout(self):
+        return self._layout
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def read_value(self):
+        """A copy of the current value (collective)."""
+        return DTensor(_c.variable_read(self._handle), self._layout)
+
+    def numpy(self):
+        return self.read_value().numpy()
+
+    def assign(self, value):
+        _c.variable_assign(self._handle, _as_dtensor(value, self.read_value())._handle, 0)
+        return self
+
+    def assign_add(self, delta):
+        _c.variable_assign(self._handle, _as_dtensor(delta, self.read_value())._handle, 1)
+        return self
+
+    def assign_sub(self, delta):
+        _c.variable_assign(self._handle, _as_dtensor(delta, self.read_value())._handle, 2)
+        return self
+
+    def __repr__(self):
+        return (f"DVariable(shape={list(self._shape)}, dtype={self._dtype}, "
+                f"layout={self._layout.to_string()!r})")
+
+
+# ---- functions (tf.function) -----------------------------------------------------------------
+
+class Function:
+    """A traced function: the first call with a new input signature (layouts, dtypes, shapes)
+    records the ops, propagates layouts and expands once; later calls only run."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self._traces = {}
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", "function")
+
+    @staticmethod
+    def _signature(args):
+        return tuple((a.layout.to_string(), id(a.layout.mesh._handle), str(a.dtype), a.shape)
+                     for a in args)
+
+    def _trace(self, args):
+        sig = self._signature(args)
+        if sig in self._traces:
+            return self._traces[sig]
+        f = _c.function_begin()
+        try:
+            inputs = [DTensor(_c.function_input(f, a.layout.mesh._handle, a.layout.to_string(),
+                                                _code(a.dtype), list(a.shape)), a.layout)
+                      for a in args]
+            out = self._fn(*inputs)
+        except BaseException:
+            f.free()
+            raise
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        _c.function_end(f, [o._handle for o in outs])
+        meshes = [o.layout.mesh for o in outs]
+        trace = (f, len(outs), isinstance(out, (list, tuple)), meshes)
+        self._traces[sig] = trace
+        for t in inputs + outs:
+            t.free()
+        return trace
+
+    def __call__(self, *args):
+        if not all(isinstance(a, DTensor) for a in args):
+            raise TypeError(f"{self.__name__}: every argument must be a DTensor")
+        f, n, many, meshes = self._trace(args)
+        results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in args], n),
+                                                 meshes)]
+        return results if many else results[0]
+
+    def program(self, *args):
+        """The expanded program for these arguments' signature as text, with its totals:
+        (text, multiplies summed over devices, collectives, largest bytes a device sends)."""
+        f, _, _, _ = self._trace(args)
+        return _c.function_program(f)
+
+
+def function(fn=None):
+    """Decorator like tf.function: ``@dtensor.function``."""
+    return Function(fn) if fn is not None else Function
+
+
+# ---- collectives and the communication ledger ------------------------------------------------
+
+def set_collective_algorithm(mesh, algorithm):
+    """'auto', 'ring', 'nccl', 'hierarchical_copy' or 'reduction_to_one_device' (every client
+    must set the same before its next collective on the mesh)."""
+    _c.mesh_set_algorithm(mesh._handle, algorithm)
+
+
+def ledger_text():
+    """This client's communication ledger as a table, per step."""
+    return _c.ledger(False)
+
+
+def ledger():
+    """This client's communication ledger: {"client", "dropped", "entries": [...]}."""
+    import json
+    return json.loads(_c.ledger(True))
+
+
+def ledger_clear():
+    _c.ledger_clear()
+
+
+def ledger_next_step():
+    return _c.ledger_next_step()

@@ -6,6 +6,7 @@
 
 #include "dtensor.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 static PyObject *DTensorError;
@@ -45,12 +46,31 @@ static PyObject *raise_status(dt_status s)
 
 /* ---- Handle: an owned dt_mesh or dt_tensor ----------------------------------------------- */
 
-enum { KIND_MESH, KIND_TENSOR };
+enum { KIND_MESH, KIND_TENSOR, KIND_FUNCTION, KIND_VARIABLE };
 
 typedef struct {
     PyObject_HEAD int kind;
     void *ptr;
 } Handle;
+
+static void free_object(int kind, void *ptr)
+{
+    switch (kind) {
+    case KIND_MESH:
+        dt_mesh_free(ptr);
+        break;
+    case KIND_TENSOR:
+        dt_tensor_free(ptr);
+        break;
+    case KIND_FUNCTION:
+        dt_function_free(ptr);
+        break;
+    default:
+        dt_variable_free(ptr);
+    }
+}
+
+static const char *const kind_names[] = {"mesh", "tensor", "function", "variable"};
 
 static void handle_release(Handle *h)
 {
@@ -58,10 +78,7 @@ static void handle_release(Handle *h)
      * handle still set then belongs to a runtime that was never stopped. */
     if (!h->ptr || !dt_is_initialized())
         return;
-    if (h->kind == KIND_MESH)
-        dt_mesh_free(h->ptr);
-    else
-        dt_tensor_free(h->ptr);
+    free_object(h->kind, h->ptr);
     h->ptr = NULL;
 }
 
@@ -96,10 +113,7 @@ static PyObject *wrap(int kind, void *ptr)
 {
     Handle *h = PyObject_New(Handle, &HandleType);
     if (!h) {
-        if (kind == KIND_MESH)
-            dt_mesh_free(ptr);
-        else
-            dt_tensor_free(ptr);
+        free_object(kind, ptr);
         return NULL;
     }
     h->kind = kind;
@@ -110,8 +124,7 @@ static PyObject *wrap(int kind, void *ptr)
 static void *unwrap(PyObject *o, int kind)
 {
     if (!PyObject_TypeCheck(o, &HandleType) || ((Handle *)o)->kind != kind) {
-        PyErr_Format(PyExc_TypeError, "expected a %s handle",
-                     kind == KIND_MESH ? "mesh" : "tensor");
+        PyErr_Format(PyExc_TypeError, "expected a %s handle", kind_names[kind]);
         return NULL;
     }
     if (!((Handle *)o)->ptr) {
@@ -450,7 +463,13 @@ static PyObject *py_tensor_info(PyObject *self, PyObject *arg)
         PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dt_tensor_shape(t)[i]));
     for (int d = 0; d < nl; d++) {
         int64_t local[DT_MAX_RANK];
-        dt_tensor_local_shape(t, d, local);
+        if (dt_tensor_local_shape(t, d, local) != DT_OK) {
+            /* A symbolic tensor (recorded in a function being traced) holds no shards. */
+            Py_DECREF(locals);
+            locals = Py_None;
+            Py_INCREF(locals);
+            break;
+        }
         PyObject *ls = PyTuple_New(rank);
         if (!ls)
             goto fail;
@@ -464,6 +483,24 @@ fail:
     Py_XDECREF(shape);
     Py_XDECREF(locals);
     return NULL;
+}
+
+/* tensor_meta(t) -> (dtype, shape, layout text): what wrapping a result needs, cheaply. */
+static PyObject *py_tensor_meta(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_tensor *t = unwrap(arg, KIND_TENSOR);
+    if (!t)
+        return NULL;
+    char text[DT_STRING_MAX];
+    CALL(dt_layout_to_string(dt_tensor_layout(t), text, sizeof text));
+    int rank = dt_tensor_rank(t);
+    PyObject *shape = PyTuple_New(rank);
+    if (!shape)
+        return NULL;
+    for (int i = 0; i < rank; i++)
+        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dt_tensor_shape(t)[i]));
+    return Py_BuildValue("(iNs)", (int)dt_tensor_dtype(t), shape, text);
 }
 
 /* unpack(tensor, i, writable buffer): device i's component into the buffer. */
@@ -524,6 +561,432 @@ static PyObject *py_print_ordered(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- ops --------------------------------------------------------------------------------- */
+
+/* Optional requested layout: (mesh handle, text) or None. */
+typedef struct {
+    dt_layout layout;
+    bool given;
+    bool program;
+    char *text; /* the expanded program, when asked for */
+    size_t len;
+    FILE *f;
+} op_ctx;
+
+static int ctx_open(op_ctx *c, PyObject *mesh_o, const char *text, int program)
+{
+    memset(c, 0, sizeof *c);
+    if (mesh_o != Py_None && text) {
+        if (parse_layout(mesh_o, text, &c->layout) < 0)
+            return -1;
+        c->given = true;
+    }
+    if (program) {
+        c->f = open_memstream(&c->text, &c->len);
+        if (!c->f) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static dt_op_options ctx_options(const op_ctx *c, int ta, int tb)
+{
+    return (dt_op_options){.layout = c->given ? &c->layout : NULL,
+                           .transpose_a = ta,
+                           .transpose_b = tb,
+                           .program = c->f};
+}
+
+/* Wrap an op's result: a handle, or (handle, program text) when the program was asked for. */
+static PyObject *ctx_close(op_ctx *c, dt_status s, dt_tensor *t)
+{
+    if (c->f)
+        fclose(c->f);
+    PyObject *r = s == DT_OK ? wrap(KIND_TENSOR, t) : raise_status(s);
+    if (r && c->f) {
+        PyObject *text = PyUnicode_FromStringAndSize(c->text ? c->text : "", (Py_ssize_t)c->len);
+        r = text ? Py_BuildValue("(NN)", r, text) : NULL;
+    }
+    free(c->text);
+    return r;
+}
+
+static int parse_ints(PyObject *o, int max, int64_t out[], int *n)
+{
+    Py_ssize_t len = PySequence_Size(o);
+    if (len < 0 || len > max) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%zd values, at most %d", len, max);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *v = PySequence_GetItem(o, i);
+        out[i] = v ? PyLong_AsLongLong(v) : -1;
+        Py_XDECREF(v);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    *n = (int)len;
+    return 0;
+}
+
+/* create(kind, mesh, layout, dtype, shape, a, b, seed, key, program): kind is "fill",
+ * "arange" (n = shape[0], start a, step b), "uniform" (low a, high b) or "normal" (mean a,
+ * stddev b). */
+static PyObject *py_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *kind, *text;
+    PyObject *mesh_o, *shape_o;
+    int dtype, program;
+    double a, b;
+    unsigned long long seed, key;
+    if (!PyArg_ParseTuple(args, "sOsiOddKKp", &kind, &mesh_o, &text, &dtype, &shape_o, &a, &b,
+                          &seed, &key, &program))
+        return NULL;
+    int64_t shape[DT_MAX_RANK];
+    int rank;
+    op_ctx c;
+    if (parse_ints(shape_o, DT_MAX_RANK, shape, &rank) < 0 || ctx_open(&c, mesh_o, text, program))
+        return NULL;
+    dt_op_options o = ctx_options(&c, 0, 0);
+    dt_tensor *t = NULL;
+    dt_status s;
+    dt_dtype d = (dt_dtype)dtype;
+    Py_BEGIN_ALLOW_THREADS;
+    if (strcmp(kind, "arange") == 0)
+        s = dt_arange(d, rank ? shape[0] : 0, a, b, &o, &t);
+    else if (strcmp(kind, "uniform") == 0)
+        s = dt_random_uniform(d, rank, shape, seed, key, a, b, &o, &t);
+    else if (strcmp(kind, "normal") == 0)
+        s = dt_random_normal(d, rank, shape, seed, key, a, b, &o, &t);
+    else
+        s = dt_fill(d, rank, shape, a, &o, &t);
+    Py_END_ALLOW_THREADS;
+    return ctx_close(&c, s, t);
+}
+
+/* apply(op, tensors, mesh, layout, program, *attrs): every op that takes tensors. */
+static PyObject *py_apply(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (nargs < 5) {
+        PyErr_SetString(PyExc_TypeError, "apply(op, tensors, mesh, layout, program, *attrs)");
+        return NULL;
+    }
+    const char *op = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0));
+    PyObject *ts_o = PyTuple_GET_ITEM(args, 1), *mesh_o = PyTuple_GET_ITEM(args, 2);
+    PyObject *text_o = PyTuple_GET_ITEM(args, 3);
+    int program = PyObject_IsTrue(PyTuple_GET_ITEM(args, 4));
+    const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
+    if (!op || (text_o != Py_None && !text))
+        return NULL;
+    static const char *const known[] = {"matmul",  "unary", "binary", "reduce",   "transpose",
+                                        "reshape", "slice", "concat", "relayout", "copy_to_mesh"};
+    bool found = false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        found = found || strcmp(op, known[i]) == 0;
+    bool needs_layout = strcmp(op, "relayout") == 0 || strcmp(op, "copy_to_mesh") == 0;
+    if (!found || (needs_layout && !text)) {
+        PyErr_Format(PyExc_ValueError, found ? "%s needs a layout" : "unknown op %s", op);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Size(ts_o);
+    if (n < 1 || n > 64) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd operands", op, n);
+        return NULL;
+    }
+    const dt_tensor *ts[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_GetItem(ts_o, i);
+        ts[i] = h ? unwrap(h, KIND_TENSOR) : NULL;
+        Py_XDECREF(h);
+        if (!ts[i])
+            return NULL;
+    }
+    /* Integer attributes (op code, axes, perm, shape, begin, size, ...). */
+    int64_t at[2][DT_MAX_RANK];
+    int atn[2] = {0, 0}, code = 0, flag = 0;
+    for (Py_ssize_t i = 5, k = 0; i < nargs; i++) {
+        PyObject *v = PyTuple_GET_ITEM(args, i);
+        if (PySequence_Check(v)) {
+            if (k == 2 || parse_ints(v, DT_MAX_RANK, at[k], &atn[k]) < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "too many list attributes");
+                return NULL;
+            }
+            k++;
+        } else {
+            long x = PyLong_AsLong(v);
+            if (PyErr_Occurred())
+                return NULL;
+            if (i == 5)
+                code = (int)x;
+            else
+                flag = (int)x;
+        }
+    }
+    op_ctx c;
+    if (ctx_open(&c, mesh_o, text, program) < 0)
+        return NULL;
+    int ints[DT_MAX_RANK];
+    for (int i = 0; i < atn[0]; i++)
+        ints[i] = (int)at[0][i];
+    dt_tensor *t = NULL;
+    dt_status s = DT_OK;
+    Py_BEGIN_ALLOW_THREADS;
+    if (strcmp(op, "matmul") == 0) {
+        dt_op_options o = ctx_options(&c, code, flag);
+        s = dt_matmul(ts[0], ts[1], &o, &t);
+    } else {
+        dt_op_options o = ctx_options(&c, 0, 0);
+        if (strcmp(op, "unary") == 0)
+            s = dt_unary((dt_unary_op)code, ts[0], &o, &t);
+        else if (strcmp(op, "binary") == 0)
+            s = dt_binary((dt_binary_op)code, ts[0], ts[1], &o, &t);
+        else if (strcmp(op, "reduce") == 0)
+            s = dt_reduce((dt_reduce_op)code, ts[0], atn[0], ints, flag, &o, &t);
+        else if (strcmp(op, "transpose") == 0)
+            s = dt_transpose(ts[0], ints, &o, &t);
+        else if (strcmp(op, "reshape") == 0)
+            s = dt_reshape(ts[0], atn[0], at[0], &o, &t);
+        else if (strcmp(op, "slice") == 0)
+            s = dt_slice(ts[0], at[0], at[1], &o, &t);
+        else if (strcmp(op, "concat") == 0)
+            s = dt_concat((int)n, ts, code, &o, &t);
+        else if (strcmp(op, "relayout") == 0)
+            s = dt_relayout(ts[0], &c.layout, &o, &t);
+        else
+            s = dt_copy_to_mesh(ts[0], &c.layout, &o, &t);
+    }
+    Py_END_ALLOW_THREADS;
+    return ctx_close(&c, s, t);
+}
+
+/* ---- functions (tracing) ----------------------------------------------------------------- */
+
+static PyObject *py_function_begin(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    dt_function *f = NULL;
+    CALL(dt_function_begin(&f));
+    return wrap(KIND_FUNCTION, f);
+}
+
+/* function_input(f, mesh, layout, dtype, shape) -> symbolic tensor */
+static PyObject *py_function_input(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *f_o, *mesh_o, *shape_o;
+    const char *text;
+    int dtype;
+    if (!PyArg_ParseTuple(args, "OOsiO", &f_o, &mesh_o, &text, &dtype, &shape_o))
+        return NULL;
+    dt_function *f = unwrap(f_o, KIND_FUNCTION);
+    dt_layout l;
+    int64_t shape[DT_MAX_RANK];
+    int rank;
+    if (!f || parse_layout(mesh_o, text, &l) < 0 || parse_ints(shape_o, DT_MAX_RANK, shape, &rank))
+        return NULL;
+    dt_tensor *t = NULL;
+    CALL(dt_function_input(f, &l, (dt_dtype)dtype, rank, shape, &t));
+    return wrap(KIND_TENSOR, t);
+}
+
+static int collect_tensors(PyObject *seq, const dt_tensor **out, int max, int *n)
+{
+    Py_ssize_t len = PySequence_Size(seq);
+    if (len < 0 || len > max) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%zd tensors, at most %d", len, max);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *h = PySequence_GetItem(seq, i);
+        out[i] = h ? unwrap(h, KIND_TENSOR) : NULL;
+        Py_XDECREF(h);
+        if (!out[i])
+            return -1;
+    }
+    *n = (int)len;
+    return 0;
+}
+
+static PyObject *py_function_end(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *f_o, *outs_o;
+    if (!PyArg_ParseTuple(args, "OO", &f_o, &outs_o))
+        return NULL;
+    dt_function *f = unwrap(f_o, KIND_FUNCTION);
+    const dt_tensor *outs[64];
+    int n;
+    if (!f || collect_tensors(outs_o, outs, 64, &n) < 0)
+        return NULL;
+    CALL(dt_function_end(f, n, (dt_tensor *const *)outs));
+    Py_RETURN_NONE;
+}
+
+/* function_run(f, inputs, num_outputs) -> [tensor handles] */
+static PyObject *py_function_run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *f_o, *ins_o;
+    int nout;
+    if (!PyArg_ParseTuple(args, "OOi", &f_o, &ins_o, &nout))
+        return NULL;
+    const dt_function *f = unwrap(f_o, KIND_FUNCTION);
+    const dt_tensor *ins[64];
+    int nin;
+    if (!f || collect_tensors(ins_o, ins, 64, &nin) < 0)
+        return NULL;
+    if (nout < 0 || nout > 64) {
+        PyErr_Format(PyExc_ValueError, "%d outputs", nout);
+        return NULL;
+    }
+    dt_tensor *outs[64] = {0};
+    CALL(dt_function_run(f, nin, ins, nout, outs));
+    PyObject *r = PyList_New(nout);
+    for (int i = 0; i < nout; i++) {
+        PyObject *h = r ? wrap(KIND_TENSOR, outs[i]) : NULL;
+        if (!h) {
+            for (int j = i + 1; j < nout; j++)
+                dt_tensor_free(outs[j]);
+            Py_XDECREF(r);
+            return NULL;
+        }
+        PyList_SET_ITEM(r, i, h);
+    }
+    return r;
+}
+
+static PyObject *py_function_program(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_function *f = unwrap(arg, KIND_FUNCTION);
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out)
+        return PyErr_NoMemory();
+    double mults = 0, bytes = 0;
+    int colls = 0;
+    dt_status s = dt_function_print(f, out);
+    fclose(out);
+    if (s == DT_OK)
+        s = dt_function_cost(f, &mults, &colls, &bytes);
+    PyObject *r = s == DT_OK ? Py_BuildValue("(s#did)", text ? text : "", (Py_ssize_t)len, mults,
+                                             colls, bytes)
+                             : raise_status(s);
+    free(text);
+    return r;
+}
+
+/* ---- variables --------------------------------------------------------------------------- */
+
+static PyObject *py_variable_create(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_tensor *t = unwrap(arg, KIND_TENSOR);
+    if (!t)
+        return NULL;
+    dt_variable *v = NULL;
+    CALL(dt_variable_create(t, &v));
+    return wrap(KIND_VARIABLE, v);
+}
+
+/* variable_assign(v, tensor, mode): mode 0 assign, 1 add, 2 sub. */
+static PyObject *py_variable_assign(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *v_o, *t_o;
+    int mode;
+    if (!PyArg_ParseTuple(args, "OOi", &v_o, &t_o, &mode))
+        return NULL;
+    dt_variable *v = unwrap(v_o, KIND_VARIABLE);
+    const dt_tensor *t = v ? unwrap(t_o, KIND_TENSOR) : NULL;
+    if (!t)
+        return NULL;
+    CALL(mode == 1   ? dt_variable_assign_add(v, t)
+         : mode == 2 ? dt_variable_assign_sub(v, t)
+                     : dt_variable_assign(v, t));
+    Py_RETURN_NONE;
+}
+
+/* variable_read(v) -> a new tensor holding a copy of the value (collective). */
+static PyObject *py_variable_read(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_variable *v = unwrap(arg, KIND_VARIABLE);
+    if (!v)
+        return NULL;
+    dt_tensor *t = NULL;
+    CALL(dt_relayout(dt_variable_value(v), dt_variable_layout(v), NULL, &t));
+    return wrap(KIND_TENSOR, t);
+}
+
+/* ---- collectives and the ledger ---------------------------------------------------------- */
+
+static PyObject *py_mesh_set_algorithm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Os", &mesh_o, &name))
+        return NULL;
+    dt_mesh *m = unwrap(mesh_o, KIND_MESH);
+    if (!m)
+        return NULL;
+    for (int a = 0; a < DT_ALGORITHM_COUNT; a++)
+        if (strcmp(name, dt_collective_algorithm_name((dt_collective_algorithm)a)) == 0) {
+            CALL(dt_mesh_set_collective_algorithm(m, (dt_collective_algorithm)a));
+            Py_RETURN_NONE;
+        }
+    PyErr_Format(PyExc_ValueError, "unknown collective algorithm %R", PyTuple_GET_ITEM(args, 1));
+    return NULL;
+}
+
+/* ledger(json): the ledger as text (a table, or JSON). */
+static PyObject *py_ledger(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int json;
+    if (!PyArg_ParseTuple(args, "p", &json))
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return PyErr_NoMemory();
+    dt_status s = json ? dt_ledger_write_json(f) : dt_ledger_print(f);
+    fclose(f);
+    PyObject *r = s == DT_OK ? PyUnicode_FromStringAndSize(text ? text : "", (Py_ssize_t)len)
+                             : raise_status(s);
+    free(text);
+    return r;
+}
+
+static PyObject *py_ledger_clear(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    dt_ledger_clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_ledger_next_step(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLongLong(dt_ledger_next_step());
+}
+
 static PyMethodDef methods[] = {
     {"init", py_init, METH_VARARGS, "init(cpu_devices=0, bind=0). Collective."},
     {"finalize", py_finalize, METH_NOARGS, "Stop the runtime. Collective."},
@@ -540,8 +1003,25 @@ static PyMethodDef methods[] = {
     {"tensor_from_host", py_tensor_from_host, METH_VARARGS, "A DTensor from a full array."},
     {"tensor_pack", py_tensor_pack, METH_VARARGS, "A DTensor from per-device components."},
     {"tensor_info", py_tensor_info, METH_O, "dtype, shape, layout and local shapes."},
+    {"tensor_meta", py_tensor_meta, METH_O, "(dtype, shape, layout text) of a tensor."},
     {"tensor_unpack", py_tensor_unpack, METH_VARARGS, "Copy one component into a buffer."},
     {"tensor_read", py_tensor_read, METH_VARARGS, "Gather the global array. Collective."},
+    {"create", py_create, METH_VARARGS, "Creation ops (fill, arange, random). Collective."},
+    {"apply", py_apply, METH_VARARGS, "Ops on tensors. Collective."},
+    {"function_begin", py_function_begin, METH_NOARGS, "Start recording on this thread."},
+    {"function_input", py_function_input, METH_VARARGS, "A symbolic input."},
+    {"function_end", py_function_end, METH_VARARGS, "Stop recording and expand."},
+    {"function_run", py_function_run, METH_VARARGS, "Run an ended function. Collective."},
+    {"function_program", py_function_program, METH_O,
+     "(program text, multiplies, "
+     "collectives, bytes per device)."},
+    {"variable_create", py_variable_create, METH_O, "A variable from a tensor. Collective."},
+    {"variable_assign", py_variable_assign, METH_VARARGS, "Assign, add or sub. Collective."},
+    {"variable_read", py_variable_read, METH_O, "A copy of the value. Collective."},
+    {"mesh_set_algorithm", py_mesh_set_algorithm, METH_VARARGS, "Collective algorithm by name."},
+    {"ledger", py_ledger, METH_VARARGS, "The communication ledger as a table or JSON."},
+    {"ledger_clear", py_ledger_clear, METH_NOARGS, "Drop every ledger entry."},
+    {"ledger_next_step", py_ledger_next_step, METH_NOARGS, "Start a new ledger step."},
     {"print_ordered", py_print_ordered, METH_VARARGS, "Client 0 prints all, in client order."},
     {NULL, NULL, 0, NULL},
 };
@@ -579,6 +1059,15 @@ PyMODINIT_FUNC PyInit__dtensor(void)
 #define ADD_DTYPE(NAME, name, ctype) PyModule_AddIntConstant(m, "DTYPE_" #NAME, DT_DTYPE_##NAME);
     DT_DTYPE_LIST(ADD_DTYPE)
 #undef ADD_DTYPE
+#define ADD_UNARY(NAME, name) PyModule_AddIntConstant(m, "UNARY_" #NAME, DT_UNARY_##NAME);
+    DT_UNARY_LIST(ADD_UNARY)
+#undef ADD_UNARY
+#define ADD_BINARY(NAME, name) PyModule_AddIntConstant(m, "BINARY_" #NAME, DT_BINARY_##NAME);
+    DT_BINARY_LIST(ADD_BINARY)
+#undef ADD_BINARY
+#define ADD_REDUCE(NAME, name) PyModule_AddIntConstant(m, "REDUCE_" #NAME, DT_REDUCE_##NAME);
+    DT_REDUCE_LIST(ADD_REDUCE)
+#undef ADD_REDUCE
     PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);
     PyModule_AddIntConstant(m, "DEVICE_CUDA", DT_DEVICE_CUDA);
     return m;

@@ -1,0 +1,25 @@
+"""The guide example script runs and prints the guide's values (singleton only: a script
+under test cannot start its own mpiexec from inside one)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CLIENTS
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "dtensor_overview.py"
+
+
+@pytest.mark.skipif(CLIENTS > 1, reason="runs the example as its own single client")
+def test_dtensor_overview_example():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    out = subprocess.run([sys.executable, str(EXAMPLE)], env=env, check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "matmul, replicated: [[20.0, 14.0], [56.0, 41.0]], 72 multiplies, 0 collective" in out
+    assert "contracting axis sharded on x: [[20.0, 14.0], [56.0, 41.0]], 24 multiplies, 1" in out
+    assert "A's rows sharded on y: [[20.0, 14.0], [56.0, 41.0]], 12 multiplies, 1" in out
+    assert "  Device CPU:5: [[5]]" in out
+    assert "DVariable.assign with the wrong layout: DT_ERR_LAYOUT" in out
+    assert "after assign_add: [2.0, 2.0, 2.0, 2.0]" in out
