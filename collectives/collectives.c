@@ -7,11 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Cross-client all-reduce and reduce-scatter of at least this many bytes (the buffer; the
- * reduce-scatter's whole input) go around a ring under DT_ALGORITHM_AUTO: MPICH's own
- * algorithms fall behind a plain ring at large sizes on this machine kind (BASELINE.md;
- * benchmarks/bench_collectives). */
-#define DT__RING_MIN_BYTES ((int64_t)8 << 20)
 /* Local phases go to the device workers from this many bytes per device; below it the
  * caller does them (a hand-off costs more than the copy). */
 #define DT__PARALLEL_MIN_BYTES ((int64_t)256 << 10)

@@ -32,6 +32,11 @@ typedef enum dt__coll_kind {
 
 const char *dt__coll_kind_name(dt__coll_kind k);
 
+/* Under DT_ALGORITHM_AUTO, cross-client all-reduce and reduce-scatter of at least this many
+ * bytes go around a ring of point-to-point messages (it beats MPICH's algorithm from here on
+ * this machine kind: benchmarks/bench_collectives sweep at -n 2). */
+#define DT__RING_MIN_BYTES ((int64_t)8 << 20)
+
 /* Element counts and buffer sizes (g = group size, r = member rank):
  *   all-reduce      send, recv: count                   (no uneven form; send may == recv)
  *   all-gather      send: count, recv: g*count          recv holds member blocks in rank order

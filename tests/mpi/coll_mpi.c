@@ -42,7 +42,7 @@ int main(void)
             sweep(spec, DT_ALGORITHM_AUTO, 3001);
             sweep(spec, DT_ALGORITHM_RING, 5);
         }
-    /* large enough for the automatic ring (4 MiB) on a group spanning every client */
+    /* large enough for the automatic ring on a group spanning every client */
     dt_mesh *m = NULL;
     snprintf(spec, sizeof spec, "x=%d", n);
     if (dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK) {
@@ -52,14 +52,15 @@ int main(void)
                       .dtype = DT_DTYPE_F32,
                       .op = DT_REDUCE_SUM,
                       .axes = 1u,
-                      .count = (5 << 20) / 4};
+                      .count = (DT__RING_MIN_BYTES + (1 << 20)) / 4};
         dt_status s = ref_run(m, &c, &ok, why, sizeof why);
         dt_ledger_entry e = {0};
         dt_ledger_entry_get(dt_ledger_size() - 1, &e);
         bool spans = dt_num_clients() > 1;
         tap_check(s == DT_OK && ok && (!spans || e.algorithm == DT_ALGORITHM_RING),
-                  "5 MiB all-reduce (auto: %s on %s) %s", dt_collective_algorithm_name(e.algorithm),
-                  e.backend, why);
+                  "%lld MiB all-reduce (auto: %s on %s) %s",
+                  (long long)(DT__RING_MIN_BYTES >> 20) + 1,
+                  dt_collective_algorithm_name(e.algorithm), e.backend, why);
         dt_mesh_free(m);
     }
     int rc = tap_done();
