@@ -130,4 +130,15 @@ static inline int64_t dt__gc_block(const dt__coll_req *r, const dt__gcall *gc, i
     return r->c.kind == DT__COLL_ALL_TO_ALL ? gc->cnt[(int64_t)s * r->mask->size + t] : gc->cnt[s];
 }
 
+/* Element offset of block `upto` in a group's concatenated blocks (uniform or uneven). */
+static inline int64_t dt__gc_block_off(const dt__coll_req *r, const dt__gcall *gc, int upto)
+{
+    if (!gc->cnt)
+        return r->c.count * upto;
+    int64_t o = 0;
+    for (int b = 0; b < upto; b++)
+        o += gc->cnt[b];
+    return o;
+}
+
 #endif /* DT_COLL_INTERNAL_H */

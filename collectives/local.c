@@ -9,38 +9,97 @@
 #define DT__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define DT__MIN(a, b) ((a) < (b) ? (a) : (b))
 
-#define DEF_KERNELS(NAME, name, ctype)                                               \
-    static void reduce_##name(dt_reduce_op op, void *acc, const void *src, size_t n) \
-    {                                                                                \
-        ctype *restrict x = acc;                                                     \
-        const ctype *restrict y = src;                                               \
-        switch (op) {                                                                \
-        case DT_REDUCE_SUM:                                                          \
-        case DT_REDUCE_MEAN:                                                         \
-            for (size_t i = 0; i < n; i++)                                           \
-                x[i] += y[i];                                                        \
-            break;                                                                   \
-        case DT_REDUCE_MAX:                                                          \
-            for (size_t i = 0; i < n; i++)                                           \
-                x[i] = DT__MAX(x[i], y[i]);                                          \
-            break;                                                                   \
-        case DT_REDUCE_MIN:                                                          \
-            for (size_t i = 0; i < n; i++)                                           \
-                x[i] = DT__MIN(x[i], y[i]);                                          \
-            break;                                                                   \
-        case DT_REDUCE_PROD:                                                         \
-            for (size_t i = 0; i < n; i++)                                           \
-                x[i] *= y[i];                                                        \
-            break;                                                                   \
-        default:                                                                     \
-            break;                                                                   \
-        }                                                                            \
-    }                                                                                \
-    static void divide_##name(void *acc, size_t n, int by)                           \
-    {                                                                                \
-        ctype *x = acc;                                                              \
-        for (size_t i = 0; i < n; i++)                                               \
-            x[i] /= (ctype)by;                                                       \
+/* The loop macros use elem_t, a typedef each kernel makes of its element type. Loops run in
+ * blocks of DT__VB elements: a loop of constant trip count is vectorized at -O2
+ * (gcc's "very cheap" cost model skips loops that would need a scalar epilogue), so every
+ * kernel below is a vector loop plus a scalar tail. */
+#define DT__VB 16
+
+/* acc[i] = acc[i] OP src[i], blocked. */
+#define DT__REDUCE_LOOP(EXPR)                      \
+    do {                                           \
+        size_t i = 0;                              \
+        for (; i + DT__VB <= n; i += DT__VB)       \
+            for (int k = 0; k < DT__VB; k++) {     \
+                elem_t a = x[i + k], b = y[i + k]; \
+                x[i + k] = (EXPR);                 \
+            }                                      \
+        for (; i < n; i++) {                       \
+            elem_t a = x[i], b = y[i];             \
+            x[i] = (EXPR);                         \
+        }                                          \
+    } while (0)
+
+/* dst[d][i] = (s0[i] OP s1[i]) / by for every d, blocked through a register-sized block, so a
+ * dst may alias s0 or s1 (in-place all-reduce): a block is read before it is written. One pass
+ * over memory: read both sources once, write each destination once. */
+#define DT__FUSE_LOOP(EXPR)                                                \
+    do {                                                                   \
+        for (size_t i = 0; i < n; i += DT__VB) {                           \
+            elem_t v[DT__VB];                                              \
+            if (n - i >= DT__VB) {                                         \
+                for (int k = 0; k < DT__VB; k++) {                         \
+                    elem_t a = s0[i + k], b = s1[i + k];                   \
+                    v[k] = (EXPR);                                         \
+                }                                                          \
+                if (by > 1)                                                \
+                    for (int k = 0; k < DT__VB; k++)                       \
+                        v[k] /= (elem_t)by;                                \
+                for (int d = 0; d < nd; d++)                               \
+                    memcpy((elem_t *)dst[d] + i, v, sizeof v);             \
+            } else {                                                       \
+                size_t len = n - i;                                        \
+                for (size_t k = 0; k < len; k++) {                         \
+                    elem_t a = s0[i + k], b = s1[i + k];                   \
+                    v[k] = (EXPR);                                         \
+                    if (by > 1)                                            \
+                        v[k] /= (elem_t)by;                                \
+                }                                                          \
+                for (int d = 0; d < nd; d++)                               \
+                    memcpy((elem_t *)dst[d] + i, v, len * sizeof(elem_t)); \
+            }                                                              \
+        }                                                                  \
+    } while (0)
+
+#define DT__OP_SWITCH(LOOP)  \
+    switch (op) {            \
+    case DT_REDUCE_SUM:      \
+    case DT_REDUCE_MEAN:     \
+        LOOP(DT__ADD(a, b)); \
+        break;               \
+    case DT_REDUCE_MAX:      \
+        LOOP(DT__MAX(a, b)); \
+        break;               \
+    case DT_REDUCE_MIN:      \
+        LOOP(DT__MIN(a, b)); \
+        break;               \
+    case DT_REDUCE_PROD:     \
+        LOOP(DT__MUL(a, b)); \
+        break;               \
+    default:                 \
+        break;               \
+    }
+
+#define DEF_KERNELS(NAME, name, ctype)                                                     \
+    static void reduce_##name(dt_reduce_op op, void *acc, const void *src, size_t n)       \
+    {                                                                                      \
+        typedef ctype elem_t;                                                              \
+        elem_t *restrict x = acc;                                                          \
+        const elem_t *restrict y = src;                                                    \
+        DT__OP_SWITCH(DT__REDUCE_LOOP)                                                     \
+    }                                                                                      \
+    static void fuse2_##name(dt_reduce_op op, void *const dst[], int nd, const void *src0, \
+                             const void *src1, size_t n, int by)                           \
+    {                                                                                      \
+        typedef ctype elem_t;                                                              \
+        const elem_t *s0 = src0, *s1 = src1;                                               \
+        DT__OP_SWITCH(DT__FUSE_LOOP)                                                       \
+    }                                                                                      \
+    static void divide_##name(void *acc, size_t n, int by)                                 \
+    {                                                                                      \
+        ctype *x = acc;                                                                    \
+        for (size_t i = 0; i < n; i++)                                                     \
+            x[i] /= (ctype)by;                                                             \
     }
 DT_DTYPE_LIST(DEF_KERNELS)
 #undef DEF_KERNELS
@@ -51,6 +110,21 @@ void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, si
 #define CASE(NAME, name, ctype)         \
     case DT_DTYPE_##NAME:               \
         reduce_##name(op, acc, src, n); \
+        break;
+        DT_DTYPE_LIST(CASE)
+#undef CASE
+    default:
+        break;
+    }
+}
+
+static void fuse2(dt_dtype t, dt_reduce_op op, void *const dst[], int nd, const void *s0,
+                  const void *s1, size_t n, int by)
+{
+    switch (t) {
+#define CASE(NAME, name, ctype)                   \
+    case DT_DTYPE_##NAME:                         \
+        fuse2_##name(op, dst, nd, s0, s1, n, by); \
         break;
         DT_DTYPE_LIST(CASE)
 #undef CASE
@@ -102,6 +176,14 @@ static void combine(const dt__coll_req *r, void *const dst[], int nd, const void
                 memcpy((char *)dst[d] + off * es, s, n * es);
         return;
     }
+    if (ns == 2) {
+        void *d[nd];
+        for (int i = 0; i < nd; i++)
+            d[i] = (char *)dst[i] + off * es;
+        fuse2(r->c.dtype, r->c.op, d, nd, (const char *)src[0] + off * es,
+              (const char *)src[1] + off * es, n, by);
+        return;
+    }
     _Alignas(64) unsigned char tmp[16384];
     size_t tile = sizeof tmp / es;
     for (size_t o = off; o < off + n; o += tile) {
@@ -150,16 +232,6 @@ static dt__gcall *locate(const dt__coll_req *r, int i, int *j)
     return gc;
 }
 
-static int64_t block_off(const dt__coll_req *r, const dt__gcall *gc, int upto)
-{
-    if (!gc->cnt)
-        return r->c.count * upto;
-    int64_t o = 0;
-    for (int b = 0; b < upto; b++)
-        o += gc->cnt[b];
-    return o;
-}
-
 static void pre_task(dt__device *dev, int i, void *arg)
 {
     (void)dev;
@@ -192,13 +264,13 @@ static void pre_task(dt__device *dev, int i, void *arg)
         int64_t n = dt__gc_block(r, gc, rank, 0);
         if (!spans) {
             for (int s = 0; s < k; s++) {
-                char *dst = (char *)gc->recv[j] + block_off(r, gc, s) * es;
+                char *dst = (char *)gc->recv[j] + dt__gc_block_off(r, gc, s) * es;
                 int64_t m = dt__gc_block(r, gc, s, 0);
                 if (m && dst != gc->send[s])
                     memcpy(dst, gc->send[s], (size_t)m * es);
             }
         } else if (k > 1 || gc->mode == DT__X_RING) {
-            char *dst = (char *)gc->recv[0] + block_off(r, gc, rank) * es;
+            char *dst = (char *)gc->recv[0] + dt__gc_block_off(r, gc, rank) * es;
             if (n && dst != gc->send[j])
                 memcpy(dst, gc->send[j], (size_t)n * es);
         }
@@ -207,7 +279,7 @@ static void pre_task(dt__device *dev, int i, void *arg)
     case DT__COLL_REDUCE_SCATTER:
         if (!spans) {
             const void *src[k];
-            int64_t o = block_off(r, gc, j);
+            int64_t o = dt__gc_block_off(r, gc, j);
             for (int s = 0; s < k; s++)
                 src[s] = (const char *)gc->send[s] + o * es;
             void *dst[1] = {gc->recv[j]};
@@ -289,8 +361,9 @@ static void post_task(dt__device *dev, int i, void *arg)
             memcpy(gc->recv[j], gc->recv[0], (size_t)gc->total * es);
         return;
     case DT__COLL_REDUCE_SCATTER: {
-        const void *src[1] = {gc->seg_out +
-                              (block_off(r, gc, rank) - block_off(r, gc, g->first_rank)) * es};
+        const void *src[1] = {
+            gc->seg_out +
+            (dt__gc_block_off(r, gc, rank) - dt__gc_block_off(r, gc, g->first_rank)) * es};
         void *dst[1] = {gc->recv[j]};
         combine(r, dst, 1, src, 1, 0, (size_t)dt__gc_block(r, gc, rank, 0), by);
         return;
@@ -333,7 +406,7 @@ static void run(dt__coll_req *r, dt__task_fn fn)
     dt__device *const *devs = dt__mesh_local_devices(r->m);
     int n = r->m->num_local;
     if (r->parallel && n > 1) {
-        dt__devices_run(devs, n, fn, r);
+        dt__devices_run_here(devs, n, fn, r);
         return;
     }
     for (int i = 0; i < n; i++)

@@ -16,16 +16,6 @@ static MPI_Op mpi_op(dt_reduce_op op)
     return ops[op];
 }
 
-static int64_t block_off(const dt__coll_req *r, const dt__gcall *gc, int upto)
-{
-    if (!gc->cnt)
-        return r->c.count * upto;
-    int64_t o = 0;
-    for (int b = 0; b < upto; b++)
-        o += gc->cnt[b];
-    return o;
-}
-
 static dt_status fits_int(const dt__coll_req *r, const dt__gcall *gc, int64_t v, const char *what)
 {
     if (v <= INT_MAX)
@@ -199,7 +189,7 @@ static dt_status setup(dt__coll_req *r, dt__gcall *gc, int gi)
     case DT__COLL_ALL_GATHER:
     case DT__COLL_REDUCE_SCATTER:
         for (int c = 0; c <= nc; c++)
-            gc->seg[c] = block_off(r, gc, g->rank_first[c]);
+            gc->seg[c] = dt__gc_block_off(r, gc, g->rank_first[c]);
         DT_TRY(fits_int(r, gc, gc->total, "the total"));
         for (int c = 0; c < nc; c++) {
             cc[c] = (int)(gc->seg[c + 1] - gc->seg[c]);

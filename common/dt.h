@@ -26,6 +26,21 @@ int64_t dt__num_elements(int rank, const int64_t shape[]);
 
 bool dt__dtype_valid(dt_dtype d);
 
+/* ---- integer arithmetic ------------------------------------------------------------------ */
+
+/* Integer sums and products wrap modulo 2^bits, as numpy's do: C leaves signed overflow
+ * undefined, so integers go through uint64_t (whose conversion back is modular with gcc).
+ * Floating-point operands are untouched. */
+#define DT__WRAP(OP, a, b)       \
+    _Generic((a), float          \
+             : (a)OP(b), double  \
+             : (a)OP(b), default \
+             : (__typeof__(a))((uint64_t)(a)OP(uint64_t)(b)))
+#define DT__ADD(a, b) DT__WRAP(+, a, b)
+#define DT__SUB(a, b) DT__WRAP(-, a, b)
+#define DT__MUL(a, b) DT__WRAP(*, a, b)
+#define DT__NEG(a) DT__SUB((__typeof__(a))0, a)
+
 /* ---- host block copy --------------------------------------------------------------------- */
 
 /* Copy the block `extent` (rank dims) starting at src_off inside a row-major array of
@@ -141,6 +156,8 @@ struct dt__device {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
+    atomic_bool posted; /* a task waits; read without the lock while the worker spins */
+    bool spin;          /* a core per worker: poll briefly before sleeping (wake-up latency) */
     dt__task_fn task;
     void *task_arg;
     int task_index;
@@ -152,12 +169,18 @@ struct dt__device {
 /* Allocate with accounting (dt_device_memory). Zero bytes gives a valid unique pointer. */
 dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out);
 void dt__device_free(dt__device *d, void *p, size_t bytes);
+/* Test hook: from now on, this process's device allocations of more than `bytes` fail with
+ * DT_ERR_NOMEM (SIZE_MAX, the default, turns it off). Simulates one client running out. */
+void dt__device_fail_allocs_over(size_t bytes);
 
 /* A device's worker loop (pthread start routine; the runtime binds the thread first). */
 void *dt__device_worker(void *device);
 
 /* Run fn(devices[i], i, arg) on each device's worker thread, in parallel, and wait for all. */
 void dt__devices_run(dt__device *const devices[], int n, dt__task_fn fn, void *arg);
+/* The same, but index 0 runs on the calling thread while the other workers run theirs: for
+ * host-memory work that may run on any thread (in-process collectives), it saves a hand-off. */
+void dt__devices_run_here(dt__device *const devices[], int n, dt__task_fn fn, void *arg);
 
 /* ---- runtime ----------------------------------------------------------------------------- */
 
@@ -200,6 +223,8 @@ dt_status dt__agree(MPI_Comm comm, dt_status local);
 
 struct dt_mesh {
     atomic_int refs;
+    uint64_t serial; /* unique for the process's lifetime: caches key on it, never on the
+                        address, which a later mesh may reuse */
     int num_axes;
     char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
     int sizes[DT_MAX_MESH_AXES];
@@ -216,6 +241,13 @@ struct dt_mesh {
     struct dt__coll_mesh *coll;
     dt_collective_algorithm coll_algorithm; /* dt_mesh_set_collective_algorithm */
 };
+
+/* The eager program cache (spmd/graph.c): drop every program built for mesh m (called when
+ * the mesh is destroyed, so no cached program outlives a mesh it points to); free it all (at
+ * dt_finalize); the number of cached programs (tests). Not collective. */
+void dt__program_cache_drop_mesh(const dt_mesh *m);
+void dt__program_cache_free(void);
+int dt__program_cache_count(void);
 
 /* Free the collectives' per-mesh state (communicators included). Collective. */
 void dt__coll_mesh_free(dt_mesh *m);
@@ -245,6 +277,11 @@ struct dt_tensor {
     struct dt_function *trace;
     int trace_value;
 };
+
+/* DT_ERR_STATE, naming fn, when t is symbolic (recorded in a function being traced: it has no
+ * values until the function runs); DT_OK for a concrete tensor. A pure function of metadata
+ * every client shares, so every client fails alike. */
+dt_status dt__tensor_require_values(const dt_tensor *t, const char *fn);
 
 /* An empty tensor of the right local sizes (contents undefined). Not collective. */
 dt_status dt__tensor_alloc(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],

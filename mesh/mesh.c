@@ -123,7 +123,9 @@ dt_status dt_mesh_create(int num_axes, const char *const names[], const int size
         free(local);
         return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory for %s", desc);
     }
+    static atomic_uint_fast64_t next_serial = 1;
     atomic_init(&m->refs, 1);
+    m->serial = (uint64_t)atomic_fetch_add(&next_serial, 1);
     m->num_axes = num_axes;
     m->type = type;
     m->size = 1;
@@ -216,6 +218,7 @@ void dt_mesh_free(dt_mesh *m)
 {
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
+    dt__program_cache_drop_mesh(m);
     dt__coll_mesh_free(m);
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);

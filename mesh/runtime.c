@@ -125,6 +125,8 @@ static void *worker_start(void *arg)
 
 /* Cores for CPU workers: this client's first core on the host, or -1 when not binding. */
 static int first_core = -1;
+/* Every CPU worker of this host has a core of its own: workers may poll for tasks. */
+static bool workers_fit;
 
 static int bind_core_of(const dt__device *d)
 {
@@ -172,6 +174,7 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
         d->backend = backend;
         pthread_mutex_init(&d->lock, NULL);
         pthread_cond_init(&d->wake, NULL);
+        d->spin = type == DT_DEVICE_CPU && workers_fit;
     }
     if (type == DT_DEVICE_CPU && first_core >= 0)
         for (int i = 0; i < count; i++)
@@ -250,6 +253,7 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     *gpu_slot = host_rank;
     first_core = -1;
     bool fits = total <= dt__rt.cores;
+    workers_fit = fits;
     if (bind == BIND_REQUIRED && !fits)
         return dt__fail(DT_ERR_ARG,
                         "dt_init: bind=1 needs a core per CPU device, but %d devices of %d "
@@ -273,6 +277,7 @@ static void release_all(void)
     if (dt__rt.mpi_owned)
         MPI_Finalize();
     first_core = -1;
+    workers_fit = false;
     dt__rt = (dt__runtime){.world = MPI_COMM_NULL, .num_clients = 1};
 }
 
@@ -339,10 +344,17 @@ dt_status dt_init(const dt_init_options *opts)
 dt_status dt_finalize(void)
 {
     DT_TRY(dt__require_init("dt_finalize"));
+    /* Agreed: if any client still holds a mesh or tensor, every client refuses (and stays
+     * usable), rather than the others ending MPI under it. */
     int meshes = atomic_load(&dt__rt.live_meshes), tensors = atomic_load(&dt__rt.live_tensors);
+    dt_status local = DT_OK;
     if (meshes || tensors)
-        return dt__fail(DT_ERR_STATE, "dt_finalize: %d meshes and %d tensors are still alive",
-                        meshes, tensors);
+        local = dt__fail(DT_ERR_STATE,
+                         "dt_finalize: client %d still has %d meshes and %d tensors alive; no "
+                         "client finalizes",
+                         dt__rt.client, meshes, tensors);
+    DT_TRY(dt__agree(dt__rt.world, local));
+    dt__program_cache_free();
     release_all();
     return DT_OK;
 }

@@ -146,11 +146,23 @@ dt_status dt__slot_new(dt__program *p, const dt_layout *l, dt_dtype dtype, int r
     return DT_OK;
 }
 
-static dt_status new_step(dt__program *p, dt__step **out)
+/* A zeroed step at the end of p (not yet counted), with what every step records. */
+static dt_status new_step(dt__program *p, dt__step_kind kind, const char *cause, const dt_mesh *m,
+                          dt_dtype dtype, int nin, const int in[], int out, dt__step **stp)
 {
     DT_TRY(grow((void **)&p->steps, &p->cap_steps, p->nsteps + 1, sizeof *p->steps));
-    *out = &p->steps[p->nsteps];
-    memset(*out, 0, sizeof **out);
+    dt__step *st = &p->steps[p->nsteps];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    st->cause = cause;
+    st->mesh = m;
+    st->nlocal = m->num_local;
+    st->dtype = dtype;
+    st->nin = nin;
+    for (int i = 0; i < nin; i++)
+        st->in[i] = in[i];
+    st->out = out;
+    *stp = st;
     return DT_OK;
 }
 
@@ -217,17 +229,8 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
         return dt__fail(DT_ERR_UNSUPPORTED, "%s: the %s backend has no %s kernel for %s", cause,
                         devs[0]->backend->name, dt__kernel_name(kernel), dt_dtype_name(dtype));
     dt__step *st;
-    DT_TRY(new_step(p, &st));
-    st->kind = DT__STEP_KERNEL;
-    st->cause = cause;
-    st->mesh = m;
-    st->nlocal = m->num_local;
-    st->dtype = dtype;
+    DT_TRY(new_step(p, DT__STEP_KERNEL, cause, m, dtype, nin, in, out, &st));
     st->kernel = kernel;
-    st->nin = nin;
-    for (int i = 0; i < nin; i++)
-        st->in[i] = in[i];
-    st->out = out;
     st->args = calloc((size_t)m->num_local + 1, sizeof *st->args);
     if (!st->args)
         return dt__fail(DT_ERR_NOMEM, "program: out of memory");
@@ -282,18 +285,10 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
 {
     const dt_mesh *m = p->slots[recv].mesh;
     dt__step *st;
-    DT_TRY(new_step(p, &st));
-    st->kind = DT__STEP_COLL;
-    st->cause = cause;
-    st->mesh = m;
-    st->nlocal = m->num_local;
-    st->dtype = dtype;
+    DT_TRY(new_step(p, DT__STEP_COLL, cause, m, dtype, 1, &send, recv, &st));
     st->coll = kind;
     st->op = op;
     st->axes = axes;
-    st->nin = 1;
-    st->in[0] = send;
-    st->out = recv;
     st->count = count;
     st->bytes_max = sent;
     if (counts_of) {
@@ -379,27 +374,133 @@ void dt__program_seal(dt__program *p)
     }
 }
 
-static dt_status alloc_slot(const dt__slot *sl, void ***buf)
+/* ---- temporaries: one arena per device, planned before the first collective ------------- */
+
+/* Temporaries are placed in one arena per device, at offsets planned from their lifetimes
+ * (the steps from the first that touches them to the last), so two live at once never share
+ * bytes but a relayout chain reuses the bytes of intermediates already dead: the arena is the
+ * peak of what is live, not the sum. It is allocated with the results, before the first
+ * collective, and the clients agree on both: an out-of-memory on one client is an error on
+ * every client, never a client left waiting in a collective. */
+#define DT__ARENA_ALIGN 256
+
+typedef struct arena {
+    dt__device *dev;
+    size_t size;
+    void *base;
+} arena;
+
+typedef struct placed {
+    int slot, local, first, last;
+    size_t bytes, at;
+} placed;
+
+static bool is_temp(const dt__slot *sl)
 {
-    int nl = sl->mesh->num_local;
-    *buf = calloc((size_t)nl + 1, sizeof **buf);
-    if (!*buf)
-        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
-    dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
-    for (int d = 0; d < nl; d++)
-        DT_TRY(dt__device_alloc(devs[d], sl->bytes[d], &(*buf)[d]));
-    return DT_OK;
+    return sl->input < 0 && sl->output < 0 && sl->first <= sl->last;
 }
 
-static void free_slot(const dt__slot *sl, void ***buf)
+static size_t align_up(size_t n)
 {
-    if (!*buf)
-        return;
-    dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
-    for (int d = 0; d < sl->mesh->num_local; d++)
-        dt__device_free(devs[d], (*buf)[d], sl->bytes[d]);
-    free(*buf);
-    *buf = NULL;
+    return (n + DT__ARENA_ALIGN - 1) / DT__ARENA_ALIGN * DT__ARENA_ALIGN;
+}
+
+/* First fit: the lowest aligned offset where `x` overlaps no earlier item alive at once. An
+ * empty buffer still takes a byte: buffers alive at once keep distinct addresses (MPI refuses
+ * a send buffer that aliases a receive buffer, even an empty one). */
+static void place(placed *items, int n, placed *x)
+{
+    x->at = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int j = 0; j < n; j++) {
+            const placed *y = &items[j];
+            bool alive = y->first <= x->last && x->first <= y->last;
+            bool clash = x->at < y->at + y->bytes && y->at < x->at + x->bytes;
+            if (alive && clash) {
+                x->at = align_up(y->at + y->bytes);
+                moved = true;
+            }
+        }
+    }
+}
+
+static void free_arenas(arena *ar, int n)
+{
+    for (int a = 0; a < n; a++)
+        dt__device_free(ar[a].dev, ar[a].base, ar[a].size);
+    free(ar);
+}
+
+/* Plan and allocate the temporaries' arenas; bufs[slot] of each temporary gets its per-device
+ * pointers. Local: the caller agrees on the status. */
+static dt_status alloc_temps(const dt__program *p, void ***bufs, arena **out, int *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    int total = 0;
+    for (int i = 0; i < p->nslots; i++)
+        if (is_temp(&p->slots[i]))
+            total += p->slots[i].mesh->num_local;
+    if (!total)
+        return DT_OK;
+    placed *items = calloc((size_t)total, sizeof *items);
+    arena *ar = calloc((size_t)total, sizeof *ar);
+    int *which = calloc((size_t)total, sizeof *which); /* arena of each item */
+    dt_status s = items && ar && which ? DT_OK : dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    int n = 0, na = 0;
+    for (int i = 0; s == DT_OK && i < p->nslots; i++) {
+        const dt__slot *sl = &p->slots[i];
+        if (!is_temp(sl))
+            continue;
+        bufs[i] = calloc((size_t)sl->mesh->num_local + 1, sizeof **bufs);
+        if (!bufs[i]) {
+            s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
+            break;
+        }
+        dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
+        for (int d = 0; d < sl->mesh->num_local; d++) {
+            int a = 0;
+            while (a < na && ar[a].dev != devs[d])
+                a++;
+            if (a == na)
+                ar[na++].dev = devs[d];
+            /* items of one device are placed against each other only */
+            placed x = {.slot = i,
+                        .local = d,
+                        .first = sl->first,
+                        .last = sl->last,
+                        .bytes = sl->bytes[d] ? sl->bytes[d] : 1};
+            placed *mine = calloc((size_t)n + 1, sizeof *mine);
+            if (!mine) {
+                s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
+                break;
+            }
+            int nm = 0;
+            for (int j = 0; j < n; j++)
+                if (which[j] == a)
+                    mine[nm++] = items[j];
+            place(mine, nm, &x);
+            free(mine);
+            if (x.at + x.bytes > ar[a].size)
+                ar[a].size = x.at + x.bytes;
+            which[n] = a;
+            items[n++] = x;
+        }
+    }
+    for (int a = 0; s == DT_OK && a < na; a++)
+        s = dt__device_alloc(ar[a].dev, ar[a].size, &ar[a].base);
+    for (int j = 0; s == DT_OK && j < n; j++)
+        bufs[items[j].slot][items[j].local] = (char *)ar[which[j]].base + items[j].at;
+    free(items);
+    free(which);
+    if (s != DT_OK) {
+        free_arenas(ar, na); /* those not allocated have a NULL base: a no-op */
+        return s;
+    }
+    *out = ar;
+    *nout = na;
+    return s;
 }
 
 dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[])
@@ -410,13 +511,16 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
     void ***bufs = calloc((size_t)p->nslots + 1, sizeof *bufs);
     if (!bufs)
         return dt__fail(DT_ERR_NOMEM, "program: out of memory");
-    /* Results are allocated first, and clients agree on that before any collective.
-     * Temporaries live from the step that first writes them to the step that last reads
-     * them, so a relayout chain never holds every intermediate at once. */
+    arena *ar = NULL;
+    int na = 0;
+    /* Results and temporaries are allocated first, and clients agree on that before any
+     * collective. */
     for (int o = 0; s == DT_OK && o < p->noutputs; o++) {
         const dt__dist *x = &p->out[o];
         s = dt__tensor_alloc(&x->layout, x->dtype, x->rank, x->shape, &out[o]);
     }
+    if (s == DT_OK)
+        s = alloc_temps(p, bufs, &ar, &na);
     for (int i = 0; s == DT_OK && i < p->nslots; i++) {
         const dt__slot *sl = &p->slots[i];
         if (sl->input >= 0)
@@ -429,11 +533,6 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
         s = dt__agree(m0->comm, s);
     for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
-        const dt__slot *so = &p->slots[st->out];
-        if (!bufs[st->out] && so->input < 0 && so->output < 0)
-            s = alloc_slot(so, &bufs[st->out]);
-        if (s != DT_OK)
-            break;
         if (st->kind == DT__STEP_KERNEL) {
             run_ctx c = {.st = st, .bufs = bufs};
             dt__device *const *devs = dt__mesh_local_devices(st->mesh);
@@ -448,17 +547,11 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
         } else {
             s = run_coll(st, bufs);
         }
-        int touched[3] = {st->out, st->nin > 0 ? st->in[0] : -1, st->nin > 1 ? st->in[1] : -1};
-        for (int t = 0; t < 3; t++) {
-            int k = touched[t];
-            if (k < 0 || p->slots[k].input >= 0 || p->slots[k].output >= 0 || p->slots[k].last != i)
-                continue;
-            free_slot(&p->slots[k], &bufs[k]);
-        }
     }
     for (int i = 0; i < p->nslots; i++)
-        if (p->slots[i].input < 0 && p->slots[i].output < 0)
-            free_slot(&p->slots[i], &bufs[i]);
+        if (is_temp(&p->slots[i]))
+            free(bufs[i]);
+    free_arenas(ar, na);
     free(bufs);
     if (s != DT_OK)
         for (int o = 0; o < p->noutputs; o++) {

@@ -285,6 +285,25 @@ static void ag_unpack(void *ctx, int d, dt__kargs *k)
     }
 }
 
+/* k copies one block into the whole local output `out_local` from a local input of shape
+ * in_local; the caller sets the block's offsets. NULL when out of memory (no blocks). */
+static dt__block *one_block(dt__kargs *k, int rank, const int64_t in_local[],
+                            const int64_t out_local[])
+{
+    k->rank = rank;
+    copy_shape(k->shape, out_local, rank);
+    k->blocks = calloc(1, sizeof *k->blocks);
+    if (!k->blocks)
+        return NULL;
+    k->nblocks = 1;
+    dt__block *b = k->blocks;
+    b->rank = rank;
+    copy_shape(b->src_shape, in_local, rank);
+    copy_shape(b->dst_shape, out_local, rank);
+    copy_shape(b->extent, out_local, rank);
+    return b;
+}
+
 /* -- local slice: the shard of axis `to` from a local copy holding the whole axis. */
 static void slice_args(void *ctx, int d, dt__kargs *k)
 {
@@ -293,17 +312,9 @@ static void slice_args(void *ctx, int d, dt__kargs *k)
     int64_t in_local[DT_MAX_RANK], out_local[DT_MAX_RANK];
     dt__local_shape(c->in, d, in_local, NULL);
     dt__local_shape(&c->out, d, out_local, NULL);
-    k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
-    k->nblocks = 1;
-    k->blocks = calloc(1, sizeof *k->blocks);
-    if (!k->blocks)
+    dt__block *b = one_block(k, rank, in_local, out_local);
+    if (!b)
         return;
-    dt__block *b = k->blocks;
-    b->rank = rank;
-    copy_shape(b->src_shape, in_local, rank);
-    copy_shape(b->dst_shape, out_local, rank);
-    copy_shape(b->extent, out_local, rank);
     b->src_off[j] =
         dt_shard_offset(c->in->shape[j], c->g, coord(c->in->layout.mesh, c->mesh_axis, d));
 }
@@ -373,7 +384,8 @@ static void a2a_unpack(void *ctx, int d, dt__kargs *k)
     }
 }
 
-/* -- reduce-scatter: block s of the send buffer is the range of axis `to` member s keeps. */
+/* -- reduce-scatter: block s of the send buffer is the range of axis `to` member s keeps
+ * (packed by a2a_pack). */
 static void rs_counts(void *ctx, int d, int64_t counts[])
 {
     tctx *c = ctx;
@@ -381,30 +393,6 @@ static void rs_counts(void *ctx, int d, int64_t counts[])
     for (int s = 0; s < c->g; s++)
         counts[s] = dt__local_elems(&c->out.layout, c->out.rank, c->out.shape,
                                     member(m, c->mesh_axis, d, s));
-}
-
-static void rs_pack(void *ctx, int d, dt__kargs *k)
-{
-    tctx *c = ctx;
-    int rank = c->in->rank, j = c->t->to, g = c->g;
-    int64_t local[DT_MAX_RANK];
-    dt__local_shape(c->in, d, local, NULL);
-    k->rank = 1;
-    k->shape[0] = dt__num_elements(rank, local);
-    k->nblocks = g;
-    k->blocks = calloc((size_t)g, sizeof *k->blocks);
-    int64_t at = 0;
-    for (int s = 0; s < g && k->blocks; s++) {
-        dt__block *b = &k->blocks[s];
-        b->rank = rank;
-        copy_shape(b->src_shape, local, rank);
-        copy_shape(b->extent, local, rank);
-        b->extent[j] = dt_shard_size(c->in->shape[j], g, s);
-        b->src_off[j] = dt_shard_offset(c->in->shape[j], g, s);
-        copy_shape(b->dst_shape, b->extent, rank);
-        b->dst_at = at;
-        at += dt__num_elements(rank, b->extent);
-    }
 }
 
 /* -- all-reduce of shards that differ in size across groups: a padded copy. */
@@ -579,8 +567,9 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
             dt__dist tmp;
             DT_TRY(dt__slot_new(p, &t->before, in->dtype, rank, in->shape, &tmp));
             send = tmp.slot;
+            /* the same packing as all-to-all's: block s is member s's range of axis `to` */
             DT_TRY(dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, send, m,
-                                   rs_pack, &c));
+                                   a2a_pack, &c));
         }
         return dt__emit_coll(p, cause, DT__COLL_REDUCE_SCATTER, in->dtype, in->layout.partial_op,
                              t->axes, send, out->slot, count, even ? NULL : rs_counts, &c, c.g,
@@ -629,17 +618,9 @@ static void ls_args(void *ctx, int d, dt__kargs *k)
         out_off[DT_MAX_RANK];
     dt__local_shape(c->in, d, in_local, in_off);
     dt__local_shape(&c->out, d, out_local, out_off);
-    k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
-    k->nblocks = 1;
-    k->blocks = calloc(1, sizeof *k->blocks);
-    if (!k->blocks)
+    dt__block *b = one_block(k, rank, in_local, out_local);
+    if (!b)
         return;
-    dt__block *b = k->blocks;
-    b->rank = rank;
-    copy_shape(b->src_shape, in_local, rank);
-    copy_shape(b->dst_shape, out_local, rank);
-    copy_shape(b->extent, out_local, rank);
     for (int i = 0; i < rank; i++)
         b->src_off[i] = out_off[i] + c->shift[i] - in_off[i];
 }
@@ -676,4 +657,238 @@ dt_status dt__finish(dt__program *p, const char *cause, const dt__dist *x, const
     if (!want)
         return dt__resolve_partial(p, cause, x, out);
     return dt__relayout_emit(p, cause, x, want, out);
+}
+
+/* ---- block exchange between layouts (and meshes over the same devices) ------------------- */
+
+/* Moving a tensor to an unrelated layout, taking a slice of it or placing it inside a larger
+ * one: every target device t needs one box of the input (its shard of the result, shifted).
+ * Each input block (a shard, and a term when partial) is sent to t by one holder: t itself
+ * when it holds that block, else the block's first holder (coordinate 0 on the mesh axes that
+ * replicate the input). Device s sends t the intersection of its shard with t's box: one
+ * all-to-all(v) over every device, so nobody holds more than its own shards plus what it
+ * sends and receives (never the global tensor). */
+typedef struct xctx {
+    const dt__dist *in;
+    const dt__dist *out;
+    const int64_t *shift; /* result index g is input index g + shift */
+    int g;                /* devices */
+} xctx;
+
+/* Same block of the input on devices s and t: same shard on every tensor axis and the same
+ * coordinates on the partial mesh axes. */
+static bool same_block(const dt__dist *x, int s, int t)
+{
+    const dt_mesh *m = x->layout.mesh;
+    for (int i = 0; i < x->rank; i++)
+        if (dt__layout_shard_index(&x->layout, i, s) != dt__layout_shard_index(&x->layout, i, t))
+            return false;
+    for (int a = 0; a < m->num_axes; a++)
+        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, t))
+            return false;
+    return true;
+}
+
+static bool first_holder(const dt__dist *x, int d)
+{
+    const dt_mesh *m = x->layout.mesh;
+    unsigned used = dt__layout_used(&x->layout);
+    for (int a = 0; a < m->num_axes; a++)
+        if (!(used & (1u << a)) && coord(m, a, d) != 0)
+            return false;
+    return true;
+}
+
+/* Elements s gives t (s == t included); lo (input global index) and ext give the box. */
+static int64_t x_box_any(const xctx *c, int s, int t, int64_t lo[], int64_t ext[])
+{
+    const dt__dist *x = c->in;
+    int rank = x->rank;
+    for (int i = 0; i < DT_MAX_RANK; i++)
+        lo[i] = ext[i] = 0;
+    /* a partial result takes each term from the device of the same term */
+    const dt_mesh *m = x->layout.mesh;
+    for (int a = 0; a < m->num_axes; a++)
+        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, t))
+            return 0;
+    if (same_block(x, s, t) ? s != t : !first_holder(x, s))
+        return 0;
+    int64_t sl[DT_MAX_RANK], so[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
+    dt__local_shape(x, s, sl, so);
+    dt__local_shape(c->out, t, tl, to);
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        int64_t a = so[i] > to[i] + c->shift[i] ? so[i] : to[i] + c->shift[i];
+        int64_t b = so[i] + sl[i] < to[i] + c->shift[i] + tl[i] ? so[i] + sl[i]
+                                                                : to[i] + c->shift[i] + tl[i];
+        lo[i] = a;
+        ext[i] = b > a ? b - a : 0;
+        n *= ext[i];
+    }
+    return n;
+}
+
+/* What crosses devices: a device's own part is copied straight into its shard (x_direct), not
+ * staged through the all-to-all's buffers. */
+static int64_t x_box(const xctx *c, int s, int t, int64_t lo[], int64_t ext[])
+{
+    return s == t ? 0 : x_box_any(c, s, t, lo, ext);
+}
+
+static void x_counts(void *ctx, int d, int64_t counts[])
+{
+    (void)d; /* every member passes the whole matrix */
+    const xctx *c = ctx;
+    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK];
+    for (int s = 0; s < c->g; s++)
+        for (int t = 0; t < c->g; t++)
+            counts[s * c->g + t] = x_box(c, s, t, lo, ext);
+}
+
+/* One block of the box s -> t, from s's shard (pack) or into t's shard (unpack). */
+static void x_block(const xctx *c, int s, int t, bool pack, int64_t at, dt__block *b)
+{
+    int rank = c->in->rank;
+    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], local[DT_MAX_RANK], off[DT_MAX_RANK];
+    x_box(c, s, t, lo, ext);
+    b->rank = rank;
+    copy_shape(b->extent, ext, rank);
+    if (pack) {
+        dt__local_shape(c->in, s, local, off);
+        copy_shape(b->src_shape, local, rank);
+        copy_shape(b->dst_shape, ext, rank);
+        for (int i = 0; i < rank; i++)
+            b->src_off[i] = lo[i] - off[i];
+        b->dst_at = at;
+    } else {
+        dt__local_shape(c->out, t, local, off);
+        copy_shape(b->src_shape, ext, rank);
+        copy_shape(b->dst_shape, local, rank);
+        for (int i = 0; i < rank; i++)
+            b->dst_off[i] = lo[i] - c->shift[i] - off[i];
+        b->src_at = at;
+    }
+}
+
+static void x_pack(void *ctx, int s, dt__kargs *k)
+{
+    const xctx *c = ctx;
+    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
+    k->rank = 1;
+    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
+    for (int t = 0; t < c->g && k->blocks; t++) {
+        int64_t n = x_box(c, s, t, lo, ext);
+        if (n)
+            x_block(c, s, t, true, at, &k->blocks[k->nblocks++]);
+        at += n;
+    }
+    k->shape[0] = at;
+}
+
+static void x_unpack(void *ctx, int t, dt__kargs *k)
+{
+    const xctx *c = ctx;
+    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
+    k->rank = c->out->rank;
+    dt__local_shape(c->out, t, k->shape, NULL);
+    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
+    for (int s = 0; s < c->g && k->blocks; s++) {
+        int64_t n = x_box(c, s, t, lo, ext);
+        if (n)
+            x_block(c, s, t, false, at, &k->blocks[k->nblocks++]);
+        at += n;
+    }
+}
+
+/* Each device copies its own box straight into its shard. */
+static void x_direct(void *ctx, int d, dt__kargs *k)
+{
+    const xctx *c = ctx;
+    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK];
+    int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
+    dt__local_shape(c->in, d, local, off);
+    dt__local_shape(c->out, d, tl, to);
+    k->rank = c->out->rank;
+    copy_shape(k->shape, tl, k->rank);
+    if (!x_box_any(c, d, d, lo, ext))
+        return;
+    dt__block *b = one_block(k, c->in->rank, local, tl);
+    if (!b)
+        return;
+    copy_shape(b->extent, ext, b->rank);
+    for (int i = 0; i < b->rank; i++) {
+        b->src_off[i] = lo[i] - off[i];
+        b->dst_off[i] = lo[i] - c->shift[i] - to[i];
+    }
+}
+
+dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__dist *in,
+                                 const int64_t shift[], const dt__dist *out)
+{
+    const dt_mesh *m = in->layout.mesh, *mo = out->layout.mesh;
+    if (m->type != mo->type || m->size != mo->size)
+        return dt__fail(DT_ERR_MESH, "%s: meshes of %d and %d devices are not the same devices",
+                        cause, m->size, mo->size);
+    if (in->layout.partial && (mo != m || out->layout.partial != in->layout.partial))
+        return dt__fail(DT_ERR_LAYOUT, "%s: a partial operand keeps its partial axes", cause);
+    xctx c = {.in = in, .out = out, .shift = shift, .g = m->size};
+    int g = c.g;
+    int64_t *counts = calloc((size_t)g * (size_t)g, sizeof *counts);
+    if (!counts)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
+    x_counts(&c, 0, counts);
+    /* per local device: elements sent and received; the busiest device's bytes */
+    int64_t *sent = calloc((size_t)m->num_local + 1, sizeof *sent);
+    int64_t *recd = calloc((size_t)m->num_local + 1, sizeof *recd);
+    double most = 0;
+    bool cross = false;
+    for (int s = 0; s < g; s++) {
+        int64_t out_s = 0;
+        for (int t = 0; t < g; t++) {
+            int64_t n = counts[s * g + t];
+            cross = cross || n;
+            out_s += n;
+            int ls = s - m->first_local, lt = t - m->first_local;
+            if (sent && ls >= 0 && ls < m->num_local)
+                sent[ls] += n;
+            if (recd && lt >= 0 && lt < m->num_local)
+                recd[lt] += n;
+        }
+        double bytes = (double)out_s * (double)dt_dtype_size(in->dtype);
+        most = bytes > most ? bytes : most;
+    }
+    free(counts);
+    dt_status s = sent && recd ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
+    if (s == DT_OK)
+        s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, out->slot, mo,
+                            x_direct, &c);
+    if (s == DT_OK && cross) {
+        int send = -1, recv = -1;
+        s = dt__slot_new_elems(p, m, in->dtype, sent, &send);
+        if (s == DT_OK)
+            s = dt__slot_new_elems(p, m, in->dtype, recd, &recv);
+        if (s == DT_OK)
+            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, send, m,
+                                x_pack, &c);
+        char what[64];
+        snprintf(what, sizeof what, "block exchange over %d devices", g);
+        if (s == DT_OK)
+            s = dt__emit_coll(p, cause, DT__COLL_ALL_TO_ALL, in->dtype, DT_REDUCE_SUM,
+                              (1u << m->num_axes) - 1u, send, recv, 0, x_counts, &c, g * g, most,
+                              what);
+        if (s == DT_OK)
+            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &recv, out->slot, mo,
+                                x_unpack, &c);
+    }
+    free(sent);
+    free(recd);
+    return s;
+}
+
+dt_status dt__emit_exchange(dt__program *p, const char *cause, const dt__dist *in,
+                            const dt_layout *to, int rank, const int64_t shape[],
+                            const int64_t shift[], dt__dist *out)
+{
+    DT_TRY(dt__slot_new(p, to, in->dtype, rank, shape, out));
+    return dt__emit_exchange_into(p, cause, in, shift, out);
 }

@@ -249,10 +249,21 @@ dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int
     return DT_OK;
 }
 
+dt_status dt__tensor_require_values(const dt_tensor *t, const char *fn)
+{
+    if (t && t->trace)
+        return dt__fail(DT_ERR_STATE,
+                        "%s: tensor is symbolic (recorded in a function being traced); run the "
+                        "function to get values",
+                        fn);
+    return DT_OK;
+}
+
 dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes)
 {
     if (!t)
         return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: tensor is NULL");
+    DT_TRY(dt__tensor_require_values(t, "dt_tensor_unpack"));
     if (i < 0 || i >= t->num_local)
         return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: component %d, this client has 0..%d", i,
                         t->num_local - 1);
@@ -304,10 +315,10 @@ static bool first_term(const dt_layout *l, int device)
                 acc[k] = x[k] < acc[k] ? x[k] : acc[k];                   \
                 break;                                                    \
             case DT_REDUCE_PROD:                                          \
-                acc[k] *= x[k];                                           \
+                acc[k] = DT__MUL(acc[k], x[k]);                           \
                 break;                                                    \
             default:                                                      \
-                acc[k] += x[k];                                           \
+                acc[k] = DT__ADD(acc[k], x[k]);                           \
             }                                                             \
     }
 REDUCE_INTO(float)
@@ -367,6 +378,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
 {
     if (!t)
         return dt__fail(DT_ERR_ARG, "dt_tensor_read: tensor is NULL");
+    DT_TRY(dt__tensor_require_values(t, "dt_tensor_read"));
     const dt_mesh *m = t->mesh;
     const dt_layout *l = &t->layout;
     size_t es = dt_dtype_size(t->dtype);
@@ -494,6 +506,7 @@ dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]
 {
     if (!t)
         return dt__fail(DT_ERR_ARG, "dt_tensor_local_shape: tensor is NULL");
+    DT_TRY(dt__tensor_require_values(t, "dt_tensor_local_shape"));
     if (i < 0 || i >= t->num_local)
         return dt__fail(DT_ERR_ARG, "dt_tensor_local_shape: component %d, this client has 0..%d", i,
                         t->num_local - 1);

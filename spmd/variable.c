@@ -18,8 +18,9 @@ dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_variable_create: out is NULL");
     *out = NULL;
-    if (!initial || initial->trace)
-        return dt__fail(DT_ERR_ARG, "dt_variable_create: initial value is NULL or symbolic");
+    if (!initial)
+        return dt__fail(DT_ERR_ARG, "dt_variable_create: initial value is NULL");
+    DT_TRY(dt__tensor_require_values(initial, "dt_variable_create"));
     if (initial->layout.partial) {
         char lb[DT_STRING_MAX];
         return dt__fail(DT_ERR_LAYOUT,
@@ -43,8 +44,7 @@ static dt_status check_value(const char *fn, const dt_variable *v, const dt_tens
 {
     if (!v || !x)
         return dt__fail(DT_ERR_ARG, "%s: %s is NULL", fn, v ? "value" : "variable");
-    if (x->trace)
-        return dt__fail(DT_ERR_ARG, "%s: value is symbolic", fn);
+    DT_TRY(dt__tensor_require_values(x, fn));
     const dt_tensor *t = v->value;
     char sa[DT__SHAPE_STR_MAX], sb[DT__SHAPE_STR_MAX];
     dt__shape_str(sa, sizeof sa, t->rank, t->shape);

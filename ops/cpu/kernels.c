@@ -190,11 +190,11 @@ static double unary_f(int op, double x)
         switch ((dt_unary_op)k->op) {                                                              \
         case DT_UNARY_NEG:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = (T)-x[i];                                                                   \
+                o[i] = DT__NEG(x[i]);                                                              \
             break;                                                                                 \
         case DT_UNARY_ABS:                                                                         \
             for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = x[i] < 0 ? (T)-x[i] : x[i];                                                 \
+                o[i] = x[i] < 0 ? DT__NEG(x[i]) : x[i];                                            \
             break;                                                                                 \
         case DT_UNARY_RELU:                                                                        \
             for (int64_t i = 0; i < n; i++)                                                        \
@@ -202,7 +202,7 @@ static double unary_f(int op, double x)
             break;                                                                                 \
         case DT_UNARY_SQUARE:                                                                      \
             for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = (T)(x[i] * x[i]);                                                           \
+                o[i] = DT__MUL(x[i], x[i]);                                                        \
             break;                                                                                 \
         default:                                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
@@ -213,13 +213,13 @@ static double unary_f(int op, double x)
     {                                                                                              \
         switch ((dt_binary_op)op) {                                                                \
         case DT_BINARY_ADD:                                                                        \
-            return (T)(a + b);                                                                     \
+            return DT__ADD(a, b);                                                                  \
         case DT_BINARY_SUB:                                                                        \
-            return (T)(a - b);                                                                     \
+            return DT__SUB(a, b);                                                                  \
         case DT_BINARY_MUL:                                                                        \
-            return (T)(a * b);                                                                     \
+            return DT__MUL(a, b);                                                                  \
         case DT_BINARY_DIV:                                                                        \
-            return IS_FLOAT ? (T)(a / b) : (b == 0 ? (T)0 : (T)(a / b));                           \
+            return IS_FLOAT ? (T)(a / b) : b == 0 ? (T)0 : b == (T)-1 ? DT__NEG(a) : (T)(a / b);   \
         case DT_BINARY_MAX:                                                                        \
             return a > b ? a : b;                                                                  \
         case DT_BINARY_MIN:                                                                        \
@@ -300,7 +300,7 @@ static double unary_f(int op, double x)
             else if (k->op == DT_REDUCE_MIN)                                                       \
                 o[io] = v < o[io] ? v : o[io];                                                     \
             else                                                                                   \
-                o[io] = (T)(o[io] + v);                                                            \
+                o[io] = DT__ADD(o[io], v);                                                         \
             next_index(r, k->in_shape[0], idx);                                                    \
         }                                                                                          \
         if (k->a != 1.0)                                                                           \
@@ -345,24 +345,24 @@ DEFINE_KERNELS(int64_t, i64, 0, INT64_MIN, INT64_MAX)
 
 /* ---- gemm: C[b] = op(A[b]) op(B[b]), row-major; op = transpose when ta / tb -------------- */
 
-#define GEMM_REF(T, NAME)                                                            \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)   \
-    {                                                                                \
-        const T *A = in[0], *B = in[1];                                              \
-        T *C = out;                                                                  \
-        int64_t m = k->m, n = k->n, kk = k->k;                                       \
-        for (int64_t b = 0; b < k->batch; b++) {                                     \
-            const T *a = A + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride; \
-            T *c = C + b * m * n;                                                    \
-            for (int64_t i = 0; i < m; i++)                                          \
-                for (int64_t j = 0; j < n; j++) {                                    \
-                    T s = 0;                                                         \
-                    for (int64_t q = 0; q < kk; q++)                                 \
-                        s += (k->ta ? a[q * m + i] : a[i * kk + q]) *                \
-                             (k->tb ? bb[j * kk + q] : bb[q * n + j]);               \
-                    c[i * n + j] = s;                                                \
-                }                                                                    \
-        }                                                                            \
+#define GEMM_REF(T, NAME)                                                                \
+    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)       \
+    {                                                                                    \
+        const T *A = in[0], *B = in[1];                                                  \
+        T *C = out;                                                                      \
+        int64_t m = k->m, n = k->n, kk = k->k;                                           \
+        for (int64_t b = 0; b < k->batch; b++) {                                         \
+            const T *a = A + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride;     \
+            T *c = C + b * m * n;                                                        \
+            for (int64_t i = 0; i < m; i++)                                              \
+                for (int64_t j = 0; j < n; j++) {                                        \
+                    T s = 0;                                                             \
+                    for (int64_t q = 0; q < kk; q++)                                     \
+                        s = DT__ADD(s, DT__MUL(k->ta ? a[q * m + i] : a[i * kk + q],     \
+                                               k->tb ? bb[j * kk + q] : bb[q * n + j])); \
+                    c[i * n + j] = s;                                                    \
+                }                                                                        \
+        }                                                                                \
     }
 GEMM_REF(int32_t, i32)
 GEMM_REF(int64_t, i64)

@@ -1,6 +1,7 @@
 /* concat: join operands along `axis`. The result takes the first operand's layout (partial
- * terms summed); each operand is relayouted to it with the joined axis unsharded, then each
- * device copies the part of every operand that falls in its shard of the result. */
+ * terms summed). Each operand, as it lies, sends every device the part of its shard of the
+ * result that it holds (a block exchange, or a local copy when nothing crosses devices): no
+ * axis is gathered. */
 #include "../engine.h"
 
 #include <stdlib.h>
@@ -33,48 +34,12 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-typedef struct concat_ctx {
-    const dt__dist *x, *y;
-    int axis;
-    int64_t at; /* where x starts on the joined axis */
-} concat_ctx;
-
-static void args(void *ctx, int d, dt__kargs *k)
-{
-    concat_ctx *c = ctx;
-    int r = c->x->rank, ax = c->axis;
-    int64_t xl[DT_MAX_RANK], yl[DT_MAX_RANK], yo[DT_MAX_RANK];
-    dt__local_shape(c->x, d, xl, NULL);
-    dt__local_shape(c->y, d, yl, yo);
-    k->rank = r;
-    memcpy(k->shape, yl, sizeof k->shape);
-    int64_t lo = yo[ax] > c->at ? yo[ax] : c->at;
-    int64_t hi =
-        yo[ax] + yl[ax] < c->at + c->x->shape[ax] ? yo[ax] + yl[ax] : c->at + c->x->shape[ax];
-    if (hi <= lo)
-        return;
-    k->nblocks = 1;
-    k->blocks = calloc(1, sizeof *k->blocks);
-    if (!k->blocks)
-        return;
-    dt__block *b = k->blocks;
-    b->rank = r;
-    memcpy(b->src_shape, xl, sizeof b->src_shape);
-    memcpy(b->dst_shape, yl, sizeof b->dst_shape);
-    memcpy(b->extent, yl, sizeof b->extent);
-    b->extent[ax] = hi - lo;
-    b->src_off[ax] = lo - c->at;
-    b->dst_off[ax] = lo - yo[ax];
-}
-
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
     int axis = n->attrs.axis, r = in[0].rank;
     dt_layout yl = in[0].layout;
     yl.partial = 0;
-    dt_layout xl = yl;
-    xl.axes[axis] = DT_UNSHARDED;
     int64_t shape[DT_MAX_RANK];
     memcpy(shape, in[0].shape, sizeof shape);
     shape[axis] = 0;
@@ -82,14 +47,14 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
         shape[axis] += in[t].shape[axis];
     dt__dist y;
     DT_TRY(dt__slot_new(p, &yl, in[0].dtype, r, shape, &y));
-    int64_t at = 0;
+    int64_t shift[DT_MAX_RANK] = {0};
     for (int t = 0; t < n->nin; t++) {
+        /* operand t fills [at, at + its extent) of the joined axis: result index g is its
+         * index g - at; its terms are summed first */
         dt__dist x;
-        DT_TRY(dt__relayout_emit(p, "concat", &in[t], &xl, &x));
-        concat_ctx c = {.x = &x, .y = &y, .axis = axis, .at = at};
-        DT_TRY(dt__emit_kernel(p, "concat", DT__K_COPY_BLOCKS, x.dtype, 1, &x.slot, y.slot, yl.mesh,
-                               args, &c));
-        at += in[t].shape[axis];
+        DT_TRY(dt__resolve_partial(p, "concat", &in[t], &x));
+        DT_TRY(dt__emit_exchange_into(p, "concat", &x, shift, &y));
+        shift[axis] -= in[t].shape[axis];
     }
     return dt__finish(p, "concat", &y, want, out);
 }

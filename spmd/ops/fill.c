@@ -29,22 +29,47 @@ void dt__kargs_out(dt__kargs *k, const dt__dist *x, int device)
         k->gshape[i] = x->shape[i];
 }
 
+dt_status dt__creation_attrs(const char *name, dt_dtype dtype, int rank, const int64_t shape[],
+                             dt__attrs *a, dt_tensor **out)
+{
+    memset(a, 0, sizeof *a);
+    if (out)
+        *out = NULL;
+    if (rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
+        return dt__fail(DT_ERR_SHAPE, "%s: rank %d outside 0..%d or shape NULL", name, rank,
+                        DT_MAX_RANK);
+    a->dtype = dtype;
+    a->rank = rank;
+    for (int i = 0; i < rank; i++)
+        a->shape[i] = shape[i];
+    return DT_OK;
+}
+
+dt_status dt__expand_creation(dt__program *p, const char *name, const dt__node *n,
+                              const dt_layout *want, dt__kernel kernel, dt__args_fn args,
+                              dt__dist *out)
+{
+    /* computed in the request's layout without partial axes, then marked partial */
+    dt_layout base = *want;
+    base.partial = 0;
+    dt__dist y;
+    DT_TRY(dt__slot_new(p, &base, n->attrs.dtype, n->attrs.rank, n->attrs.shape, &y));
+    dt__creation_ctx c = {.out = &y, .attrs = &n->attrs};
+    DT_TRY(dt__emit_kernel(p, name, kernel, y.dtype, 0, NULL, y.slot, want->mesh, args, &c));
+    return dt__relayout_emit(p, name, &y, want, out);
+}
+
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
     (void)in;
     return dt__infer_creation("fill", &n->attrs, out);
 }
 
-typedef struct fill_ctx {
-    const dt__dist *out;
-    double value;
-} fill_ctx;
-
 static void args(void *ctx, int d, dt__kargs *k)
 {
-    fill_ctx *c = ctx;
+    const dt__creation_ctx *c = ctx;
     dt__kargs_out(k, c->out, d);
-    k->a = c->value;
+    k->a = c->attrs->a;
 }
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
@@ -52,14 +77,7 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
 {
     (void)in;
     /* out: the requested layout's shard on each device, filled locally */
-    /* computed in the request's layout without partial axes, then marked partial */
-    dt_layout base = *want;
-    base.partial = 0;
-    dt__dist y;
-    DT_TRY(dt__slot_new(p, &base, n->attrs.dtype, n->attrs.rank, n->attrs.shape, &y));
-    fill_ctx c = {.out = &y, .value = n->attrs.a};
-    DT_TRY(dt__emit_kernel(p, "fill", DT__K_FILL, y.dtype, 0, NULL, y.slot, want->mesh, args, &c));
-    return dt__relayout_emit(p, "fill", &y, want, out);
+    return dt__expand_creation(p, "fill", n, want, DT__K_FILL, args, out);
 }
 
 const dt__op_def dt__op_fill = {
@@ -69,16 +87,7 @@ static dt_status call_fill(dt_dtype dtype, int rank, const int64_t shape[], doub
                            const dt_op_options *opts, dt_tensor **out)
 {
     dt__attrs a;
-    memset(&a, 0, sizeof a);
-    if (out)
-        *out = NULL;
-    if (rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
-        return dt__fail(DT_ERR_SHAPE, "fill: rank %d outside 0..%d or shape NULL", rank,
-                        DT_MAX_RANK);
-    a.dtype = dtype;
-    a.rank = rank;
-    for (int i = 0; i < rank; i++)
-        a.shape[i] = shape[i];
+    DT_TRY(dt__creation_attrs("fill", dtype, rank, shape, &a, out));
     a.a = value;
     return dt__call(DT__OP_FILL, &a, 0, NULL, opts, out);
 }

@@ -3,8 +3,6 @@
  * its shard, so every layout, mesh, uneven split and client count gives the same bits. */
 #include "../engine.h"
 
-#include <string.h>
-
 enum { UNIFORM = 0, NORMAL = 1 };
 
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
@@ -18,35 +16,23 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-typedef struct random_ctx {
-    const dt__dist *out;
-    const dt__attrs *a;
-} random_ctx;
-
 static void args(void *ctx, int d, dt__kargs *k)
 {
-    random_ctx *c = ctx;
+    const dt__creation_ctx *c = ctx;
     dt__kargs_out(k, c->out, d); /* offset, gshape: global index of each local element */
-    k->seed = c->a->seed;
-    k->key = c->a->key;
-    k->a = c->a->a;
-    k->b = c->a->b;
+    k->seed = c->attrs->seed;
+    k->key = c->attrs->key;
+    k->a = c->attrs->a;
+    k->b = c->attrs->b;
 }
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
     (void)in;
-    /* computed in the request's layout without partial axes, then marked partial */
-    dt_layout base = *want;
-    base.partial = 0;
-    dt__dist y;
-    DT_TRY(dt__slot_new(p, &base, n->attrs.dtype, n->attrs.rank, n->attrs.shape, &y));
-    random_ctx c = {.out = &y, .a = &n->attrs};
-    DT_TRY(dt__emit_kernel(p, "random",
-                           n->attrs.op == NORMAL ? DT__K_PHILOX_NORMAL : DT__K_PHILOX_UNIFORM,
-                           y.dtype, 0, NULL, y.slot, want->mesh, args, &c));
-    return dt__relayout_emit(p, "random", &y, want, out);
+    return dt__expand_creation(p, "random", n, want,
+                               n->attrs.op == NORMAL ? DT__K_PHILOX_NORMAL : DT__K_PHILOX_UNIFORM,
+                               args, out);
 }
 
 const dt__op_def dt__op_random = {
@@ -56,18 +42,9 @@ static dt_status call_random(int dist, dt_dtype dtype, int rank, const int64_t s
                              uint64_t seed, uint64_t key, double p0, double p1,
                              const dt_op_options *opts, dt_tensor **out)
 {
-    if (out)
-        *out = NULL;
-    if (rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
-        return dt__fail(DT_ERR_SHAPE, "random: rank %d outside 0..%d or shape NULL", rank,
-                        DT_MAX_RANK);
     dt__attrs a;
-    memset(&a, 0, sizeof a);
+    DT_TRY(dt__creation_attrs("random", dtype, rank, shape, &a, out));
     a.op = dist;
-    a.dtype = dtype;
-    a.rank = rank;
-    for (int i = 0; i < rank; i++)
-        a.shape[i] = shape[i];
     a.seed = seed;
     a.key = key;
     a.a = p0;

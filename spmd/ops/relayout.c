@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
+dt_status dt__infer_same_tensor(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
     (void)n;
     out->dtype = in[0]->dtype;
@@ -32,17 +32,17 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
 const dt__op_def dt__op_relayout = {.name = "relayout",
                                     .min_inputs = 1,
                                     .max_inputs = 1,
-                                    .infer = infer,
+                                    .infer = dt__infer_same_tensor,
                                     .expand = expand,
                                     .pull = pull};
 
-dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
-                      dt_tensor **out)
+dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
+                             const dt_layout *layout, const dt_op_options *opts, dt_tensor **out)
 {
     if (out)
         *out = NULL;
     if (!layout)
-        return dt__fail(DT_ERR_ARG, "relayout: layout is NULL");
+        return dt__fail(DT_ERR_ARG, "%s: layout is NULL", name);
     dt_op_options o = {0};
     if (opts)
         o = *opts;
@@ -50,5 +50,11 @@ dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_o
     dt__attrs a;
     memset(&a, 0, sizeof a);
     const dt_tensor *in[1] = {x};
-    return dt__call(DT__OP_RELAYOUT, &a, 1, in, &o, out);
+    return dt__call(op, &a, 1, in, &o, out);
+}
+
+dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
+                      dt_tensor **out)
+{
+    return dt__call_to_layout(DT__OP_RELAYOUT, "relayout", x, layout, opts, out);
 }

@@ -1,7 +1,7 @@
-/* slice: x[begin : begin + size] per axis. Axes not cut keep their sharding and are not
- * touched; an axis that is cut and sharded is gathered first (all-gather on its mesh axis only),
- * then every device copies its shard of the result, which keeps the operand's layout (partial
- * terms included: slicing is linear). */
+/* slice: x[begin : begin + size] per axis. The result keeps the operand's layout (partial terms
+ * included: slicing is linear). When no cut axis is sharded every device copies its shard
+ * locally; otherwise the shards of the result are redistributed (a block exchange: each device
+ * receives only the elements of its new shard it lacks, no axis is gathered). */
 #include "../engine.h"
 
 #include <string.h>
@@ -29,14 +29,18 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
     const dt__dist *x = &in[0];
-    dt_layout gathered = x->layout;
+    bool cut_sharded = false;
     for (int i = 0; i < x->rank; i++)
-        if (n->attrs.begin[i] != 0 || n->attrs.shape[i] != x->shape[i])
-            gathered.axes[i] = DT_UNSHARDED;
-    dt__dist g, y;
-    DT_TRY(dt__relayout_emit(p, "slice", x, &gathered, &g));
-    DT_TRY(dt__emit_local_slice(p, "slice", &g, &x->layout, x->rank, n->attrs.shape, n->attrs.begin,
-                                &y));
+        if ((n->attrs.begin[i] != 0 || n->attrs.shape[i] != x->shape[i]) &&
+            x->layout.axes[i] != DT_UNSHARDED)
+            cut_sharded = true;
+    dt__dist y;
+    if (cut_sharded) /* each device receives the elements of its new shard from their holders */
+        DT_TRY(dt__emit_exchange(p, "slice", x, &x->layout, x->rank, n->attrs.shape, n->attrs.begin,
+                                 &y));
+    else /* every device holds its shard of the result already */
+        DT_TRY(dt__emit_local_slice(p, "slice", x, &x->layout, x->rank, n->attrs.shape,
+                                    n->attrs.begin, &y));
     return dt__finish(p, "slice", &y, want, out);
 }
 

@@ -1,15 +1,17 @@
 /* Differential test core shared by tests/unit/test_spmd_diff.c (one client, N local devices)
  * and tests/mpi/spmd_diff.c (several clients): every op under every layout of its operands
  * (each assignment of mesh axes to tensor axes, unsharded, and partial sums), even and
- * uneven shapes, f32 and f64, against naive host loops and, for random numbers, the Random123
- * reference Philox. Exact for fill, random, elementwise, relayout, slicing; within 1e-5
- * relative for reductions and matmul.
+ * uneven shapes, f32, f64, i32 and i64, against naive host loops and, for random numbers, the
+ * Random123 reference Philox. Exact for fill, random, elementwise, relayout, slicing and every
+ * integer result; within 1e-5 relative for floating reductions and matmul. Integer dtypes
+ * give a clear DT_ERR_DTYPE where an op is floating point only (random, mean).
  *
  * The includer defines DIFF_REPORT(ok, ...) which records one verdict (every client calls it
  * the same number of times, in the same order). */
 #ifndef DT_TEST_DIFF_CORE_H
 #define DT_TEST_DIFF_CORE_H
 
+#include "../coll_ref.h"
 #include "dt.h"
 
 #include <Random123/philox.h>
@@ -63,20 +65,20 @@ static double value_at(int64_t i, int salt)
     return (double)((i * 7 + salt * 3) % 11 - 5) * 0.5;
 }
 
-static void fill_host(dt_dtype dt, void *buf, int64_t n, int salt)
+static bool is_int(dt_dtype dt)
 {
-    for (int64_t i = 0; i < n; i++) {
-        double v = value_at(i, salt);
-        if (dt == DT_DTYPE_F32)
-            ((float *)buf)[i] = (float)v;
-        else
-            ((double *)buf)[i] = v;
-    }
+    return dt == DT_DTYPE_I32 || dt == DT_DTYPE_I64;
 }
 
-static double get(dt_dtype dt, const void *buf, int64_t i)
+/* Element access in any dtype: the collective tests' helpers (tests/coll_ref.h). */
+#define put ref_store
+#define get ref_load
+
+/* Integers take twice the value: whole numbers in -10..10. */
+static void fill_host(dt_dtype dt, void *buf, int64_t n, int salt)
 {
-    return dt == DT_DTYPE_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+    for (int64_t i = 0; i < n; i++)
+        put(dt, buf, i, is_int(dt) ? 2 * value_at(i, salt) : value_at(i, salt));
 }
 
 /* A tensor holding the global `host` in layout l; for a partial layout, the terms over the
@@ -108,11 +110,7 @@ static dt_tensor *make_tensor(const dt_layout *l, dt_dtype dt, int rank, const i
         int c = dev / m->strides[pa] % g;
         for (int64_t k = 0; k < n; k++) {
             double v = get(dt, comps[i], k);
-            double term = c == 0 ? v - (g - 1) : 1.0;
-            if (dt == DT_DTYPE_F32)
-                ((float *)comps[i])[k] = (float)term;
-            else
-                ((double *)comps[i])[k] = term;
+            put(dt, comps[i], k, c == 0 ? v - (g - 1) : 1.0);
         }
         memcpy(shapes[i], local, sizeof local);
         sp[i] = shapes[i];
@@ -199,6 +197,8 @@ static double ref_binary(int op, dt_dtype dt, double a, double b)
 {
     double r;
     bool f = dt == DT_DTYPE_F32;
+    if (is_int(dt) && op == DT_BINARY_DIV) /* truncating; x / 0 is 0 (the kernels' rule) */
+        return b == 0 ? 0 : trunc(a / b);
     switch ((dt_binary_op)op) {
     case DT_BINARY_ADD:
         r = f ? (double)((float)a + (float)b) : a + b;
@@ -284,7 +284,14 @@ static bool pick(const diff_opts *o, int i, int j, int n)
     return o->thorough || i == j || (i * 7 + j * 3) % (n > 8 ? 5 : 2) == 0;
 }
 
-static const dt_dtype dtypes[2] = {DT_DTYPE_F32, DT_DTYPE_F64};
+#define NUM_DTYPES 4
+static const dt_dtype dtypes[NUM_DTYPES] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_I32, DT_DTYPE_I64};
+
+/* Unary ops defined on integers (the others are floating point functions). */
+static bool int_unary(int op)
+{
+    return op == DT_UNARY_NEG || op == DT_UNARY_ABS || op == DT_UNARY_RELU || op == DT_UNARY_SQUARE;
+}
 
 static void diff_creation(const dt_mesh *m, const diff_opts *o)
 {
@@ -292,21 +299,43 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
     dt_layout ls[MAX_LAYOUTS];
     const int64_t shapes[2][2] = {{6, 12}, {5, 7}};
     for (int s = 0; s < 2; s++)
-        for (int d = 0; d < 2; d++) {
+        for (int d = 0; d < NUM_DTYPES; d++) {
             dt_dtype dt = dtypes[d];
             int n = all_layouts(m, 2, true, ls);
             int64_t ne = shapes[s][0] * shapes[s][1];
             double *ref = malloc(sizeof(double) * (size_t)ne);
             bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true;
+            double value = is_int(dt) ? -3.0 : 2.5, step = is_int(dt) ? -2.0 : -0.5;
             for (int li = 0; li < n; li++) {
                 dt_op_options op = {.layout = &ls[li]};
                 dt_tensor *t = NULL;
                 for (int64_t i = 0; i < ne; i++)
-                    ref[i] = 2.5;
-                ok_fill = ok_fill && dt_fill(dt, 2, shapes[s], 2.5, &op, &t) == DT_OK &&
+                    ref[i] = value;
+                ok_fill = ok_fill && dt_fill(dt, 2, shapes[s], value, &op, &t) == DT_OK &&
                           matches(t, dt, ref, ne, 0);
                 dt_tensor_free(t);
                 t = NULL;
+                if (ls[li].axes[1] == DT_UNSHARDED) {
+                    dt_layout l1 = ls[li];
+                    l1.rank = 1;
+                    dt_op_options o1 = {.layout = &l1};
+                    for (int64_t i = 0; i < shapes[s][0]; i++)
+                        ref[i] = 3.0 + step * (double)i;
+                    ok_ar = ok_ar && dt_arange(dt, shapes[s][0], 3.0, step, &o1, &t) == DT_OK &&
+                            matches(t, dt, ref, shapes[s][0], 0);
+                    dt_tensor_free(t);
+                    t = NULL;
+                }
+                if (is_int(dt)) { /* random numbers are floating point only, said clearly */
+                    dt_status su = dt_random_uniform(dt, 2, shapes[s], 42, 7, -1.0, 2.0, &op, &t);
+                    ok_u = ok_u && su == DT_ERR_DTYPE && !t &&
+                           strstr(dt_last_error(), dt_dtype_name(dt)) &&
+                           strstr(dt_last_error(), "f32 or f64");
+                    dt_status sn = dt_random_normal(dt, 2, shapes[s], 43, 9, 0.5, 2.0, &op, &t);
+                    ok_n = ok_n && sn == DT_ERR_DTYPE && !t &&
+                           strstr(dt_last_error(), dt_dtype_name(dt));
+                    continue;
+                }
                 if (ls[li].partial)
                     continue; /* random terms are not partial sums of anything */
                 for (int64_t i = 0; i < ne; i++)
@@ -322,69 +351,76 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
                        dt_random_normal(dt, 2, shapes[s], 43, 9, 0.5, 2.0, &op, &t) == DT_OK &&
                        matches(t, dt, ref, ne, 0);
                 dt_tensor_free(t);
-                t = NULL;
-                if (ls[li].axes[1] == DT_UNSHARDED) {
-                    dt_layout l1 = ls[li];
-                    l1.rank = 1;
-                    dt_op_options o1 = {.layout = &l1};
-                    for (int64_t i = 0; i < shapes[s][0]; i++)
-                        ref[i] = 3.0 - 0.5 * (double)i;
-                    ok_ar = ok_ar && dt_arange(dt, shapes[s][0], 3.0, -0.5, &o1, &t) == DT_OK &&
-                            matches(t, dt, ref, shapes[s][0], 0);
-                    dt_tensor_free(t);
-                }
             }
             DIFF_REPORT(ok_fill, "fill %s %s: %d layouts", dt_dtype_name(dt), s ? "uneven" : "even",
                         n);
-            DIFF_REPORT(ok_u, "random_uniform %s %s: bitwise the Random123 stream in every layout",
-                        dt_dtype_name(dt), s ? "uneven" : "even");
-            DIFF_REPORT(ok_n, "random_normal %s %s: bitwise the Random123 stream in every layout",
-                        dt_dtype_name(dt), s ? "uneven" : "even");
+            DIFF_REPORT(ok_u, "random_uniform %s %s: %s", dt_dtype_name(dt), s ? "uneven" : "even",
+                        is_int(dt) ? "DT_ERR_DTYPE naming the dtype"
+                                   : "bitwise the Random123 stream in every layout");
+            DIFF_REPORT(ok_n, "random_normal %s %s: %s", dt_dtype_name(dt), s ? "uneven" : "even",
+                        is_int(dt) ? "DT_ERR_DTYPE naming the dtype"
+                                   : "bitwise the Random123 stream in every layout");
             DIFF_REPORT(ok_ar, "arange %s %s", dt_dtype_name(dt), s ? "uneven" : "even");
             free(ref);
         }
+}
+
+/* Move a tensor from each layout of `from` to layouts of `to` (pairs by pick; integers on the
+ * subset) with dt_relayout, or dt_copy_to_mesh when `copy`; every result must lie as asked
+ * and hold the same global values. */
+static bool move_pairs(const dt_layout from[], int nf, const dt_layout to[], int nt, bool copy,
+                       dt_dtype dt, const int64_t shape[2], const diff_opts *o, char *bad,
+                       size_t bl)
+{
+    int64_t ne = shape[0] * shape[1];
+    double *ref = malloc(sizeof(double) * (size_t)ne);
+    void *host = malloc((size_t)ne * 8);
+    fill_host(dt, host, ne, copy ? 12 : 1);
+    for (int64_t i = 0; i < ne; i++)
+        ref[i] = get(dt, host, i);
+    int most = nf > nt ? nf : nt;
+    bool ok = true;
+    for (int i = 0; i < nf; i++) {
+        dt_tensor *x = make_tensor(&from[i], dt, 2, shape, host);
+        for (int j = 0; j < nt; j++) {
+            if (!pick(o, i, j, most) || (is_int(dt) && !pick(&(diff_opts){0}, i, j, most)))
+                continue;
+            dt_tensor *y = NULL;
+            dt_status st = !x     ? DT_ERR_ARG
+                           : copy ? dt_copy_to_mesh(x, &to[j], NULL, &y)
+                                  : dt_relayout(x, &to[j], NULL, &y);
+            bool one = st == DT_OK && dt_layout_equal(dt_tensor_layout(y), &to[j]) &&
+                       matches(y, dt, ref, ne, 0);
+            if (!one && ok) {
+                char a[64], b[64];
+                layout_text(&from[i], a, sizeof a);
+                layout_text(&to[j], b, sizeof b);
+                snprintf(bad, bl, " (first failure \"%s\" -> \"%s\": %s)", a, b, dt_last_error());
+            }
+            ok = ok && one;
+            dt_tensor_free(y);
+        }
+        dt_tensor_free(x);
+    }
+    free(ref);
+    free(host);
+    return ok;
 }
 
 static void diff_relayout(const dt_mesh *m, const diff_opts *o)
 {
     dt_layout ls[MAX_LAYOUTS];
     const int64_t shapes[2][2] = {{4, 12}, {5, 7}};
-    for (int s = 0; s < 2; s++) {
-        dt_dtype dt = dtypes[s];
-        int n = all_layouts(m, 2, true, ls);
-        int64_t ne = shapes[s][0] * shapes[s][1];
-        double *ref = malloc(sizeof(double) * (size_t)ne);
-        void *host = malloc((size_t)ne * 8);
-        fill_host(dt, host, ne, 1);
-        for (int64_t i = 0; i < ne; i++)
-            ref[i] = get(dt, host, i);
-        bool ok = true;
+    int n = all_layouts(m, 2, true, ls);
+    /* f32 even, f64 uneven, i32 even, i64 uneven */
+    for (int q = 0; q < NUM_DTYPES; q++) {
+        int s = q % 2;
+        dt_dtype dt = dtypes[q];
         char bad[256] = "";
-        for (int i = 0; i < n; i++) {
-            dt_tensor *x = make_tensor(&ls[i], dt, 2, shapes[s], host);
-            for (int j = 0; j < n; j++) {
-                if (!pick(o, i, j, n))
-                    continue;
-                dt_tensor *y = NULL;
-                bool one = x && dt_relayout(x, &ls[j], NULL, &y) == DT_OK &&
-                           dt_layout_equal(dt_tensor_layout(y), &ls[j]) &&
-                           matches(y, dt, ref, ne, 0);
-                if (!one && ok) {
-                    char a[64], b[64];
-                    layout_text(&ls[i], a, sizeof a);
-                    layout_text(&ls[j], b, sizeof b);
-                    snprintf(bad, sizeof bad, " (first failure \"%s\" -> \"%s\": %s)", a, b,
-                             dt_last_error());
-                }
-                ok = ok && one;
-                dt_tensor_free(y);
-            }
-            dt_tensor_free(x);
-        }
-        DIFF_REPORT(ok, "relayout %s %s: every pair of %d layouts%s", dt_dtype_name(dt),
-                    s ? "uneven" : "even", n, bad);
-        free(ref);
-        free(host);
+        bool ok = move_pairs(ls, n, ls, n, false, dt, shapes[s], o, bad, sizeof bad);
+        DIFF_REPORT(ok, "relayout %s %s: %s of %d layouts%s", dt_dtype_name(dt),
+                    s ? "uneven" : "even", o->thorough && !is_int(dt) ? "every pair" : "pairs", n,
+                    bad);
     }
 }
 
@@ -406,8 +442,10 @@ static void diff_matmul(const dt_mesh *m, const diff_opts *o)
     /* {M, K, N}: even and uneven */
     const int64_t dims[2][3] = {{4, 12, 6}, {5, 7, 3}};
     for (int s = 0; s < 2; s++)
-        for (int d = 0; d < 2; d++) {
+        for (int d = 0; d < NUM_DTYPES; d++) {
             dt_dtype dt = dtypes[d];
+            if (is_int(dt) && d % 2 != s)
+                continue; /* integer gemm (a reference loop): i32 even, i64 uneven */
             int64_t M = dims[s][0], K = dims[s][1], N = dims[s][2];
             for (int tr = 0; tr < 2; tr++) {
                 bool ta = tr == 1, tb = tr == 1;
@@ -519,7 +557,7 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
     dt_layout ls[MAX_LAYOUTS], l1[MAX_LAYOUTS];
     const int64_t shapes[2][2] = {{4, 6}, {5, 3}};
     for (int s = 0; s < 2; s++)
-        for (int d = 0; d < 2; d++) {
+        for (int d = 0; d < NUM_DTYPES; d++) {
             dt_dtype dt = dtypes[d];
             const int64_t *sh = shapes[s];
             int64_t ne = sh[0] * sh[1];
@@ -533,6 +571,8 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
             for (int i = 0; i < n; i++) {
                 dt_tensor *x = make_tensor(&ls[i], dt, 2, sh, ha);
                 for (int op = 0; op < DT_UNARY_COUNT; op++) {
+                    if (is_int(dt) && !int_unary(op))
+                        continue;
                     for (int64_t k = 0; k < ne; k++)
                         ref[k] = ref_unary(op, dt, get(dt, ha, k));
                     dt_tensor *y = NULL;
@@ -542,8 +582,8 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
                 }
                 dt_tensor_free(x);
             }
-            DIFF_REPORT(ok_u, "unary (%d ops) %s %s: %d layouts", DT_UNARY_COUNT, dt_dtype_name(dt),
-                        s ? "uneven" : "even", n);
+            DIFF_REPORT(ok_u, "unary (%d ops) %s %s: %d layouts", is_int(dt) ? 4 : DT_UNARY_COUNT,
+                        dt_dtype_name(dt), s ? "uneven" : "even", n);
             /* binary: add, mul, max on every pair of layouts; every op on a subset */
             bool ok_b = true;
             char bad[256] = "";
@@ -554,8 +594,9 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
                         continue;
                     dt_tensor *b = make_tensor(&ls[j], dt, 2, sh, hb);
                     for (int op = 0; op < DT_BINARY_COUNT; op++) {
-                        if (op > DT_BINARY_MAX && (i + j + op) % 4)
-                            continue;
+                        if ((op > DT_BINARY_MAX && (i + j + op) % 4) ||
+                            (is_int(dt) && op == DT_BINARY_POW))
+                            continue; /* integer pow overflows on these values */
                         for (int64_t k = 0; k < ne; k++)
                             ref[k] = ref_binary(op, dt, get(dt, ha, k), get(dt, hb, k));
                         dt_tensor *c = NULL;
@@ -605,7 +646,7 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
     const int64_t shapes[2][3] = {{4, 6, 2}, {5, 3, 3}};
     const int ops[4] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
     for (int s = 0; s < 2; s++)
-        for (int d = 0; d < 2; d++) {
+        for (int d = 0; d < NUM_DTYPES; d++) {
             dt_dtype dt = dtypes[d];
             const int64_t *sh = shapes[s];
             int64_t ne = sh[0] * sh[1] * sh[2];
@@ -655,6 +696,18 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                                 ref[k] /= (double)cnt;
                         for (int keep = 0; keep < 2; keep++) {
                             dt_tensor *y = NULL;
+                            if (is_int(dt) && ops[q] == DT_REDUCE_MEAN) {
+                                /* mean is floating point only, said clearly */
+                                bool one = x &&
+                                           dt_reduce(DT_REDUCE_MEAN, x, na, axes, keep, NULL, &y) ==
+                                               DT_ERR_DTYPE &&
+                                           !y && strstr(dt_last_error(), dt_dtype_name(dt));
+                                if (!one && ok)
+                                    snprintf(bad, sizeof bad, " (mean of %s: %s)",
+                                             dt_dtype_name(dt), dt_last_error());
+                                ok = ok && one;
+                                continue;
+                            }
                             bool one = x &&
                                        dt_reduce((dt_reduce_op)ops[q], x, na, axes, keep, NULL,
                                                  &y) == DT_OK &&
@@ -674,8 +727,9 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                     }
                 dt_tensor_free(x);
             }
-            DIFF_REPORT(ok, "reduce sum/mean/max/min %s %s: %d layouts%s", dt_dtype_name(dt),
-                        s ? "uneven" : "even", n, bad);
+            DIFF_REPORT(ok, "reduce sum/mean/max/min %s %s: %d layouts%s%s", dt_dtype_name(dt),
+                        s ? "uneven" : "even", n,
+                        is_int(dt) ? " (mean: DT_ERR_DTYPE naming the dtype)" : "", bad);
             free(hx);
         }
 }
@@ -684,73 +738,110 @@ static void diff_shape_ops(const dt_mesh *m, const diff_opts *o)
 {
     (void)o;
     dt_layout ls[MAX_LAYOUTS];
-    dt_dtype dt = DT_DTYPE_F32;
-    const int64_t sh[2] = {5, 6};
-    float hx[30], hy[30];
-    double ref[64];
-    fill_host(dt, hx, 30, 10);
-    fill_host(dt, hy, 30, 11);
-    int n = all_layouts(m, 2, true, ls);
-    bool ok_t = true, ok_s = true, ok_c = true, ok_r = true;
-    char bad[256] = "";
-    for (int i = 0; i < n; i++) {
-        dt_tensor *x = make_tensor(&ls[i], dt, 2, sh, hx), *y = NULL;
-        /* transpose */
-        const int perm[2] = {1, 0};
-        for (int64_t r = 0; r < 6; r++)
-            for (int64_t c = 0; c < 5; c++)
-                ref[r * 5 + c] = hx[c * 6 + r];
-        ok_t = ok_t && x && dt_transpose(x, perm, NULL, &y) == DT_OK && matches(y, dt, ref, 30, 0);
-        dt_tensor_free(y);
-        y = NULL;
-        /* slice rows 1..4, columns 2..5 */
-        const int64_t begin[2] = {1, 2}, size[2] = {3, 3};
-        for (int64_t r = 0; r < 3; r++)
-            for (int64_t c = 0; c < 3; c++)
-                ref[r * 3 + c] = hx[(r + 1) * 6 + c + 2];
-        ok_s =
-            ok_s && x && dt_slice(x, begin, size, NULL, &y) == DT_OK && matches(y, dt, ref, 9, 0);
-        dt_tensor_free(y);
-        y = NULL;
-        /* concat with itself and another layout's tensor, on both axes */
-        for (int axis = 0; axis < 2; axis++) {
-            dt_tensor *z = make_tensor(&ls[(i * 5 + axis) % n], dt, 2, sh, hy);
-            const dt_tensor *xs[2] = {x, z};
-            for (int64_t r = 0; r < (axis ? 5 : 10); r++)
-                for (int64_t c = 0; c < (axis ? 12 : 6); c++) {
-                    int64_t w = axis ? 12 : 6;
-                    bool first = axis ? c < 6 : r < 5;
-                    ref[r * w + c] =
-                        first ? hx[r * 6 + c] : hy[(axis ? r : r - 5) * 6 + (axis ? c - 6 : c)];
-                }
-            bool one =
-                x && z && dt_concat(2, xs, axis, NULL, &y) == DT_OK && matches(y, dt, ref, 60, 0);
-            if (!one && ok_c) {
-                char lx[64];
-                layout_text(&ls[i], lx, sizeof lx);
-                snprintf(bad, sizeof bad, " (concat failure axis %d \"%s\": %s)", axis, lx,
-                         dt_last_error());
-            }
-            ok_c = ok_c && one;
+    for (int d = 0; d < NUM_DTYPES; d++) {
+        dt_dtype dt = dtypes[d];
+        const int64_t sh[2] = {5, 6};
+        double hx[30], hy[30]; /* storage for 30 elements of any dtype */
+        double ref[64];
+        fill_host(dt, hx, 30, 10);
+        fill_host(dt, hy, 30, 11);
+        int n = all_layouts(m, 2, true, ls);
+        bool ok_t = true, ok_s = true, ok_c = true, ok_r = true;
+        char bad[256] = "";
+        for (int i = 0; i < n; i++) {
+            dt_tensor *x = make_tensor(&ls[i], dt, 2, sh, hx), *y = NULL;
+            /* transpose */
+            const int perm[2] = {1, 0};
+            for (int64_t r = 0; r < 6; r++)
+                for (int64_t c = 0; c < 5; c++)
+                    ref[r * 5 + c] = get(dt, hx, c * 6 + r);
+            ok_t =
+                ok_t && x && dt_transpose(x, perm, NULL, &y) == DT_OK && matches(y, dt, ref, 30, 0);
             dt_tensor_free(y);
-            dt_tensor_free(z);
             y = NULL;
+            /* slice rows 1..4, columns 2..5 */
+            const int64_t begin[2] = {1, 2}, size[2] = {3, 3};
+            for (int64_t r = 0; r < 3; r++)
+                for (int64_t c = 0; c < 3; c++)
+                    ref[r * 3 + c] = get(dt, hx, (r + 1) * 6 + c + 2);
+            ok_s = ok_s && x && dt_slice(x, begin, size, NULL, &y) == DT_OK &&
+                   matches(y, dt, ref, 9, 0);
+            dt_tensor_free(y);
+            y = NULL;
+            /* concat with itself and another layout's tensor, on both axes */
+            for (int axis = 0; axis < 2; axis++) {
+                dt_tensor *z = make_tensor(&ls[(i * 5 + axis) % n], dt, 2, sh, hy);
+                const dt_tensor *xs[2] = {x, z};
+                for (int64_t r = 0; r < (axis ? 5 : 10); r++)
+                    for (int64_t c = 0; c < (axis ? 12 : 6); c++) {
+                        int64_t w = axis ? 12 : 6;
+                        bool first = axis ? c < 6 : r < 5;
+                        ref[r * w + c] =
+                            first ? get(dt, hx, r * 6 + c)
+                                  : get(dt, hy, (axis ? r : r - 5) * 6 + (axis ? c - 6 : c));
+                    }
+                bool one = x && z && dt_concat(2, xs, axis, NULL, &y) == DT_OK &&
+                           matches(y, dt, ref, 60, 0);
+                if (!one && ok_c) {
+                    char lx[64];
+                    layout_text(&ls[i], lx, sizeof lx);
+                    snprintf(bad, sizeof bad, " (concat failure axis %d \"%s\": %s)", axis, lx,
+                             dt_last_error());
+                }
+                ok_c = ok_c && one;
+                dt_tensor_free(y);
+                dt_tensor_free(z);
+                y = NULL;
+            }
+            /* reshape [5,6] -> [5,2,3] (expressible whenever axis 1 is unsharded or 2 | shards) */
+            const int64_t rs[3] = {5, 2, 3};
+            for (int64_t k = 0; k < 30; k++)
+                ref[k] = get(dt, hx, k);
+            dt_status st = x ? dt_reshape(x, 3, rs, NULL, &y) : DT_ERR_ARG;
+            bool expressible = ls[i].axes[1] == DT_UNSHARDED || 2 % m->sizes[ls[i].axes[1]] == 0;
+            ok_r = ok_r && (expressible ? st == DT_OK && matches(y, dt, ref, 30, 0)
+                                        : st == DT_ERR_LAYOUT && strstr(dt_last_error(), "axis 1"));
+            dt_tensor_free(y);
+            dt_tensor_free(x);
         }
-        /* reshape [5,6] -> [5,2,3] (expressible whenever axis 1 is unsharded or 2 | shards) */
-        const int64_t rs[3] = {5, 2, 3};
-        for (int64_t k = 0; k < 30; k++)
-            ref[k] = hx[k];
-        dt_status st = x ? dt_reshape(x, 3, rs, NULL, &y) : DT_ERR_ARG;
-        bool expressible = ls[i].axes[1] == DT_UNSHARDED || 2 % m->sizes[ls[i].axes[1]] == 0;
-        ok_r = ok_r && (expressible ? st == DT_OK && matches(y, dt, ref, 30, 0)
-                                    : st == DT_ERR_LAYOUT && strstr(dt_last_error(), "axis 1"));
-        dt_tensor_free(y);
-        dt_tensor_free(x);
+        const char *dn = dt_dtype_name(dt);
+        DIFF_REPORT(ok_t, "transpose %s uneven: %d layouts", dn, n);
+        DIFF_REPORT(ok_s, "slice %s uneven: %d layouts", dn, n);
+        DIFF_REPORT(ok_c, "concat %s uneven: %d layouts%s", dn, n, bad);
+        DIFF_REPORT(ok_r, "reshape %s: %d layouts (local, or DT_ERR_LAYOUT where inexpressible)",
+                    dn, n);
     }
-    DIFF_REPORT(ok_t, "transpose f32 uneven: %d layouts", n);
-    DIFF_REPORT(ok_s, "slice f32 uneven: %d layouts", n);
-    DIFF_REPORT(ok_c, "concat f32 uneven: %d layouts%s", n, bad);
-    DIFF_REPORT(ok_r, "reshape f32: %d layouts (local, or DT_ERR_LAYOUT where inexpressible)", n);
+}
+
+/* copy_to_mesh: every layout (partial included) on m to layouts of another mesh over the same
+ * devices (another shape where one exists), even and uneven, every dtype. */
+static void diff_copy_to_mesh(const dt_mesh *m, const diff_opts *o)
+{
+    int size = 1;
+    for (int a = 0; a < dt_mesh_num_axes(m); a++)
+        size *= m->sizes[a];
+    char spec[32];
+    if (size % 2 == 0 && size > 2)
+        snprintf(spec, sizeof spec, "p=%d,q=2", size / 2);
+    else
+        snprintf(spec, sizeof spec, "p=%d", size);
+    dt_mesh *m2 = NULL;
+    bool ok_mesh = dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m2) == DT_OK;
+    DIFF_REPORT(ok_mesh, "copy_to_mesh: a second mesh %s", spec);
+    if (!ok_mesh)
+        return;
+    dt_layout ls[MAX_LAYOUTS], lt[MAX_LAYOUTS];
+    const int64_t shapes[2][2] = {{4, 12}, {5, 7}};
+    int n = all_layouts(m, 2, true, ls), n2 = all_layouts(m2, 2, true, lt);
+    for (int d = 0; d < NUM_DTYPES; d++) {
+        dt_dtype dt = dtypes[d];
+        int s = d % 2;
+        char bad[256] = "";
+        bool ok = move_pairs(ls, n, lt, n2, true, dt, shapes[s], o, bad, sizeof bad);
+        DIFF_REPORT(ok, "copy_to_mesh %s %s to %s: layouts %d x %d%s", dt_dtype_name(dt),
+                    s ? "uneven" : "even", spec, n, n2, bad);
+    }
+    dt_mesh_free(m2);
 }
 
 static void diff_all(const dt_mesh *m, const diff_opts *o)
@@ -762,6 +853,7 @@ static void diff_all(const dt_mesh *m, const diff_opts *o)
     diff_elementwise(m, o);
     diff_reduce(m, o);
     diff_shape_ops(m, o);
+    diff_copy_to_mesh(m, o);
 }
 
 #endif /* DT_TEST_DIFF_CORE_H */

@@ -239,6 +239,92 @@ Test(function, backward_propagation_fuses_reduce_scatter)
     stop();
 }
 
+/* A tensor returned while a function is traced has no values: every call that would read
+ * them fails with DT_ERR_STATE and says so, instead of handing back zeros. */
+static void expect_symbolic_error(dt_status s, const char *fn)
+{
+    cr_expect_eq(s, DT_ERR_STATE, "%s on a symbolic tensor returned %s", fn, dt_status_name(s));
+    cr_expect(strstr(dt_last_error(), fn) && strstr(dt_last_error(), "symbolic") &&
+                  strstr(dt_last_error(), "run the function"),
+              "%s: %s", fn, dt_last_error());
+}
+
+Test(function, symbolic_tensors_have_no_values)
+{
+    start(2, "x=2");
+    const int64_t s[2] = {4, 2};
+    dt_layout l = L("x,unsharded");
+    dt_function *f;
+    dt_tensor *xa, *xb;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &l, DT_DTYPE_F32, 2, s, &xa), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_unary(DT_UNARY_NEG, xa, NULL, &xb), DT_OK, "%s", dt_last_error());
+    for (int end = 0; end < 2; end++) { /* while recording, and after the trace has ended */
+        float got[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+        int64_t ls[2] = {-1, -1};
+        dt_variable *v = NULL;
+        expect_symbolic_error(dt_tensor_read(xb, got, sizeof got), "dt_tensor_read");
+        expect_symbolic_error(dt_tensor_unpack(xb, 0, got, sizeof got), "dt_tensor_unpack");
+        expect_symbolic_error(dt_tensor_local_shape(xb, 0, ls), "dt_tensor_local_shape");
+        expect_symbolic_error(dt_variable_create(xa, &v), "dt_variable_create");
+        cr_expect_null(v);
+        cr_expect_eq(got[0], 1.0f, "nothing was written");
+        /* metadata is known */
+        cr_expect_eq(dt_tensor_rank(xb), 2);
+        cr_expect_eq(dt_tensor_num_elements(xb), 8);
+        if (!end)
+            cr_assert_eq(dt_function_end(f, 1, &xb), DT_OK, "%s", dt_last_error());
+    }
+    /* a symbolic tensor cannot feed a run, nor a variable */
+    dt_tensor *res = NULL, *conc = NULL;
+    const dt_tensor *ins[1] = {xa};
+    cr_expect_eq(dt_function_run(f, 1, ins, 1, &res), DT_ERR_STATE);
+    cr_expect(strstr(dt_last_error(), "symbolic"), "%s", dt_last_error());
+    cr_assert_eq(dt_zeros(DT_DTYPE_F32, 2, s, &(dt_op_options){.layout = &l}, &conc), DT_OK);
+    dt_variable *v;
+    cr_assert_eq(dt_variable_create(conc, &v), DT_OK, "%s", dt_last_error());
+    expect_symbolic_error(dt_variable_assign(v, xb), "dt_variable_assign");
+    dt_variable_free(v);
+    dt_tensor_free(conc);
+    dt_tensor_free(xa);
+    dt_tensor_free(xb);
+    dt_function_free(f);
+    stop();
+}
+
+/* The eager program cache holds nothing of a destroyed mesh: a mesh made later (perhaps at the
+ * same address) gets programs built for it, and dt_finalize frees the rest. */
+Test(program, cache_follows_meshes)
+{
+    start(2, "x=2");
+    const int64_t s[1] = {6};
+    dt_layout l = L("x");
+    dt_tensor *t;
+    int before = dt__program_cache_count();
+    cr_assert_eq(dt_ones(DT_DTYPE_F32, 1, s, &(dt_op_options){.layout = &l}, &t), DT_OK);
+    dt_tensor_free(t);
+    int with_x = dt__program_cache_count();
+    cr_expect_eq(with_x, before + 1);
+    for (int round = 0; round < 3; round++) {
+        dt_mesh *other;
+        cr_assert_eq(dt_mesh_create_from_string("y=2", DT_DEVICE_CPU, &other), DT_OK);
+        dt_layout lo;
+        cr_assert_eq(dt_layout_parse(other, "y", &lo), DT_OK);
+        cr_assert_eq(dt_fill(DT_DTYPE_F32, 1, s, 2.0 + round, &(dt_op_options){.layout = &lo}, &t),
+                     DT_OK, "%s", dt_last_error());
+        float got[6];
+        cr_assert_eq(dt_tensor_read(t, got, sizeof got), DT_OK, "%s", dt_last_error());
+        cr_expect_eq(got[5], 2.0f + (float)round);
+        cr_expect_eq(dt__program_cache_count(), with_x + 1);
+        dt_tensor_free(t);
+        dt_mesh_free(other);
+        cr_expect_eq(dt__program_cache_count(), with_x, "round %d: a freed mesh's program stays",
+                     round);
+    }
+    stop();
+    cr_expect_eq(dt__program_cache_count(), 0, "dt_finalize leaves cached programs");
+}
+
 Test(variable, fixed_layout)
 {
     start(2, "x=2");
@@ -288,8 +374,11 @@ static size_t held[8];
 
 static void before(void)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         cr_assert_eq(dt_device_memory(DT_DEVICE_CPU, i, &held[i], NULL), DT_OK);
+        /* the peak since dt_init would count earlier ops: restart it here */
+        atomic_store(&dt__rt.devices[DT_DEVICE_CPU][i].bytes_peak, held[i]);
+    }
 }
 
 static void after(const char *what, size_t global)
@@ -342,6 +431,70 @@ Test(memory, sharded_ops_stay_sharded)
     dt_tensor_free(a);
     dt_tensor_free(b);
     dt_tensor_free(w);
+    stop();
+}
+
+/* Redistributions move blocks, never a whole tensor: copy_to_mesh to another mesh over the
+ * same devices, and slice and concat along a sharded axis, keep every device's peak below the
+ * size of the global tensor (a gather of the axis or a replicated copy would reach it). */
+Test(memory, redistribution_stays_sharded)
+{
+    start(4, "x=4");
+    const int64_t n = 512;
+    const int64_t sa[2] = {n, n};
+    size_t global = (size_t)(n * n) * sizeof(float);
+    dt_layout rows = L("x,unsharded"), cols = L("unsharded,x");
+    dt_op_options orow = {.layout = &rows};
+    dt_tensor *a, *b, *r;
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 1, 0, 1, &orow, &a), DT_OK);
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 2, 0, 1, &orow, &b), DT_OK);
+    float *ha = malloc(global), *hb = malloc(global), *got = malloc(2 * global);
+    cr_assert_eq(dt_tensor_read(a, ha, global), DT_OK);
+    cr_assert_eq(dt_tensor_read(b, hb, global), DT_OK);
+
+    dt_mesh *other, *line;
+    cr_assert_eq(dt_mesh_create_from_string("p=2,q=2", DT_DEVICE_CPU, &other), DT_OK);
+    cr_assert_eq(dt_mesh_create_from_string("z=4", DT_DEVICE_CPU, &line), DT_OK);
+    const char *targets[3] = {"q,p", "p,q", "unsharded,z"};
+    for (int k = 0; k < 3; k++) {
+        dt_layout lt;
+        cr_assert_eq(dt_layout_parse(k < 2 ? other : line, targets[k], &lt), DT_OK);
+        before();
+        cr_assert_eq(dt_copy_to_mesh(a, &lt, NULL, &r), DT_OK, "%s", dt_last_error());
+        after(targets[k], global);
+        cr_assert_eq(dt_tensor_read(r, got, global), DT_OK);
+        cr_expect(memcmp(got, ha, global) == 0, "copy_to_mesh to \"%s\" changed values",
+                  targets[k]);
+        dt_tensor_free(r);
+    }
+    /* the cut axis is the sharded one */
+    const int64_t begin[2] = {3, 0}, size[2] = {n - 5, n};
+    before();
+    cr_assert_eq(dt_slice(a, begin, size, NULL, &r), DT_OK, "%s", dt_last_error());
+    after("slice of rows sharded on x", global);
+    cr_expect(dt_layout_equal(dt_tensor_layout(r), &rows));
+    cr_assert_eq(dt_tensor_read(r, got, (size_t)((n - 5) * n) * sizeof(float)), DT_OK);
+    cr_expect(memcmp(got, ha + 3 * n, (size_t)((n - 5) * n) * sizeof(float)) == 0);
+    dt_tensor_free(r);
+    /* joined along the sharded axis, operands in two layouts */
+    dt_tensor *bc;
+    cr_assert_eq(dt_relayout(b, &cols, NULL, &bc), DT_OK);
+    const dt_tensor *xs[2] = {a, bc};
+    before();
+    cr_assert_eq(dt_concat(2, xs, 0, NULL, &r), DT_OK, "%s", dt_last_error());
+    after("concat along rows sharded on x", 2 * global);
+    cr_expect(dt_layout_equal(dt_tensor_layout(r), &rows));
+    cr_assert_eq(dt_tensor_read(r, got, 2 * global), DT_OK);
+    cr_expect(memcmp(got, ha, global) == 0 && memcmp(got + n * n, hb, global) == 0);
+    dt_tensor_free(r);
+    free(ha);
+    free(hb);
+    free(got);
+    dt_tensor_free(bc);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    dt_mesh_free(other);
+    dt_mesh_free(line);
     stop();
 }
 
@@ -398,5 +551,80 @@ Test(errors, clear_messages)
     dt_tensor_free(r);
     dt_tensor_free(d64);
     dt_mesh_free(other);
+    stop();
+}
+
+/* Integer arithmetic wraps modulo 2^32 (numpy's semantics) instead of overflowing, on every
+ * path: elementwise kernels, local and cross-device sums (a contracting-sharded matmul's
+ * all-reduce), INT32_MIN / -1. Expected values: modular arithmetic done here in uint32_t. */
+static int32_t wrap32(uint32_t v)
+{
+    int32_t r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+Test(ops, integer_arithmetic_wraps)
+{
+    start(2, "x=2");
+    const int32_t big[4] = {INT32_MAX, INT32_MIN, INT32_MAX, -7};
+    const int32_t minus_one[4] = {1, -1, INT32_MAX, 2};
+    const int64_t shape[2] = {2, 2};
+    dt_layout rows = L("x,unsharded"), cols = L("unsharded,x");
+    dt_tensor *a = NULL, *b = NULL, *out = NULL;
+    cr_assert_eq(dt_tensor_from_host(&rows, DT_DTYPE_I32, 2, shape, big, sizeof big, &a), DT_OK);
+    cr_assert_eq(
+        dt_tensor_from_host(&rows, DT_DTYPE_I32, 2, shape, minus_one, sizeof minus_one, &b), DT_OK);
+    int32_t got[4];
+    const struct {
+        dt_binary_op op;
+        int32_t want[4];
+    } cases[] = {
+        {DT_BINARY_ADD,
+         {wrap32((uint32_t)INT32_MAX + 1u), wrap32((uint32_t)INT32_MIN + (uint32_t)-1),
+          wrap32((uint32_t)INT32_MAX * 2u), -5}},
+        {DT_BINARY_MUL,
+         {INT32_MAX, wrap32((uint32_t)INT32_MIN * (uint32_t)-1),
+          wrap32((uint32_t)INT32_MAX * (uint32_t)INT32_MAX), -14}},
+        {DT_BINARY_DIV, {INT32_MAX, INT32_MIN /* INT32_MIN / -1 wraps */, 1, -3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(dt_binary(cases[i].op, a, b, NULL, &out), DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt_tensor_read(out, got, sizeof got), DT_OK);
+        for (int k = 0; k < 4; k++)
+            cr_expect_eq(got[k], cases[i].want[k], "%s element %d: %d, expected %d",
+                         dt_binary_op_name(cases[i].op), k, got[k], cases[i].want[k]);
+        dt_tensor_free(out);
+    }
+    cr_assert_eq(dt_unary(DT_UNARY_NEG, a, NULL, &out), DT_OK);
+    cr_assert_eq(dt_tensor_read(out, got, sizeof got), DT_OK);
+    cr_expect_eq(got[1], INT32_MIN, "-INT32_MIN wraps to itself");
+    dt_tensor_free(out);
+    /* sum over rows sharded on x: a local sum, then an all-reduce of partial sums */
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, a, 0, NULL, 0, NULL, &out), DT_OK, "%s", dt_last_error());
+    int32_t total;
+    cr_assert_eq(dt_tensor_read(out, &total, sizeof total), DT_OK);
+    uint32_t want = 0;
+    for (int k = 0; k < 4; k++)
+        want += (uint32_t)big[k];
+    cr_expect_eq(total, wrap32(want), "sum %d, expected %d", total, wrap32(want));
+    dt_tensor_free(out);
+    /* matmul contracting over x: partial products all-reduced across the two devices */
+    dt_tensor *ac = NULL;
+    cr_assert_eq(dt_tensor_from_host(&cols, DT_DTYPE_I32, 2, shape, big, sizeof big, &ac), DT_OK);
+    cr_assert_eq(dt_matmul(ac, b, NULL, &out), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_tensor_read(out, got, sizeof got), DT_OK);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            uint32_t s = 0;
+            for (int q = 0; q < 2; q++)
+                s += (uint32_t)big[i * 2 + q] * (uint32_t)minus_one[q * 2 + j];
+            cr_expect_eq(got[i * 2 + j], wrap32(s), "c[%d][%d] = %d, expected %d", i, j,
+                         got[i * 2 + j], wrap32(s));
+        }
+    dt_tensor_free(out);
+    dt_tensor_free(ac);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
     stop();
 }

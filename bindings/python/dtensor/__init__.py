@@ -39,7 +39,10 @@ __all__ = [
     "negative", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "square", "sin", "cos",
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "transpose", "reshape", "slice",
     "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
-    "ledger", "ledger_text", "ledger_clear", "ledger_next_step",
+    "ledger", "ledger_text", "ledger_clear", "ledger_next_step", "Dense", "Sequential", "SGD",
+    "Adam", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
+    "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
+    "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
 ]
 
 UNSHARDED = "unsharded"
@@ -53,8 +56,24 @@ _DTYPES = {
 _NUMPY = {code: dt for dt, code in _DTYPES.items()}
 _DEVICE_TYPES = {"CPU": _c.DEVICE_CPU, "GPU": _c.DEVICE_CUDA, "CUDA": _c.DEVICE_CUDA}
 
-# Live meshes and tensors, so that shutdown can release them before the runtime stops.
-_live = weakref.WeakSet()
+class _Registry:
+    """Live objects in creation order (collective creations happen in the same order on every
+    client), so that shutdown releases them in reverse order, alike on every client."""
+
+    def __init__(self):
+        self._items = weakref.WeakValueDictionary()
+        self._next = 0
+
+    def add(self, obj):
+        self._items[self._next] = obj
+        self._next += 1
+
+    def newest_first(self):
+        return [self._items[k] for k in sorted(self._items.keys(), reverse=True)
+                if k in self._items]
+
+
+_live = _Registry()
 
 
 def _code(dtype):
@@ -81,13 +100,10 @@ def shutdown_accelerator_system():
         return
     import gc
     gc.collect()  # handles only reachable from dead frames or cycles
-    objs = list(_live)
-    for o in objs:
-        if not isinstance(o, Mesh):
-            o._handle.free()
-    for o in objs:
-        if isinstance(o, Mesh):
-            o._handle.free()
+    global _default_strategy
+    _default_strategy = None
+    for o in _live.newest_first():
+        o._handle.free()
     _c.finalize()
 
 
@@ -873,3 +889,300 @@ def ledger_clear():
 
 def ledger_next_step():
     return _c.ledger_next_step()
+
+
+# ---- training: gradients, models, optimizers -------------------------------------------------
+
+def _function_gradient(self, loss_output, wrt, *args):
+    """A Function computing this one's outputs followed by the gradients of the sum of output
+    ``loss_output`` with respect to the inputs at positions ``wrt``, each in that input's
+    layout (weight gradients of batch-sharded data come out all-reduced by the expansion)."""
+    f, _, many, meshes = self._trace(args)
+    g = _c.function_gradient(f, int(loss_output), [int(i) for i in wrt])
+    grad = Function(self._fn)
+    n = len(meshes) + len(wrt)
+    grad._traces[self._signature(args)] = (g, n, True, meshes + [args[i].layout.mesh
+                                                                   for i in wrt])
+    return grad
+
+
+Function.gradient = _function_gradient
+
+_ACTIVATIONS = {None: _c.ACTIVATION_NONE, "linear": _c.ACTIVATION_NONE,
+                "relu": _c.ACTIVATION_RELU, "tanh": _c.ACTIVATION_TANH,
+                "sigmoid": _c.ACTIVATION_SIGMOID}
+_INITIALIZERS = {"zeros": _c.INIT_ZEROS, "ones": _c.INIT_ONES,
+                 "glorot_uniform": _c.INIT_GLOROT_UNIFORM, "random_normal": _c.INIT_RANDOM_NORMAL}
+_LOSSES = {"mean_squared_error": _c.LOSS_MEAN_SQUARED_ERROR, "mse": _c.LOSS_MEAN_SQUARED_ERROR,
+           "softmax_cross_entropy": _c.LOSS_SOFTMAX_CROSS_ENTROPY,
+           "categorical_crossentropy": _c.LOSS_SOFTMAX_CROSS_ENTROPY,
+           "binary_cross_entropy": _c.LOSS_BINARY_CROSS_ENTROPY,
+           "binary_crossentropy": _c.LOSS_BINARY_CROSS_ENTROPY}
+
+
+def _lookup(table, name, what):
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; one of {sorted(k for k in table if k)}")
+    return table[name]
+
+
+class Dense:
+    """A dense layer config (keras.layers.Dense): y = activation(x @ kernel + bias)."""
+
+    def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", kernel_regularizer_l2=0.0):
+        self.config = (int(units), _lookup(_ACTIVATIONS, activation, "activation"),
+                       _lookup(_INITIALIZERS, kernel_initializer, "initializer"),
+                       _lookup(_INITIALIZERS, bias_initializer, "initializer"),
+                       0 if use_bias else 1, float(kernel_regularizer_l2))
+
+
+class Sequential:
+    """A sequential model of Dense layers on inputs [batch, input_features]. Created inside a
+    strategy's scope, its variables take that strategy's layouts (collective)."""
+
+    def __init__(self, layers, input_features, dtype=np.float32, seed=0):
+        _ensure_init()
+        self._handle = _c.model_create(int(input_features), [l.config for l in layers],
+                                       _code(dtype), int(seed))
+        self._strategy = _current_strategy()
+        self.dtype = np.dtype(dtype)
+        _live.add(self)
+
+    @property
+    def variable_names(self):
+        return _c.model_variables(self._handle)
+
+    def get_weights(self):
+        """Every variable's value as a numpy array (collective gather)."""
+        out = []
+        for i in _builtins.range(len(self.variable_names)):
+            h = _c.model_variable_read(self._handle, i)
+            dtype, shape, _ = _c.tensor_meta(h)
+            a = np.empty(shape, dtype=_NUMPY[dtype])
+            _c.tensor_read(h, a)
+            h.free()
+            out.append(a)
+        return out
+
+    def __call__(self, x):
+        return _result(_c.model_predict(self._handle, x._handle), x.layout.mesh)
+
+    def evaluate(self, x, y, loss="mean_squared_error"):
+        return _c.model_evaluate(self._handle, _lookup(_LOSSES, loss, "loss"), x._handle,
+                                 y._handle)
+
+    def train_step(self, x, y, loss, optimizer):
+        """One step of the tf.distribute custom training loop (per-replica losses / global
+        batch, gradients, optimizer update); returns the step's loss (SUM over replicas)."""
+        s = self._strategy._handle if self._strategy else None
+        return _c.train_step(s, self._handle, _lookup(_LOSSES, loss, "loss"),
+                             optimizer._handle, x._handle, y._handle)
+
+
+class SGD:
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
+        self._handle = _c.optimizer_create(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov,
+                                           0.0, 0.0, 0.0)
+        _live.add(self)
+
+
+class Adam:
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self._handle = _c.optimizer_create(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1,
+                                           beta_2, epsilon)
+        _live.add(self)
+
+
+# ---- strategies (tf.distribute) --------------------------------------------------------------
+
+class ReduceOp:
+    SUM = "SUM"
+    MEAN = "MEAN"
+
+
+_strategy_stack = _threading.local()
+
+
+def _current_strategy():
+    stack = getattr(_strategy_stack, "items", [])
+    return stack[-1] if stack else None
+
+
+class Strategy:
+    """A tf.distribute strategy as a layout preset: a 1-D mesh "batch", variables replicated
+    (or sharded on the ps tasks), inputs batch-sharded. Collective to create."""
+
+    _kind = _c.STRATEGY_DEFAULT
+
+    def __init__(self, *, fixed_shards=0, min_shard_bytes=0, max_shards=0):
+        _ensure_init()
+        self._handle = _c.strategy_create(self._kind, int(fixed_shards), int(min_shard_bytes),
+                                          int(max_shards))
+        info = _c.strategy_info(self._handle)
+        self._replicas = info["replicas"]
+        self._cluster = info["cluster"]
+        self.mesh = Mesh(info["mesh"])
+        self.mesh._owner = self  # the mesh lives as long as the strategy
+        _live.add(self)
+
+    @property
+    def num_replicas_in_sync(self):
+        return self._replicas
+
+    @_contextlib.contextmanager
+    def scope(self):
+        """Models created inside take this strategy's layouts."""
+        _c.strategy_scope(self._handle, True)
+        stack = getattr(_strategy_stack, "items", [])
+        _strategy_stack.items = stack + [self]
+        try:
+            yield self
+        finally:
+            _strategy_stack.items = stack
+            _c.strategy_scope(self._handle, False)
+
+    def input_layout(self, rank):
+        return _layout_of(_c.strategy_layouts(self._handle, rank)[1], self.mesh)
+
+    def variable_layout(self, rank):
+        return _layout_of(_c.strategy_layouts(self._handle, rank)[0], self.mesh)
+
+    def distribute_batch(self, batch):
+        """A global batch (the full array, on every client) split into per-replica batches:
+        one DTensor in the input layout (collective)."""
+        a = np.ascontiguousarray(batch)
+        h = _c.strategy_distribute(self._handle, _code(a.dtype), list(a.shape), a)
+        return _result(h, self.mesh)
+
+    def experimental_distribute_dataset(self, dataset):
+        """Yield each batch of an iterable of numpy arrays (or tuples of them), distributed."""
+        for batch in dataset:
+            if isinstance(batch, (tuple, list)):
+                yield type(batch)(self.distribute_batch(b) for b in batch)
+            else:
+                yield self.distribute_batch(batch)
+
+    def run(self, fn, args=(), kwargs=None):
+        """Call fn(*args, **kwargs) in this strategy's scope; distributed inputs must lie in
+        its input layout (collective when fn is)."""
+        for a in args:
+            if isinstance(a, DTensor) and a.layout != self.input_layout(a.ndim):
+                raise DTensorError(f"strategy.run: input has layout {a.layout.to_string()!r}, "
+                                   f"the strategy's input layout is "
+                                   f"{self.input_layout(a.ndim).to_string()!r} (distribute it)")
+        with self.scope():
+            return fn(*args, **(kwargs or {}))
+
+    def reduce(self, reduce_op, value, axis=None):
+        """A per-replica value [replicas, ...] reduced over the replicas (SUM or MEAN),
+        replicated (collective)."""
+        op = {"SUM": _c.REDUCE_SUM, "MEAN": _c.REDUCE_MEAN}.get(str(reduce_op).upper()
+                                                                .split(".")[-1])
+        if op is None:
+            raise ValueError(f"reduce_op must be ReduceOp.SUM or ReduceOp.MEAN, got {reduce_op!r}")
+        return _result(_c.strategy_reduce(self._handle, op, value._handle), self.mesh)
+
+    def experimental_local_results(self, value):
+        """This client's local replicas' parts of a distributed value (numpy arrays)."""
+        return unpack(value)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(num_replicas_in_sync={self._replicas}, mesh={self.mesh})"
+
+
+class OneDeviceStrategy(Strategy):
+    _kind = _c.STRATEGY_ONE_DEVICE
+
+    def __init__(self, device="CPU:0"):
+        super().__init__()
+
+
+class MirroredStrategy(Strategy):
+    _kind = _c.STRATEGY_MIRRORED
+
+
+class MultiWorkerMirroredStrategy(Strategy):
+    _kind = _c.STRATEGY_MULTI_WORKER_MIRRORED
+
+
+class CentralStorageStrategy(Strategy):
+    _kind = _c.STRATEGY_CENTRAL_STORAGE
+
+
+class ParameterServerStrategy(Strategy):
+    """Variables sharded over the ps tasks (TF_CONFIG or DTENSOR_CLUSTER), updated
+    asynchronously by the workers; drive it with a ClusterCoordinator on the chief."""
+
+    _kind = _c.STRATEGY_PARAMETER_SERVER
+
+    def __init__(self, cluster_resolver=None, variable_partitioner=None):
+        part = variable_partitioner or {}
+        super().__init__(fixed_shards=part.get("fixed_shards", 0),
+                         min_shard_bytes=part.get("min_shard_bytes", 0),
+                         max_shards=part.get("max_shards", 0))
+
+    @property
+    def task_type(self):
+        return self._cluster["task_type"]
+
+    @property
+    def task_index(self):
+        return self._cluster["task_index"]
+
+    def pull(self, model):
+        """Copy the ps tasks' current values into the model's local variables."""
+        _c.ps_pull(self._handle, model._handle)
+
+
+class RemoteValue:
+    """The result of a scheduled step; fetch() waits for it (chief only)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.worker = self.attempts = None
+
+    def fetch(self):
+        value, self.worker, self.attempts = _c.remote_fetch(self._handle)
+        return value
+
+
+class ClusterCoordinator:
+    """Schedules step closures onto workers (tf.distribute.coordinator.ClusterCoordinator).
+
+    Every client creates it with the same step function ``fn(step) -> float``; workers run the
+    steps the chief schedules, ps tasks serve their variables, until ``shutdown()`` (collective)
+    on every client."""
+
+    def __init__(self, strategy, fn):
+        self._fn = fn  # kept alive for the C trampoline
+        self._strategy = strategy
+        self._handle = _c.ps_coordinator_create(strategy._handle, fn)
+
+    def schedule(self, step):
+        return RemoteValue(_c.ps_schedule(self._handle, int(step)))
+
+    def join(self):
+        _c.ps_join(self._handle)
+
+    def shutdown(self):
+        _c.ps_shutdown(self._handle)
+
+
+_default_strategy = None
+
+
+def get_strategy():
+    """The strategy in scope on this thread, else the default strategy."""
+    global _default_strategy
+    current = _current_strategy()
+    if current is not None:
+        return current
+    if _default_strategy is None:
+        _default_strategy = Strategy()
+    return _default_strategy
+
+
+def compute_average_loss(per_example_loss, global_batch_size):
+    """tf.nn.compute_average_loss: sum(per_example) / global_batch_size."""
+    return reduce_sum(per_example_loss) / float(global_batch_size)

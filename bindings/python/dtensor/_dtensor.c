@@ -46,7 +46,18 @@ static PyObject *raise_status(dt_status s)
 
 /* ---- Handle: an owned dt_mesh or dt_tensor ----------------------------------------------- */
 
-enum { KIND_MESH, KIND_TENSOR, KIND_FUNCTION, KIND_VARIABLE };
+enum {
+    KIND_MESH,
+    KIND_TENSOR,
+    KIND_FUNCTION,
+    KIND_VARIABLE,
+    KIND_STRATEGY,
+    KIND_MODEL,
+    KIND_OPTIMIZER,
+    KIND_COORDINATOR,
+    KIND_REMOTE,
+    KIND_BORROWED_MESH, /* a strategy's mesh: freed with the strategy */
+};
 
 typedef struct {
     PyObject_HEAD int kind;
@@ -65,12 +76,33 @@ static void free_object(int kind, void *ptr)
     case KIND_FUNCTION:
         dt_function_free(ptr);
         break;
-    default:
+    case KIND_VARIABLE:
         dt_variable_free(ptr);
+        break;
+    case KIND_STRATEGY:
+        dt_strategy_free(ptr);
+        break;
+    case KIND_MODEL:
+        dt_model_free(ptr);
+        break;
+    case KIND_OPTIMIZER:
+        dt_optimizer_free(ptr);
+        break;
+    case KIND_COORDINATOR:
+        /* Collective; the Python layer shuts coordinators down explicitly. */
+        dt_ps_coordinator_shutdown(ptr);
+        break;
+    case KIND_REMOTE:
+        dt_remote_value_free(ptr);
+        break;
+    default:
+        break;
     }
 }
 
-static const char *const kind_names[] = {"mesh", "tensor", "function", "variable"};
+static const char *const kind_names[] = {"mesh",         "tensor", "function",  "variable",
+                                         "strategy",     "model",  "optimizer", "coordinator",
+                                         "remote value", "mesh"};
 
 static void handle_release(Handle *h)
 {
@@ -123,7 +155,10 @@ static PyObject *wrap(int kind, void *ptr)
 
 static void *unwrap(PyObject *o, int kind)
 {
-    if (!PyObject_TypeCheck(o, &HandleType) || ((Handle *)o)->kind != kind) {
+    int have = PyObject_TypeCheck(o, &HandleType) ? ((Handle *)o)->kind : -1;
+    if (have == KIND_BORROWED_MESH && kind == KIND_MESH)
+        have = KIND_MESH;
+    if (have != kind) {
         PyErr_Format(PyExc_TypeError, "expected a %s handle", kind_names[kind]);
         return NULL;
     }
@@ -987,6 +1022,404 @@ static PyObject *py_ledger_next_step(PyObject *self, PyObject *unused)
     return PyLong_FromLongLong(dt_ledger_next_step());
 }
 
+/* ---- gradients, training, strategies, parameter server ----------------------------------- */
+
+/* function_gradient(f, loss_output, [wrt]) -> function */
+static PyObject *py_function_gradient(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *f_o, *wrt_o;
+    int loss;
+    if (!PyArg_ParseTuple(args, "OiO", &f_o, &loss, &wrt_o))
+        return NULL;
+    const dt_function *f = unwrap(f_o, KIND_FUNCTION);
+    int64_t w[DT_MAX_RANK * 8];
+    int n;
+    if (!f || parse_ints(wrt_o, DT_MAX_RANK * 8, w, &n) < 0)
+        return NULL;
+    int wrt[DT_MAX_RANK * 8];
+    for (int i = 0; i < n; i++)
+        wrt[i] = (int)w[i];
+    dt_function *g = NULL;
+    CALL(dt_function_gradient(f, loss, n, wrt, &g));
+    return wrap(KIND_FUNCTION, g);
+}
+
+/* strategy_create(kind, fixed_shards, min_shard_bytes, max_shards) */
+static PyObject *py_strategy_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int kind, fixed, max_shards;
+    long long min_bytes;
+    if (!PyArg_ParseTuple(args, "iiLi", &kind, &fixed, &min_bytes, &max_shards))
+        return NULL;
+    dt_strategy_options o = {.partitioner = {.fixed_shards = fixed,
+                                             .min_shard_bytes = min_bytes,
+                                             .max_shards = max_shards}};
+    dt_strategy *st = NULL;
+    CALL(dt_strategy_create((dt_strategy_kind)kind, &o, &st));
+    return wrap(KIND_STRATEGY, st);
+}
+
+/* strategy_info(s) -> {kind, replicas, mesh (borrowed handle), cluster or None} */
+static PyObject *py_strategy_info(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_strategy *st = unwrap(arg, KIND_STRATEGY);
+    if (!st)
+        return NULL;
+    Handle *mesh = PyObject_New(Handle, &HandleType);
+    if (!mesh)
+        return NULL;
+    mesh->kind = KIND_BORROWED_MESH;
+    mesh->ptr = (void *)dt_strategy_mesh(st);
+    PyObject *cluster = Py_None;
+    dt_cluster c;
+    if (dt_strategy_kind_of(st) == DT_STRATEGY_PARAMETER_SERVER &&
+        dt_strategy_cluster(st, &c) == DT_OK)
+        cluster =
+            Py_BuildValue("{s:s,s:i,s:i,s:i,s:i}", "task_type", dt_task_type_name(c.task_type),
+                          "task_index", c.task_index, "workers", c.num_tasks[DT_TASK_WORKER], "ps",
+                          c.num_tasks[DT_TASK_PS], "chief", c.num_tasks[DT_TASK_CHIEF]);
+    else
+        Py_INCREF(cluster);
+    return Py_BuildValue(
+        "{s:s,s:i,s:N,s:N}", "kind", dt_strategy_kind_name(dt_strategy_kind_of(st)), "replicas",
+        dt_strategy_num_replicas_in_sync(st), "mesh", (PyObject *)mesh, "cluster", cluster);
+}
+
+/* strategy_layouts(s, rank) -> (variable layout text, input layout text) */
+static PyObject *py_strategy_layouts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o;
+    int rank;
+    if (!PyArg_ParseTuple(args, "Oi", &s_o, &rank))
+        return NULL;
+    const dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    if (!st)
+        return NULL;
+    dt_layout v, in;
+    char vt[DT_STRING_MAX], it[DT_STRING_MAX];
+    CALL(dt_strategy_variable_layout(st, rank, &v));
+    CALL(dt_strategy_input_layout(st, rank, &in));
+    CALL(dt_layout_to_string(&v, vt, sizeof vt));
+    CALL(dt_layout_to_string(&in, it, sizeof it));
+    return Py_BuildValue("(ss)", vt, it);
+}
+
+static PyObject *py_strategy_scope(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o;
+    int enter;
+    if (!PyArg_ParseTuple(args, "Op", &s_o, &enter))
+        return NULL;
+    dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    if (!st)
+        return NULL;
+    CALL(enter ? dt_strategy_scope_enter(st) : dt_strategy_scope_exit(st));
+    Py_RETURN_NONE;
+}
+
+/* strategy_distribute(s, dtype, shape, buffer) -> tensor in the input layout */
+static PyObject *py_strategy_distribute(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *shape_o;
+    int dtype;
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "OiOy*", &s_o, &dtype, &shape_o, &buf))
+        return NULL;
+    const dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    int64_t shape[DT_MAX_RANK];
+    int rank;
+    PyObject *r = NULL;
+    if (st && parse_ints(shape_o, DT_MAX_RANK, shape, &rank) == 0) {
+        dt_tensor *t = NULL;
+        dt_status s;
+        Py_BEGIN_ALLOW_THREADS;
+        s = dt_strategy_distribute_batch(st, (dt_dtype)dtype, rank, shape, buf.buf, (size_t)buf.len,
+                                         &t);
+        Py_END_ALLOW_THREADS;
+        r = s == DT_OK ? wrap(KIND_TENSOR, t) : raise_status(s);
+    }
+    PyBuffer_Release(&buf);
+    return r;
+}
+
+static PyObject *py_strategy_reduce(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *t_o;
+    int op;
+    if (!PyArg_ParseTuple(args, "OiO", &s_o, &op, &t_o))
+        return NULL;
+    const dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    const dt_tensor *t = st ? unwrap(t_o, KIND_TENSOR) : NULL;
+    if (!t)
+        return NULL;
+    dt_tensor *out = NULL;
+    CALL(dt_strategy_reduce(st, (dt_reduce_op)op, t, &out));
+    return wrap(KIND_TENSOR, out);
+}
+
+/* model_create(input_features, [(units, activation, kernel_init, bias_init, no_bias, l2)],
+ * dtype, seed) */
+static PyObject *py_model_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    long long features;
+    PyObject *layers_o;
+    int dtype;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "LOiK", &features, &layers_o, &dtype, &seed))
+        return NULL;
+    Py_ssize_t n = PySequence_Size(layers_o);
+    if (n < 1 || n > 64) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "a model needs 1 to 64 layers, got %zd", n);
+        return NULL;
+    }
+    dt_dense_config cfg[64];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *l = PySequence_GetItem(layers_o, i);
+        long long units;
+        int act, kinit, binit, no_bias;
+        double l2;
+        int ok = l && PyArg_ParseTuple(l, "Liiiid", &units, &act, &kinit, &binit, &no_bias, &l2);
+        Py_XDECREF(l);
+        if (!ok)
+            return NULL;
+        cfg[i] = (dt_dense_config){.units = units,
+                                   .activation = (dt_activation)act,
+                                   .kernel_init = (dt_initializer)kinit,
+                                   .bias_init = (dt_initializer)binit,
+                                   .no_bias = no_bias,
+                                   .l2 = l2};
+    }
+    dt_model *m = NULL;
+    CALL(dt_model_create(features, (int)n, cfg, (dt_dtype)dtype, seed, &m));
+    return wrap(KIND_MODEL, m);
+}
+
+/* model_variables(m) -> [names] */
+static PyObject *py_model_variables(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_model *m = unwrap(arg, KIND_MODEL);
+    if (!m)
+        return NULL;
+    int n = dt_model_num_variables(m);
+    PyObject *r = PyList_New(n);
+    for (int i = 0; r && i < n; i++)
+        PyList_SET_ITEM(r, i, PyUnicode_FromString(dt_model_variable_name(m, i)));
+    return r;
+}
+
+/* model_variable_read(m, i) -> a copy of variable i's value (collective) */
+static PyObject *py_model_variable_read(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *m_o;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi", &m_o, &i))
+        return NULL;
+    const dt_model *m = unwrap(m_o, KIND_MODEL);
+    if (!m)
+        return NULL;
+    const dt_variable *v = dt_model_variable(m, i);
+    if (!v) {
+        PyErr_Format(PyExc_IndexError, "variable %d of %d", i, dt_model_num_variables(m));
+        return NULL;
+    }
+    dt_tensor *t = NULL;
+    CALL(dt_relayout(dt_variable_value(v), dt_variable_layout(v), NULL, &t));
+    return wrap(KIND_TENSOR, t);
+}
+
+static PyObject *py_model_predict(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *m_o, *x_o;
+    if (!PyArg_ParseTuple(args, "OO", &m_o, &x_o))
+        return NULL;
+    const dt_model *m = unwrap(m_o, KIND_MODEL);
+    const dt_tensor *x = m ? unwrap(x_o, KIND_TENSOR) : NULL;
+    if (!x)
+        return NULL;
+    dt_tensor *out = NULL;
+    CALL(dt_model_predict(m, x, &out));
+    return wrap(KIND_TENSOR, out);
+}
+
+/* model_evaluate(m, loss, x, y) -> mean loss */
+static PyObject *py_model_evaluate(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *m_o, *x_o, *y_o;
+    int loss;
+    if (!PyArg_ParseTuple(args, "OiOO", &m_o, &loss, &x_o, &y_o))
+        return NULL;
+    const dt_model *m = unwrap(m_o, KIND_MODEL);
+    const dt_tensor *x = m ? unwrap(x_o, KIND_TENSOR) : NULL;
+    const dt_tensor *y = x ? unwrap(y_o, KIND_TENSOR) : NULL;
+    if (!y)
+        return NULL;
+    double value = 0;
+    CALL(dt_model_evaluate(m, (dt_loss)loss, x, y, &value));
+    return PyFloat_FromDouble(value);
+}
+
+/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon) */
+static PyObject *py_optimizer_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    dt_optimizer_config c = {0};
+    int kind;
+    if (!PyArg_ParseTuple(args, "iddpddd", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
+                          &c.beta_1, &c.beta_2, &c.epsilon))
+        return NULL;
+    c.kind = (dt_optimizer_kind)kind;
+    dt_optimizer *o = NULL;
+    CALL(dt_optimizer_create(&c, &o));
+    return wrap(KIND_OPTIMIZER, o);
+}
+
+/* train_step(strategy or None, model, loss, optimizer, x, y) -> loss */
+static PyObject *py_train_step(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *m_o, *o_o, *x_o, *y_o;
+    int loss;
+    if (!PyArg_ParseTuple(args, "OOiOOO", &s_o, &m_o, &loss, &o_o, &x_o, &y_o))
+        return NULL;
+    dt_strategy *st = s_o == Py_None ? NULL : unwrap(s_o, KIND_STRATEGY);
+    if (s_o != Py_None && !st)
+        return NULL;
+    dt_model *m = unwrap(m_o, KIND_MODEL);
+    dt_optimizer *o = m ? unwrap(o_o, KIND_OPTIMIZER) : NULL;
+    const dt_tensor *x = o ? unwrap(x_o, KIND_TENSOR) : NULL;
+    const dt_tensor *y = x ? unwrap(y_o, KIND_TENSOR) : NULL;
+    if (!y)
+        return NULL;
+    double value = 0;
+    CALL(dt_model_train_step(st, m, (dt_loss)loss, o, x, y, &value));
+    return PyFloat_FromDouble(value);
+}
+
+/* A parameter-server step closure: calls the Python callable with the step number from the
+ * worker's thread, holding the GIL only for the call. A Python exception becomes a failing
+ * status (the chief reschedules the step elsewhere). */
+static dt_status ps_trampoline(void *ctx, int64_t step, double *value)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction((PyObject *)ctx, "L", (long long)step);
+    dt_status s = DT_OK;
+    if (!r) {
+        PyObject *type, *val, *tb;
+        PyErr_Fetch(&type, &val, &tb);
+        PyObject *str = val ? PyObject_Str(val) : NULL;
+        const char *msg = str ? PyUnicode_AsUTF8(str) : NULL;
+        char buf[400];
+        snprintf(buf, sizeof buf, "step %lld raised %s", (long long)step, msg ? msg : "?");
+        Py_XDECREF(str);
+        Py_XDECREF(type);
+        Py_XDECREF(val);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+        PyGILState_Release(g);
+        /* The message travels with the status the coordinator reports. */
+        extern dt_status dt__fail(dt_status, const char *, ...);
+        return dt__fail(DT_ERR_ARG, "%s", buf);
+    }
+    *value = PyFloat_Check(r) || PyLong_Check(r) ? PyFloat_AsDouble(r) : 0.0;
+    Py_DECREF(r);
+    PyGILState_Release(g);
+    return s;
+}
+
+/* ps_coordinator_create(strategy, callable) -> coordinator. The callable is kept alive by the
+ * Python layer for as long as the coordinator. Collective. */
+static PyObject *py_ps_coordinator_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *fn;
+    if (!PyArg_ParseTuple(args, "OO", &s_o, &fn))
+        return NULL;
+    dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    if (!st)
+        return NULL;
+    dt_ps_coordinator *c = NULL;
+    CALL(dt_ps_coordinator_create(st, ps_trampoline, fn, &c));
+    return wrap(KIND_COORDINATOR, c);
+}
+
+static PyObject *py_ps_schedule(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *c_o;
+    long long step;
+    if (!PyArg_ParseTuple(args, "OL", &c_o, &step))
+        return NULL;
+    dt_ps_coordinator *c = unwrap(c_o, KIND_COORDINATOR);
+    if (!c)
+        return NULL;
+    dt_remote_value *v = NULL;
+    CALL(dt_ps_schedule(c, step, &v));
+    return wrap(KIND_REMOTE, v);
+}
+
+/* remote_fetch(v) -> (value, worker, attempts) */
+static PyObject *py_remote_fetch(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    dt_remote_value *v = unwrap(arg, KIND_REMOTE);
+    if (!v)
+        return NULL;
+    double value = 0;
+    int worker = -1, attempts = 0;
+    CALL(dt_remote_value_fetch(v, &value, &worker, &attempts));
+    return Py_BuildValue("(dii)", value, worker, attempts);
+}
+
+static PyObject *py_ps_join(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    dt_ps_coordinator *c = unwrap(arg, KIND_COORDINATOR);
+    if (!c)
+        return NULL;
+    CALL(dt_ps_join(c));
+    Py_RETURN_NONE;
+}
+
+/* ps_shutdown(coordinator handle): collective; workers run scheduled steps until the chief
+ * releases them. The handle is emptied either way. */
+static PyObject *py_ps_shutdown(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    dt_ps_coordinator *c = unwrap(arg, KIND_COORDINATOR);
+    if (!c)
+        return NULL;
+    ((Handle *)arg)->ptr = NULL;
+    CALL(dt_ps_coordinator_shutdown(c));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_ps_pull(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *m_o;
+    if (!PyArg_ParseTuple(args, "OO", &s_o, &m_o))
+        return NULL;
+    dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    dt_model *m = st ? unwrap(m_o, KIND_MODEL) : NULL;
+    if (!m)
+        return NULL;
+    CALL(dt_ps_pull(st, m));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"init", py_init, METH_VARARGS, "init(cpu_devices=0, bind=0). Collective."},
     {"finalize", py_finalize, METH_NOARGS, "Stop the runtime. Collective."},
@@ -1022,6 +1455,26 @@ static PyMethodDef methods[] = {
     {"ledger", py_ledger, METH_VARARGS, "The communication ledger as a table or JSON."},
     {"ledger_clear", py_ledger_clear, METH_NOARGS, "Drop every ledger entry."},
     {"ledger_next_step", py_ledger_next_step, METH_NOARGS, "Start a new ledger step."},
+    {"function_gradient", py_function_gradient, METH_VARARGS, "Gradient function of f."},
+    {"strategy_create", py_strategy_create, METH_VARARGS, "A strategy. Collective."},
+    {"strategy_info", py_strategy_info, METH_O, "Kind, replicas, mesh and cluster task."},
+    {"strategy_layouts", py_strategy_layouts, METH_VARARGS, "Variable and input layouts."},
+    {"strategy_scope", py_strategy_scope, METH_VARARGS, "Enter or exit the scope."},
+    {"strategy_distribute", py_strategy_distribute, METH_VARARGS, "Split a global batch."},
+    {"strategy_reduce", py_strategy_reduce, METH_VARARGS, "Reduce a per-replica value."},
+    {"model_create", py_model_create, METH_VARARGS, "A sequential dense model. Collective."},
+    {"model_variables", py_model_variables, METH_O, "Names of a model's variables."},
+    {"model_variable_read", py_model_variable_read, METH_VARARGS, "Copy of a variable."},
+    {"model_predict", py_model_predict, METH_VARARGS, "Forward pass. Collective."},
+    {"model_evaluate", py_model_evaluate, METH_VARARGS, "Mean loss. Collective."},
+    {"optimizer_create", py_optimizer_create, METH_VARARGS, "SGD or Adam."},
+    {"train_step", py_train_step, METH_VARARGS, "One training step. Collective."},
+    {"ps_coordinator_create", py_ps_coordinator_create, METH_VARARGS, "Collective."},
+    {"ps_schedule", py_ps_schedule, METH_VARARGS, "Chief: queue a step."},
+    {"remote_fetch", py_remote_fetch, METH_O, "Chief: wait for a step's value."},
+    {"ps_join", py_ps_join, METH_O, "Chief: wait for every scheduled step."},
+    {"ps_shutdown", py_ps_shutdown, METH_O, "Release workers and ps tasks. Collective."},
+    {"ps_pull", py_ps_pull, METH_VARARGS, "Copy the ps tasks' values into a model."},
     {"print_ordered", py_print_ordered, METH_VARARGS, "Client 0 prints all, in client order."},
     {NULL, NULL, 0, NULL},
 };
@@ -1068,6 +1521,21 @@ PyMODINIT_FUNC PyInit__dtensor(void)
 #define ADD_REDUCE(NAME, name) PyModule_AddIntConstant(m, "REDUCE_" #NAME, DT_REDUCE_##NAME);
     DT_REDUCE_LIST(ADD_REDUCE)
 #undef ADD_REDUCE
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "STRATEGY_" #NAME, DT_STRATEGY_##NAME);
+    DT_STRATEGY_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "ACTIVATION_" #NAME, DT_ACTIVATION_##NAME);
+    DT_ACTIVATION_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "LOSS_" #NAME, DT_LOSS_##NAME);
+    DT_LOSS_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "INIT_" #NAME, DT_INITIALIZER_##NAME);
+    DT_INITIALIZER_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "OPTIMIZER_" #NAME, DT_OPTIMIZER_##NAME);
+    DT_OPTIMIZER_LIST(ADD_ENUM)
+#undef ADD_ENUM
     PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);
     PyModule_AddIntConstant(m, "DEVICE_CUDA", DT_DEVICE_CUDA);
     return m;

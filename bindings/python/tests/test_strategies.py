@@ -1,0 +1,133 @@
+"""Strategies from Python: the custom training loop under each strategy against a numpy
+re-implementation of the same steps, run/reduce/dataset semantics, the parameter server."""
+import os
+
+import numpy as np
+import pytest
+
+import dtensor
+from conftest import CLIENTS
+
+STRATEGIES = [dtensor.OneDeviceStrategy, dtensor.MirroredStrategy,
+              dtensor.MultiWorkerMirroredStrategy, dtensor.CentralStorageStrategy]
+
+
+def numpy_sgd_losses(w, b, x, y, lr, steps):
+    """Dense(1) with mean squared error, SGD: the loss of each step, computed by hand."""
+    losses = []
+    for _ in range(steps):
+        pred = x @ w + b
+        err = pred - y
+        losses.append(float(np.mean(err ** 2)))
+        n = x.shape[0]
+        w = w - lr * (2.0 / n) * x.T @ err
+        b = b - lr * (2.0 / n) * err.sum(axis=0)
+    return losses
+
+
+@pytest.mark.parametrize("cls", STRATEGIES)
+def test_custom_training_loop(cls):
+    """The tf.distribute guide's loop: Dense(1) on ones; every strategy gives the losses of
+    the same steps computed in numpy from the same initial weights."""
+    strategy = cls()
+    with strategy.scope():
+        model = dtensor.Sequential([dtensor.Dense(1)], input_features=3, dtype=np.float64,
+                                   seed=7)
+    w0, b0 = model.get_weights()
+    rng = np.random.default_rng(0)
+    x_host = rng.standard_normal((12, 3))
+    y_host = rng.standard_normal((12, 1))
+    want = numpy_sgd_losses(w0, b0, x_host, y_host, lr=0.1, steps=10)
+    opt = dtensor.SGD(learning_rate=0.1)
+    x, y = strategy.distribute_batch(x_host), strategy.distribute_batch(y_host)
+    assert x.layout == strategy.input_layout(2)
+    got = [model.train_step(x, y, "mean_squared_error", opt) for _ in range(10)]
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_replicas_and_layouts():
+    mirrored = dtensor.MirroredStrategy()
+    assert mirrored.num_replicas_in_sync == dtensor.num_local_devices()  # this client's
+    mw = dtensor.MultiWorkerMirroredStrategy()
+    assert mw.num_replicas_in_sync == dtensor.num_global_devices()
+    assert mw.input_layout(2).sharding_specs == ["batch", "unsharded"]
+    assert mw.variable_layout(2).is_fully_replicated()
+    assert dtensor.OneDeviceStrategy().num_replicas_in_sync == 1
+    assert dtensor.get_strategy().num_replicas_in_sync == 1
+    with mw.scope():
+        assert dtensor.get_strategy() is mw
+
+
+def test_run_reduce_and_dataset():
+    s = dtensor.MultiWorkerMirroredStrategy()
+    r = s.num_replicas_in_sync
+    batches = [np.arange(2 * r * 3, dtype=np.float32).reshape(2 * r, 3) + k for k in (0, 100)]
+    seen = []
+    for batch in s.experimental_distribute_dataset(batches):
+        seen.append(dtensor.gather(s.run(lambda t: t * 2.0, args=(batch,))))
+    np.testing.assert_array_equal(seen, [2 * b for b in batches])
+    # A per-replica value [replicas, 2]: reduce over the replicas.
+    per_replica = s.distribute_batch(np.arange(2 * r, dtype=np.float64).reshape(r, 2))
+    total = dtensor.gather(s.reduce(dtensor.ReduceOp.SUM, per_replica))
+    np.testing.assert_array_equal(total, np.arange(2 * r).reshape(r, 2).sum(axis=0))
+    mean = dtensor.gather(s.reduce("MEAN", per_replica))
+    np.testing.assert_allclose(mean, np.arange(2 * r).reshape(r, 2).mean(axis=0))
+    locals_ = s.experimental_local_results(per_replica)
+    assert len(locals_) == dtensor.num_local_devices()
+    wrong = dtensor.relayout(per_replica, dtensor.Layout.replicated(s.mesh, 2))
+    with pytest.raises(dtensor.DTensorError):
+        s.run(lambda t: t, args=(wrong,))
+    with pytest.raises(ValueError):
+        s.reduce("MAX", per_replica)
+
+
+def test_gradient_function(mesh_2d):
+    """d/dx sum(x * x) = 2x, in x's layout."""
+    f = dtensor.function(lambda x: dtensor.reduce_sum(x * x))
+    x_host = np.arange(6, dtype=np.float64).reshape(3, 2)
+    x = dtensor.dtensor_from_array(x_host, dtensor.Layout(["x", "y"], mesh_2d))
+    grad = f.gradient(0, [0], x)
+    value, dx = grad(x)
+    assert float(dtensor.gather(value)) == (x_host ** 2).sum()
+    assert dx.layout == x.layout
+    np.testing.assert_array_equal(dtensor.gather(dx), 2 * x_host)
+
+
+def test_parameter_server_needs_ps_tasks(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("DTENSOR_CLUSTER", f"chief=1,worker={CLIENTS - 1}" if CLIENTS > 1
+                       else "worker=1")
+    with pytest.raises(dtensor.DTensorError) as e:
+        dtensor.ParameterServerStrategy()
+    assert "ps" in str(e.value)
+
+
+@pytest.mark.skipif(CLIENTS != 3, reason="needs 3 clients: chief, worker, ps")
+def test_parameter_server_training(monkeypatch):
+    """1 chief, 1 worker, 1 ps: steps scheduled by the chief run on the worker, whose updates
+    go to the ps task; the loss falls as with mirrored training."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("DTENSOR_CLUSTER", "chief=1,worker=1,ps=1")
+    s = dtensor.ParameterServerStrategy()
+    assert s.task_type == ["chief", "worker", "ps"][dtensor.client_id()]
+    with s.scope():
+        model = dtensor.Sequential([dtensor.Dense(1)], input_features=1, seed=3)
+    opt = dtensor.SGD(learning_rate=0.1)
+    x_host = np.ones((4, 1), np.float32)
+    x = y = None
+    if s.task_type == "worker":
+        x, y = s.distribute_batch(x_host), s.distribute_batch(x_host)
+
+    def step(n):
+        return model.train_step(x, y, "mean_squared_error", opt)
+
+    coordinator = dtensor.ClusterCoordinator(s, step)
+    losses = []
+    if s.task_type == "chief":
+        values = [coordinator.schedule(n) for n in range(8)]
+        coordinator.join()
+        losses = [v.fetch() for v in values]
+        assert all(v.worker == 0 for v in values)
+    coordinator.shutdown()
+    if s.task_type == "chief":
+        assert losses[-1] < losses[0] * 0.5, losses
