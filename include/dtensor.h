@@ -173,8 +173,9 @@ typedef struct dt_init_options {
 dt_status dt_init(const dt_init_options *opts);
 
 /* Stop worker threads, free devices, and finalize MPI if dt_init started it. Every mesh and
- * tensor must have been freed first (DT_ERR_STATE names how many are alive otherwise, and
- * nothing is stopped). Collective. */
+ * tensor must have been freed first, on every client: if any client still holds one, every
+ * client returns DT_ERR_STATE naming that client and its counts, and nothing is stopped (the
+ * runtime stays usable). Collective. */
 dt_status dt_finalize(void);
 
 int dt_is_initialized(void);
@@ -552,6 +553,369 @@ dt_status dt_variable_assign_sub(dt_variable *v, const dt_tensor *value);
 const dt_tensor *dt_variable_value(const dt_variable *v);
 const dt_layout *dt_variable_layout(const dt_variable *v);
 void dt_variable_free(dt_variable *v);
+
+/* ======================================================================================== */
+/* Training: gradients, layers, losses, optimizers, strategies, parameter server            */
+/* ======================================================================================== */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Gradients                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * Reverse-mode differentiation over a traced function's graph of global ops (spmd/
+ * autodiff.c). Every op of the engine has a gradient rule (creation ops and comparisons pass
+ * none); the gradient graph is a graph like any other, propagated and expanded once. With
+ * batch-sharded inputs and replicated variables the weight gradients come out of their matmul
+ * partial over the batch mesh axis and the expansion all-reduces them: no caller reduces
+ * gradients by hand.
+ */
+
+/* A new ended function with f's inputs, whose outputs are f's outputs followed by the
+ * gradient of the sum of output `loss_output`'s elements with respect to each input named in
+ * wrt[0..num_wrt) (f or f64, the loss's dtype), each in exactly that input's layout (an input
+ * nothing flows into gets zeros). f stays usable. Not collective (pure metadata); running
+ * the result is. DT_ERR_STATE when f was not ended successfully or this thread is recording. */
+dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wrt, const int wrt[],
+                               dt_function **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Training                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * A small Keras-like toolkit (train/): dense layers in a sequential model whose variables
+ * take the layouts of the strategy in scope, losses composed from the engine's ops (so they
+ * differentiate and shard like any op), layout-invariant initializers (Philox), and
+ * optimizers that update variables in their fixed layouts. A training step follows the
+ * custom training loop of the tf.distribute guide: per-example losses, summed per replica
+ * and divided by the global batch size (compute_average_loss), regularization losses divided
+ * by the number of replicas, the step's loss the SUM over replicas.
+ */
+
+/* X(NAME, name) */
+#define DT_ACTIVATION_LIST(X) \
+    X(NONE, none)             \
+    X(RELU, relu)             \
+    X(TANH, tanh)             \
+    X(SIGMOID, sigmoid)
+
+typedef enum dt_activation {
+#define DT__ACTIVATION_ENUM(NAME, name) DT_ACTIVATION_##NAME,
+    DT_ACTIVATION_LIST(DT__ACTIVATION_ENUM)
+#undef DT__ACTIVATION_ENUM
+        DT_ACTIVATION_COUNT
+} dt_activation;
+
+/* X(NAME, name): per-example losses of (labels, predictions), predictions of shape
+ * [batch, k]: the mean over k of the squared error; softmax cross-entropy of logits against
+ * label probabilities (one-hot) over k, computed as logsumexp - sum(labels * logits) after
+ * subtracting the row maximum; binary cross-entropy of logits against labels in [0, 1], as
+ * max(z, 0) - z y + log(1 + exp(-|z|)), averaged over k. */
+#define DT_LOSS_LIST(X)                             \
+    X(MEAN_SQUARED_ERROR, mean_squared_error)       \
+    X(SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy) \
+    X(BINARY_CROSS_ENTROPY, binary_cross_entropy)
+
+typedef enum dt_loss {
+#define DT__LOSS_ENUM(NAME, name) DT_LOSS_##NAME,
+    DT_LOSS_LIST(DT__LOSS_ENUM)
+#undef DT__LOSS_ENUM
+        DT_LOSS_COUNT
+} dt_loss;
+
+/* X(NAME, name): initializers, through the layout-invariant random ops (the same values for
+ * every layout, mesh and client count). glorot_uniform: U(-l, l), l = sqrt(6 / (fan_in +
+ * fan_out)) with fans of a rank-2 kernel [in, out]; random_normal: N(0, 0.05). */
+#define DT_INITIALIZER_LIST(X)        \
+    X(ZEROS, zeros)                   \
+    X(ONES, ones)                     \
+    X(GLOROT_UNIFORM, glorot_uniform) \
+    X(RANDOM_NORMAL, random_normal)
+
+typedef enum dt_initializer {
+#define DT__INITIALIZER_ENUM(NAME, name) DT_INITIALIZER_##NAME,
+    DT_INITIALIZER_LIST(DT__INITIALIZER_ENUM)
+#undef DT__INITIALIZER_ENUM
+        DT_INITIALIZER_COUNT
+} dt_initializer;
+
+const char *dt_activation_name(dt_activation a);
+const char *dt_loss_name(dt_loss l);
+const char *dt_initializer_name(dt_initializer i);
+
+/* Per-example losses (shape [batch]) of predictions [batch, k] against labels of the same
+ * shape and dtype (f32, f64). Eager or traced, like any op. Collective when eager. */
+dt_status dt_loss_per_example(dt_loss loss, const dt_tensor *labels, const dt_tensor *predictions,
+                              dt_tensor **out);
+/* tf.nn.compute_average_loss: sum(per_example) / global_batch_size, a scalar. Collective when
+ * eager. */
+dt_status dt_compute_average_loss(const dt_tensor *per_example, int64_t global_batch_size,
+                                  dt_tensor **out);
+/* tf.nn.scale_regularization_loss: loss / num_replicas (num_replicas >= 1). Collective when
+ * eager. */
+dt_status dt_scale_regularization_loss(const dt_tensor *loss, int num_replicas, dt_tensor **out);
+/* A tensor of `shape` in `layout` by the initializer; (seed, key) pick the random stream.
+ * Collective. */
+dt_status dt_initializer_run(dt_initializer init, dt_dtype dtype, int rank, const int64_t shape[],
+                             uint64_t seed, uint64_t key, const dt_layout *layout, dt_tensor **out);
+
+/* One dense layer: y = activation(x @ kernel + bias), kernel [in, units], bias [units]. */
+typedef struct dt_dense_config {
+    int64_t units;
+    dt_activation activation;
+    dt_initializer kernel_init; /* ZEROS (the value 0) means GLOROT_UNIFORM */
+    dt_initializer bias_init;   /* ZEROS */
+    int no_bias;                /* 1: no bias variable */
+    double l2;                  /* L2 regularization of the kernel: l2 * sum(kernel^2) */
+} dt_dense_config;
+
+typedef struct dt_model dt_model;
+typedef struct dt_strategy dt_strategy;
+
+/* A sequential model of dense layers on inputs [batch, input_features] of `dtype` (f32,
+ * f64). Its variables (kernel and bias of each layer, in that order) take the layouts of the
+ * strategy in scope on this thread (dt_strategy_scope_enter), or of a default strategy of the
+ * model's own when none is. Variable j of layer i is created from the random stream (seed,
+ * 2 i + j), so every strategy starts from the same values. Collective. */
+dt_status dt_model_create(int64_t input_features, int num_layers, const dt_dense_config layers[],
+                          dt_dtype dtype, uint64_t seed, dt_model **out);
+/* Collective (frees parameter-server windows). NULL is a no-op. */
+void dt_model_free(dt_model *m);
+int dt_model_num_variables(const dt_model *m);
+/* Borrowed; NULL when out of range. Names: "dense_0/kernel", "dense_0/bias", ... */
+dt_variable *dt_model_variable(const dt_model *m, int i);
+const char *dt_model_variable_name(const dt_model *m, int i);
+/* The strategy whose scope created the model (NULL for the model's own default strategy). */
+dt_strategy *dt_model_strategy(const dt_model *m);
+/* Forward pass of x [batch, input_features] (any layout on the variables' mesh). Collective. */
+dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **out);
+/* Mean of the per-example losses over the whole batch, as a host value: an evaluation, no
+ * update. Collective. */
+dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x, const dt_tensor *y,
+                            double *mean_loss);
+
+/* X(NAME, name) */
+#define DT_OPTIMIZER_LIST(X) \
+    X(SGD, sgd)              \
+    X(ADAM, adam)
+
+typedef enum dt_optimizer_kind {
+#define DT__OPTIMIZER_ENUM(NAME, name) DT_OPTIMIZER_##NAME,
+    DT_OPTIMIZER_LIST(DT__OPTIMIZER_ENUM)
+#undef DT__OPTIMIZER_ENUM
+        DT_OPTIMIZER_COUNT
+} dt_optimizer_kind;
+
+/* Keras semantics. SGD: v = momentum v - lr g; w += v (nesterov: w += momentum v - lr g);
+ * momentum 0 is plain w -= lr g. Adam: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). Zeros mean the
+ * defaults: Adam b1 0.9, b2 0.999, eps 1e-7. */
+typedef struct dt_optimizer_config {
+    dt_optimizer_kind kind;
+    double learning_rate;
+    double momentum;
+    int nesterov;
+    double beta_1, beta_2, epsilon;
+} dt_optimizer_config;
+
+typedef struct dt_optimizer dt_optimizer;
+
+dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out);
+void dt_optimizer_free(dt_optimizer *o);
+/* One update of vars[i] by grads[i] (each in its variable's dtype, shape and layout; slots
+ * are made on first use in the variable's layout and kept per variable). Collective. */
+dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
+                             const dt_tensor *const grads[]);
+
+/* One training step of the custom training loop: per-example losses of model(x) against y,
+ * per-replica loss = sum over the replica's examples / global batch + regularization /
+ * replicas, gradients of their sum, one optimizer update; *loss (may be NULL) gets the SUM
+ * over replicas. x and y must be laid out by dt_strategy_distribute_batch of s (the batch
+ * divisible by the replicas); the model must have been created in s's scope (s NULL: the
+ * model's own default strategy). The traced gradient function is built once per (shapes,
+ * loss) and cached in the model. Under the parameter-server strategy, run it on a worker
+ * (inside a scheduled step): it pulls the variables from the ps tasks, computes and updates
+ * locally and pushes the difference. Collective over s's mesh (this client alone for
+ * mirrored on several clients and the parameter-server strategy). */
+dt_status dt_model_train_step(dt_strategy *s, dt_model *m, dt_loss loss, dt_optimizer *opt,
+                              const dt_tensor *x, const dt_tensor *y, double *step_loss);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Strategies                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * tf.distribute strategies as layout presets (layout/strategy.c). Each has a 1-D mesh "batch"
+ * and two layouts: variables' and inputs'.
+ *   DEFAULT, ONE_DEVICE: one replica; variables and inputs replicated (the computation of one
+ *     device, on every device of the mesh over this runtime's devices).
+ *   MIRRORED: the local devices of this client (a mesh of its own on several clients, which
+ *     then train independently); variables replicated, inputs batch-sharded.
+ *   MULTI_WORKER_MIRRORED: the devices of every client; as mirrored.
+ *   CENTRAL_STORAGE: as mirrored, and gradients reduced onto one device and sent from it
+ *     (DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE: variables are updated where they are stored).
+ *   PARAMETER_SERVER: needs a cluster with ps tasks (see Parameter server).
+ */
+
+#define DT_STRATEGY_LIST(X)                         \
+    X(DEFAULT, default)                             \
+    X(ONE_DEVICE, one_device)                       \
+    X(MIRRORED, mirrored)                           \
+    X(MULTI_WORKER_MIRRORED, multi_worker_mirrored) \
+    X(CENTRAL_STORAGE, central_storage)             \
+    X(PARAMETER_SERVER, parameter_server)
+
+typedef enum dt_strategy_kind {
+#define DT__STRATEGY_ENUM(NAME, name) DT_STRATEGY_##NAME,
+    DT_STRATEGY_LIST(DT__STRATEGY_ENUM)
+#undef DT__STRATEGY_ENUM
+        DT_STRATEGY_COUNT
+} dt_strategy_kind;
+
+const char *dt_strategy_kind_name(dt_strategy_kind k);
+
+/* Variable partitioner of the parameter-server strategy: a variable is split along axis 0
+ * into max(1, min(fixed_shards or rows, max_shards or rows, bytes / min_shard_bytes or rows,
+ * rows)) shards, shard i on ps task i mod (ps tasks). All zero: one shard per ps task. */
+typedef struct dt_partitioner {
+    int fixed_shards;
+    int64_t min_shard_bytes;
+    int max_shards;
+} dt_partitioner;
+
+typedef struct dt_strategy_options {
+    dt_partitioner partitioner; /* parameter server */
+} dt_strategy_options;
+
+/* The strategy over this runtime's devices. PARAMETER_SERVER first resolves the cluster
+ * (dt_cluster_resolve) and fails with DT_ERR_ARG on every client when it has no ps task or no
+ * worker. opts may be NULL. Collective. */
+dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *opts,
+                             dt_strategy **out);
+/* Collective. Every model created in its scope must be freed first. NULL is a no-op. */
+void dt_strategy_free(dt_strategy *s);
+dt_strategy_kind dt_strategy_kind_of(const dt_strategy *s);
+/* Replicas that compute one step together (tf num_replicas_in_sync): the batch shards;
+ * 1 for default and one-device; a worker's local devices for the parameter server (each
+ * worker runs its steps alone). */
+int dt_strategy_num_replicas_in_sync(const dt_strategy *s);
+/* The mesh variables and inputs live on (borrowed). */
+const dt_mesh *dt_strategy_mesh(const dt_strategy *s);
+/* Layouts of a variable and of an input (batch axis first) of rank `rank`. */
+dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout *out);
+dt_status dt_strategy_input_layout(const dt_strategy *s, int rank, dt_layout *out);
+
+/* Make s the strategy in scope on this thread (scopes nest; exit restores the previous).
+ * Models created in scope take its layouts. Not collective. */
+dt_status dt_strategy_scope_enter(dt_strategy *s);
+dt_status dt_strategy_scope_exit(dt_strategy *s);
+/* The strategy in scope on this thread, or NULL. */
+dt_strategy *dt_strategy_current(void);
+
+/* Distributed dataset: the global batch (a full host array every client passes, batch axis
+ * first) split into per-replica batches, i.e. one tensor in the input layout. Collective. */
+dt_status dt_strategy_distribute_batch(const dt_strategy *s, dt_dtype dtype, int rank,
+                                       const int64_t shape[], const void *host, size_t bytes,
+                                       dt_tensor **out);
+
+/* A step of strategy.run: called with s in scope and the distributed inputs. */
+typedef dt_status (*dt_strategy_step_fn)(void *ctx, dt_strategy *s, int num_inputs,
+                                         const dt_tensor *const inputs[]);
+/* Check that every input lies in s's input layout (DT_ERR_LAYOUT naming it otherwise), enter
+ * the scope, call step, exit. Collective over s's mesh. */
+dt_status dt_strategy_run(dt_strategy *s, dt_strategy_step_fn step, void *ctx, int num_inputs,
+                          const dt_tensor *const inputs[]);
+/* strategy.reduce: a per-replica value [replicas, ...] (one row per replica, laid out by
+ * replica) reduced over its replicas by SUM or MEAN, replicated. Collective. */
+dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_tensor *per_replica,
+                             dt_tensor **out);
+/* experimental_local_results: this client's i-th local replica's part of a distributed value
+ * (its component on local device i), copied to dst. Not collective. */
+dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value, int i, void *dst,
+                                   size_t bytes);
+/* Read a replicated (or any) scalar tensor of s's mesh into a double. Collective over s's
+ * mesh. */
+dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, double *value);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Parameter server                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * The cluster comes from TF_CONFIG (JSON, as tf.distribute: {"cluster": {"chief": [...],
+ * "worker": [...], "ps": [...], "evaluator": [...]}, "task": {"type": "worker", "index": 0}})
+ * or DTENSOR_CLUSTER ("chief=1,worker=2,ps=1"). Tasks map onto MPI ranks in the order chief,
+ * worker, ps, evaluator; the number of tasks must equal the number of clients, and a task
+ * named in TF_CONFIG must be the one the rank maps to. Errors are agreed: every client fails,
+ * with its own message or, when it found nothing wrong itself, the first failing client's.
+ *
+ * Under PARAMETER_SERVER, a model's variables are split by the partitioner into shards kept
+ * in MPI windows on the ps ranks. Each client also computes on a mesh of its own local
+ * devices; a worker's step (dt_model_train_step) reads the shards with MPI_Get, computes the
+ * gradient and the optimizer's update locally, and adds the change to the shards with
+ * MPI_Accumulate, with no barrier between workers (asynchronous training). The chief
+ * coordinates: it schedules steps, which workers pull from a queue; each scheduled step
+ * returns a remote value that waits when fetched; a step whose function fails on a worker is
+ * rescheduled on another worker.
+ */
+
+/* X(NAME, name) */
+#define DT_TASK_LIST(X) \
+    X(CHIEF, chief)     \
+    X(WORKER, worker)   \
+    X(PS, ps)           \
+    X(EVALUATOR, evaluator)
+
+typedef enum dt_task_type {
+#define DT__TASK_ENUM(NAME, name) DT_TASK_##NAME,
+    DT_TASK_LIST(DT__TASK_ENUM)
+#undef DT__TASK_ENUM
+        DT_TASK_COUNT
+} dt_task_type;
+
+const char *dt_task_type_name(dt_task_type t);
+
+typedef struct dt_cluster {
+    int num_tasks[DT_TASK_COUNT];
+    dt_task_type task_type; /* this client's task */
+    int task_index;
+    int first_rank[DT_TASK_COUNT]; /* MPI rank (client) of task 0 of each type */
+} dt_cluster;
+
+/* Parse a cluster description without looking at the runtime: tf_config (JSON) if non-NULL,
+ * else cluster_spec ("chief=1,worker=2,ps=1"), mapped for client `client` of `num_clients`.
+ * Pure. */
+dt_status dt_cluster_parse(const char *tf_config, const char *cluster_spec, int client,
+                           int num_clients, dt_cluster *out);
+/* The cluster from TF_CONFIG or DTENSOR_CLUSTER for this runtime (a single-task default:
+ * every client a worker, the first the chief, when neither is set). Collective. */
+dt_status dt_cluster_resolve(dt_cluster *out);
+/* This client's task under a parameter-server strategy (DT_ERR_ARG for another strategy). */
+dt_status dt_strategy_cluster(const dt_strategy *s, dt_cluster *out);
+
+typedef struct dt_ps_coordinator dt_ps_coordinator;
+typedef struct dt_remote_value dt_remote_value;
+
+/* A step closure, run on a worker: `step` is what the chief scheduled; *value its result
+ * (e.g. the loss). A failing status makes the chief reschedule the step on another worker. */
+typedef dt_status (*dt_ps_step_fn)(void *ctx, int64_t step, double *value);
+
+/* Every client registers the same step function. Collective. */
+dt_status dt_ps_coordinator_create(dt_strategy *s, dt_ps_step_fn fn, void *ctx,
+                                   dt_ps_coordinator **out);
+/* Chief only: queue a step; *out waits for its value when fetched. */
+dt_status dt_ps_schedule(dt_ps_coordinator *c, int64_t step, dt_remote_value **out);
+/* Chief only: wait for the step's value. `worker` (may be NULL) gets the worker index that
+ * ran it and `attempts` (may be NULL) how many times it was run. */
+dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, int *attempts);
+/* NULL is a no-op. The value keeps its coordinator busy until freed or fetched. */
+void dt_remote_value_free(dt_remote_value *v);
+/* Chief only: wait for every scheduled step. */
+dt_status dt_ps_join(dt_ps_coordinator *c);
+/* Collective: the chief joins and releases the workers and ps tasks; workers run scheduled
+ * steps and ps tasks serve their windows until then. Every remote value must have been
+ * freed. Then frees the coordinator. */
+dt_status dt_ps_coordinator_shutdown(dt_ps_coordinator *c);
+/* Chief (or any client): copy the current values of the model's variables from the ps tasks
+ * into its local variables (for evaluation). Not collective. */
+dt_status dt_ps_pull(dt_strategy *s, dt_model *m);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Collectives and the communication ledger                                                 */

@@ -238,6 +238,18 @@ dt_status dt__emit_local_slice(dt__program *p, const char *cause, const dt__dist
                                const dt_layout *to, int rank, const int64_t shape[],
                                const int64_t shift[], dt__dist *out);
 
+/* Block exchange: a slot laid out as `to` (on in's mesh, or another over the same devices)
+ * whose element at global index g is in's at g + shift; `shape` is the result's. Each device
+ * receives exactly the elements of its shard it lacks (one all-to-all(v) over every device, or
+ * local copies when nothing crosses devices); no device gathers a whole axis. A partial `in`
+ * needs `to` on the same mesh with the same partial axes. The _into form writes into an
+ * existing slot (only the elements coming from in: concat fills a result piece by piece). */
+dt_status dt__emit_exchange(dt__program *p, const char *cause, const dt__dist *in,
+                            const dt_layout *to, int rank, const int64_t shape[],
+                            const int64_t shift[], dt__dist *out);
+dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__dist *in,
+                                 const int64_t shift[], const dt__dist *out);
+
 /* ---- op definitions ---------------------------------------------------------------------- */
 
 typedef struct dt__op_def {
@@ -274,6 +286,19 @@ dt_status dt__finish(dt__program *p, const char *cause, const dt__dist *x, const
                      dt__dist *out);
 /* Shape rule of creation ops: attrs dtype, rank and shape. */
 dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out);
+/* Attributes of a creation call (zeroed, then dtype, rank and shape), after checking rank and
+ * shape; *out is set to NULL first. */
+dt_status dt__creation_attrs(const char *name, dt_dtype dtype, int rank, const int64_t shape[],
+                             dt__attrs *a, dt_tensor **out);
+/* Expansion of creation ops: `kernel` writes each device's shard of the request's layout
+ * without partial axes (args gets a dt__creation_ctx), then a relayout marks partial axes. */
+typedef struct dt__creation_ctx {
+    const dt__dist *out;    /* the slot written */
+    const dt__attrs *attrs; /* the node's attributes (value, start/step, seed/key, bounds) */
+} dt__creation_ctx;
+dt_status dt__expand_creation(dt__program *p, const char *name, const dt__node *n,
+                              const dt_layout *want, dt__kernel kernel, dt__args_fn args,
+                              dt__dist *out);
 /* Fill k's output shape and global offset from x's shard on device d. */
 void dt__kargs_out(dt__kargs *k, const dt__dist *x, int device);
 /* Mesh axes used by a layout (sharding and partial). */
@@ -284,5 +309,15 @@ unsigned dt__layout_used(const dt_layout *l);
 /* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
                    const dt_op_options *opts, dt_tensor **out);
+
+/* Shape rule of ops whose result is the operand's global tensor (relayout, copy_to_mesh). */
+dt_status dt__infer_same_tensor(const dt__node *n, const dt__val *const in[], dt__val *out);
+/* An op of one operand whose result is asked in `layout` (relayout, copy_to_mesh). */
+dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
+                             const dt_layout *layout, const dt_op_options *opts, dt_tensor **out);
+
+/* The graph of an ended function (NULL when it was not ended successfully); read by the
+ * autodiff pass (spmd/autodiff.c), which replays it into a new function. */
+const dt__graph *dt__function_graph(const dt_function *f);
 
 #endif /* DT_SPMD_ENGINE_H */

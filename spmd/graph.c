@@ -293,11 +293,9 @@ typedef struct cache_key {
     bool has_want;
     dt_layout want;
     dt__attrs attrs;
-    /* the meshes involved, by content, so a new mesh at a freed one's address cannot reuse */
-    int num_axes, num_local, first_local, size;
-    int sizes[DT_MAX_MESH_AXES];
-    char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
-    int extra_mesh_size, extra_mesh_axes;
+    /* the meshes involved by serial number (layouts above hold their addresses, which a later
+     * mesh may reuse: entries of a mesh are dropped when it is destroyed) */
+    uint64_t mesh, extra_mesh;
     key_input in[DT__MAX_INPUTS];
 } cache_key;
 
@@ -385,6 +383,62 @@ static void cache_insert(const cache_key *k, size_t len, uint64_t h, dt__program
     pthread_mutex_unlock(&cache_lock);
 }
 
+void dt__program_cache_drop_mesh(const dt_mesh *m)
+{
+    pthread_mutex_lock(&cache_lock);
+    int keep = 0;
+    for (int i = 0; cache && i < CACHE_SLOTS; i++) {
+        cache_entry *e = &cache[i];
+        if (e->prog && (e->key.mesh == m->serial || e->key.extra_mesh == m->serial)) {
+            dt__program_release(e->prog);
+            e->prog = NULL;
+        } else if (e->prog) {
+            keep++;
+        }
+    }
+    if (cache && keep != cache_count) {
+        /* open addressing: re-insert the survivors so no probe chain has a hole */
+        cache_entry *old = malloc(sizeof *old * (size_t)(keep ? keep : 1));
+        int n = 0;
+        for (int i = 0; old && i < CACHE_SLOTS; i++)
+            if (cache[i].prog)
+                old[n++] = cache[i];
+        if (!old) { /* cannot rebuild: forget everything (programs are rebuilt on demand) */
+            cache_clear_locked();
+        } else {
+            memset(cache, 0, sizeof *cache * CACHE_SLOTS);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < CACHE_SLOTS; i++) {
+                    cache_entry *e = &cache[(old[j].hash + (uint64_t)i) % CACHE_SLOTS];
+                    if (!e->prog) {
+                        *e = old[j];
+                        break;
+                    }
+                }
+            cache_count = n;
+            free(old);
+        }
+    }
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void dt__program_cache_free(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    cache_clear_locked();
+    free(cache);
+    cache = NULL;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+int dt__program_cache_count(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    int n = cache_count;
+    pthread_mutex_unlock(&cache_lock);
+    return n;
+}
+
 static size_t build_key(cache_key *k, dt__op op, const dt__attrs *attrs, int nin,
                         const dt_tensor *const in[], const dt_layout *want)
 {
@@ -398,21 +452,9 @@ static size_t build_key(cache_key *k, dt__op op, const dt__attrs *attrs, int nin
         k->want = *want;
     }
     const dt_mesh *m = nin ? in[0]->mesh : want->mesh;
-    k->num_axes = m->num_axes;
-    k->num_local = m->num_local;
-    k->first_local = m->first_local;
-    k->size = m->size;
-    for (int a = 0; a < m->num_axes; a++) {
-        k->sizes[a] = m->sizes[a];
-        memcpy(k->names[a], m->names[a], DT_MAX_NAME);
-    }
-    if (want && want->mesh != m) {
-        /* copy_to_mesh: the second mesh by content too (sizes hashed into two ints) */
-        k->extra_mesh_size = want->mesh->size;
-        for (int a = 0; a < want->mesh->num_axes; a++)
-            k->extra_mesh_axes = k->extra_mesh_axes * 31 + want->mesh->sizes[a] +
-                                 (int)hash_bytes(want->mesh->names[a], DT_MAX_NAME);
-    }
+    k->mesh = m->serial;
+    if (want && want->mesh != m) /* copy_to_mesh */
+        k->extra_mesh = want->mesh->serial;
     for (int i = 0; i < nin; i++) {
         key_input *ki = &k->in[i];
         ki->dtype = in[i]->dtype;
@@ -547,7 +589,10 @@ static dt_status check_bound(const char *fn, int i, const dt_tensor *t, const dt
     if (!t)
         return dt__fail(DT_ERR_ARG, "%s: input %d is NULL", fn, i);
     if (t->trace)
-        return dt__fail(DT_ERR_ARG, "%s: input %d is a symbolic tensor", fn, i);
+        return dt__fail(DT_ERR_STATE,
+                        "%s: input %d is symbolic (recorded in a function being traced); pass a "
+                        "tensor with values",
+                        fn, i);
     bool same = t->dtype == want->dtype && t->rank == want->rank &&
                 dt_layout_equal(&t->layout, &want->layout);
     for (int a = 0; same && a < t->rank; a++)
@@ -591,6 +636,11 @@ void dt_function_free(dt_function *f)
     dt__program_release(f->prog);
     graph_free(&f->g);
     free(f);
+}
+
+const dt__graph *dt__function_graph(const dt_function *f)
+{
+    return f && f->ended && !f->failed ? &f->g : NULL;
 }
 
 dt_status dt_function_print(const dt_function *f, FILE *out)

@@ -1,0 +1,543 @@
+/* Reverse-mode differentiation over the graph of global ops (ARCHITECTURE.md "Strategies as
+ * layout presets": training needs gradients).
+ *
+ * dt_function_gradient replays an ended function's graph into a new function, then walks its
+ * nodes backwards and records, for each, the vector-Jacobian product of its operands by the
+ * op's rule in the vjp table below (one entry per op of DT__OP_LIST, next to the op table).
+ * The rules are written with the public ops, so the gradient graph is an ordinary graph:
+ * propagated and expanded like any other. Each gradient output is requested in the layout of
+ * the input it differentiates (a variable's fixed, non-partial layout); a weight gradient of a
+ * batch-sharded computation comes out of its matmul partial over the batch mesh axis, and the
+ * expansion resolves it by an all-reduce (or keeps the cheaper reduce-scatter when the input is
+ * sharded). No caller reduces gradients by hand. */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The state of one backward pass: every symbolic tensor it made (freed at the end) and the
+ * replayed forward values by graph value id. */
+typedef struct ad {
+    dt_tensor **own;
+    int nown, cap_own;
+    dt_tensor **val;  /* forward value v as a tensor of the new function */
+    dt_tensor **grad; /* accumulated gradient of v, or NULL */
+} ad;
+
+/* Record the tensor a call just made (`t` points at its out-parameter; read after the call). */
+static dt_status keep(ad *a, dt_status s, dt_tensor **tp)
+{
+    if (s != DT_OK)
+        return s;
+    dt_tensor *t = *tp;
+    if (a->nown == a->cap_own) {
+        int cap = a->cap_own ? 2 * a->cap_own : 64;
+        dt_tensor **n = realloc(a->own, (size_t)cap * sizeof *n);
+        if (!n) {
+            dt_tensor_free(t);
+            return dt__fail(DT_ERR_NOMEM, "gradient: out of memory");
+        }
+        a->own = n;
+        a->cap_own = cap;
+    }
+    a->own[a->nown++] = t;
+    return DT_OK;
+}
+
+/* ---- small recorders: each result is kept by the pass ---------------------------------- */
+
+static dt_status un(ad *a, dt_unary_op op, const dt_tensor *x, dt_tensor **out)
+{
+    return keep(a, dt_unary(op, x, NULL, out), out);
+}
+
+static dt_status bin(ad *a, dt_binary_op op, const dt_tensor *x, const dt_tensor *y,
+                     dt_tensor **out)
+{
+    return keep(a, dt_binary(op, x, y, NULL, out), out);
+}
+
+/* A constant of `shape`, replicated on x's mesh (rank 0: a scalar that broadcasts). */
+static dt_status constant(ad *a, const dt_tensor *like, int rank, const int64_t shape[],
+                          double value, dt_tensor **out)
+{
+    dt_layout l;
+    DT_TRY(dt_layout_replicated(like->mesh, rank, &l));
+    dt_op_options o = {.layout = &l};
+    int64_t none[1] = {1};
+    return keep(a, dt_fill(like->dtype, rank, rank ? shape : none, value, &o, out), out);
+}
+
+static dt_status scalar(ad *a, const dt_tensor *like, double value, dt_tensor **out)
+{
+    return constant(a, like, 0, NULL, value, out);
+}
+
+static dt_status reshape(ad *a, const dt_tensor *x, int rank, const int64_t shape[],
+                         dt_tensor **out)
+{
+    int64_t none[1] = {1};
+    return keep(a, dt_reshape(x, rank, rank ? shape : none, NULL, out), out);
+}
+
+static dt_status reduce_keep(ad *a, dt_reduce_op op, const dt_tensor *x, int naxes,
+                             const int axes[], dt_tensor **out)
+{
+    return keep(a, dt_reduce(op, x, naxes, axes, 1, NULL, out), out);
+}
+
+static dt_status matmul(ad *a, const dt_tensor *x, const dt_tensor *y, int ta, int tb,
+                        dt_tensor **out)
+{
+    dt_op_options o = {.transpose_a = ta, .transpose_b = tb};
+    return keep(a, dt_matmul(x, y, &o, out), out);
+}
+
+/* dy (of the broadcast result's shape) summed down to `shape` (numpy broadcasting in
+ * reverse): leading extra axes and axes of extent 1 in `shape` are summed. */
+static dt_status sum_to(ad *a, dt_tensor *dy, int rank, const int64_t shape[], dt_tensor **out)
+{
+    int axes[DT_MAX_RANK], n = 0, off = dy->rank - rank;
+    for (int i = 0; i < dy->rank; i++)
+        if (i < off || (shape[i - off] == 1 && dy->shape[i] != 1))
+            axes[n++] = i;
+    dt_tensor *r = dy;
+    if (n)
+        DT_TRY(reduce_keep(a, DT_REDUCE_SUM, dy, n, axes, &r));
+    if (r->rank == rank) {
+        *out = r;
+        return DT_OK;
+    }
+    return reshape(a, r, rank, shape, out);
+}
+
+/* dy_keep (x's shape with some extents 1) broadcast to x's full shape. */
+static dt_status broadcast_to(ad *a, dt_tensor *dy_keep, const dt_tensor *x, dt_tensor **out)
+{
+    dt_tensor *zeros;
+    DT_TRY(constant(a, x, x->rank, x->shape, 0.0, &zeros));
+    return bin(a, DT_BINARY_ADD, zeros, dy_keep, out);
+}
+
+/* ---- vector-Jacobian products, one per op ------------------------------------------------ */
+
+/* Given the node, its operands x[] and result y (tensors of the new function) and the
+ * gradient dy of y, set dx[i] to the gradient of operand i (NULL: none flows). */
+typedef dt_status (*vjp_fn)(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[]);
+
+/* fill, arange, random: constants, nothing flows. */
+#define vjp_fill NULL
+#define vjp_arange NULL
+#define vjp_random NULL
+
+static dt_status vjp_matmul(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *A = x[0], *B = x[1];
+    int ta = n->attrs.ta, tb = n->attrs.tb;
+    /* C = op(A) op(B): dA and dB by the four transpose cases. */
+    if (!ta && !tb) {
+        DT_TRY(matmul(a, dy, B, 0, 1, &dx[0])); /* dC B^T */
+        DT_TRY(matmul(a, A, dy, 1, 0, &dx[1])); /* A^T dC */
+    } else if (ta && !tb) {
+        DT_TRY(matmul(a, B, dy, 0, 1, &dx[0])); /* B dC^T */
+        DT_TRY(matmul(a, A, dy, 0, 0, &dx[1])); /* A dC */
+    } else if (!ta && tb) {
+        DT_TRY(matmul(a, dy, B, 0, 0, &dx[0])); /* dC B */
+        DT_TRY(matmul(a, dy, A, 1, 0, &dx[1])); /* dC^T A */
+    } else {
+        DT_TRY(matmul(a, B, dy, 1, 1, &dx[0])); /* B^T dC^T */
+        DT_TRY(matmul(a, dy, A, 1, 1, &dx[1])); /* dC^T A^T */
+    }
+    /* b of rank 2 shared by every batch: its gradient sums the batch axes. */
+    if (B->rank == 2 && dx[1]->rank > 2)
+        DT_TRY(sum_to(a, dx[1], 2, B->shape, &dx[1]));
+    return DT_OK;
+}
+
+static dt_status vjp_unary(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                           dt_tensor *dy, dt_tensor *dx[])
+{
+    dt_tensor *t, *u, *z;
+    switch ((dt_unary_op)n->attrs.op) {
+    case DT_UNARY_NEG:
+        return un(a, DT_UNARY_NEG, dy, &dx[0]);
+    case DT_UNARY_ABS: /* sign(x) = (x > 0) - (x < 0) */
+        DT_TRY(scalar(a, x[0], 0.0, &z));
+        DT_TRY(bin(a, DT_BINARY_GT, x[0], z, &t));
+        DT_TRY(bin(a, DT_BINARY_LT, x[0], z, &u));
+        DT_TRY(bin(a, DT_BINARY_SUB, t, u, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_EXP:
+        return bin(a, DT_BINARY_MUL, dy, y, &dx[0]);
+    case DT_UNARY_LOG:
+        return bin(a, DT_BINARY_DIV, dy, x[0], &dx[0]);
+    case DT_UNARY_SQRT: /* dy / (2 y) */
+        DT_TRY(bin(a, DT_BINARY_ADD, y, y, &t));
+        return bin(a, DT_BINARY_DIV, dy, t, &dx[0]);
+    case DT_UNARY_RELU: /* dy * (x > 0) */
+        DT_TRY(scalar(a, x[0], 0.0, &z));
+        DT_TRY(bin(a, DT_BINARY_GT, x[0], z, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_TANH: /* dy (1 - y^2) */
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(un(a, DT_UNARY_SQUARE, y, &t));
+        DT_TRY(bin(a, DT_BINARY_SUB, z, t, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_SIGMOID: /* dy y (1 - y) */
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_SUB, z, y, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, y, t, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_SQUARE: /* dy 2x */
+        DT_TRY(bin(a, DT_BINARY_ADD, x[0], x[0], &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_SIN:
+        DT_TRY(un(a, DT_UNARY_COS, x[0], &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_COS:
+        DT_TRY(un(a, DT_UNARY_SIN, x[0], &t));
+        DT_TRY(un(a, DT_UNARY_NEG, t, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    default:
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: unary %s has no gradient rule",
+                        dt_unary_op_name((dt_unary_op)n->attrs.op));
+    }
+}
+
+static dt_status vjp_binary(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    dt_tensor *A = x[0], *B = x[1], *ga = NULL, *gb = NULL, *t, *u, *z;
+    switch ((dt_binary_op)n->attrs.op) {
+    case DT_BINARY_ADD:
+        ga = gb = dy;
+        break;
+    case DT_BINARY_SUB:
+        ga = dy;
+        DT_TRY(un(a, DT_UNARY_NEG, dy, &gb));
+        break;
+    case DT_BINARY_MUL:
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, B, &ga));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, A, &gb));
+        break;
+    case DT_BINARY_DIV: /* d(a/b) = da / b - a db / b^2 = (dy / b, -dy y / b) */
+        DT_TRY(bin(a, DT_BINARY_DIV, dy, B, &ga));
+        DT_TRY(bin(a, DT_BINARY_MUL, ga, y, &t));
+        DT_TRY(un(a, DT_UNARY_NEG, t, &gb));
+        break;
+    case DT_BINARY_MAX: /* to a where a >= b (TensorFlow's tie rule), else to b */
+    case DT_BINARY_MIN: /* to a where a <= b */
+        DT_TRY(bin(a, n->attrs.op == DT_BINARY_MAX ? DT_BINARY_GE : DT_BINARY_LE, A, B, &t));
+        DT_TRY(scalar(a, A, 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_SUB, z, t, &u));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &ga));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, u, &gb));
+        break;
+    case DT_BINARY_POW: /* (dy b a^(b-1), dy y log a) with log a taken as 0 where a <= 0 */
+        DT_TRY(scalar(a, A, 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_SUB, B, z, &t));
+        DT_TRY(bin(a, DT_BINARY_POW, A, t, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, B, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &ga));
+        DT_TRY(scalar(a, A, 0.0, &z));
+        DT_TRY(bin(a, DT_BINARY_GT, A, z, &t));  /* 1 where a > 0 */
+        DT_TRY(bin(a, DT_BINARY_LE, A, z, &u));  /* 1 where a <= 0 */
+        DT_TRY(bin(a, DT_BINARY_MUL, A, t, &t)); /* a, or 0 */
+        DT_TRY(bin(a, DT_BINARY_ADD, t, u, &t)); /* a, or 1 */
+        DT_TRY(un(a, DT_UNARY_LOG, t, &t));      /* log a, or 0 */
+        DT_TRY(bin(a, DT_BINARY_MUL, y, t, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &gb));
+        break;
+    default: /* comparisons: piecewise constant, nothing flows */
+        return DT_OK;
+    }
+    DT_TRY(sum_to(a, ga, A->rank, A->shape, &dx[0]));
+    return sum_to(a, gb, B->rank, B->shape, &dx[1]);
+}
+
+static dt_status vjp_reduce(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    const dt_tensor *X = x[0];
+    int64_t kshape[DT_MAX_RANK]; /* x's shape with the reduced axes of extent 1 */
+    int axes[DT_MAX_RANK], nax = 0;
+    double count = 1;
+    for (int i = 0; i < X->rank; i++) {
+        bool red = n->attrs.mask & (1u << i);
+        kshape[i] = red ? 1 : X->shape[i];
+        if (red) {
+            axes[nax++] = i;
+            count *= (double)X->shape[i];
+        }
+    }
+    dt_tensor *dk = dy, *yk = y, *t, *c;
+    if (!n->attrs.keepdims) {
+        DT_TRY(reshape(a, dy, X->rank, kshape, &dk));
+        DT_TRY(reshape(a, y, X->rank, kshape, &yk));
+    }
+    switch ((dt_reduce_op)n->attrs.op) {
+    case DT_REDUCE_SUM:
+        return broadcast_to(a, dk, X, &dx[0]);
+    case DT_REDUCE_MEAN:
+        DT_TRY(scalar(a, X, 1.0 / count, &c));
+        DT_TRY(bin(a, DT_BINARY_MUL, dk, c, &t));
+        return broadcast_to(a, t, X, &dx[0]);
+    case DT_REDUCE_MAX:
+    case DT_REDUCE_MIN: /* shared equally among the elements equal to the extremum */
+        DT_TRY(bin(a, DT_BINARY_EQ, x[0], yk, &t));
+        DT_TRY(reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &c));
+        DT_TRY(bin(a, DT_BINARY_DIV, dk, c, &c));
+        return bin(a, DT_BINARY_MUL, t, c, &dx[0]);
+    default:
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: reduce %s has no gradient rule",
+                        dt_reduce_op_name((dt_reduce_op)n->attrs.op));
+    }
+}
+
+static dt_status vjp_transpose(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                               dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    int inv[DT_MAX_RANK];
+    for (int i = 0; i < x[0]->rank; i++)
+        inv[n->attrs.perm[i]] = i;
+    return keep(a, dt_transpose(dy, inv, NULL, &dx[0]), &dx[0]);
+}
+
+static dt_status vjp_reshape(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                             dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return reshape(a, dy, x[0]->rank, x[0]->shape, &dx[0]);
+}
+
+/* The slice's gradient is dy padded with zeros back to x's shape, one axis at a time. */
+static dt_status vjp_slice(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                           dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *X = x[0];
+    dt_tensor *cur = dy;
+    for (int i = 0; i < X->rank; i++) {
+        int64_t before = n->attrs.begin[i], after = X->shape[i] - before - n->attrs.shape[i];
+        if (!before && !after)
+            continue;
+        const dt_tensor *parts[3];
+        int np = 0;
+        int64_t shape[DT_MAX_RANK];
+        memcpy(shape, cur->shape, sizeof(int64_t) * (size_t)cur->rank);
+        dt_tensor *zb, *za;
+        if (before) {
+            shape[i] = before;
+            DT_TRY(constant(a, X, X->rank, shape, 0.0, &zb));
+            parts[np++] = zb;
+        }
+        parts[np++] = cur;
+        if (after) {
+            shape[i] = after;
+            DT_TRY(constant(a, X, X->rank, shape, 0.0, &za));
+            parts[np++] = za;
+        }
+        DT_TRY(keep(a, dt_concat(np, parts, i, NULL, &cur), &cur));
+    }
+    dx[0] = cur;
+    return DT_OK;
+}
+
+static dt_status vjp_concat(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    int axis = n->attrs.axis;
+    int64_t at = 0;
+    for (int t = 0; t < n->nin; t++) {
+        int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+        memcpy(size, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+        begin[axis] = at;
+        size[axis] = x[t]->shape[axis];
+        at += x[t]->shape[axis];
+        DT_TRY(keep(a, dt_slice(dy, begin, size, NULL, &dx[t]), &dx[t]));
+    }
+    return DT_OK;
+}
+
+static dt_status vjp_relayout(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                              dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)a;
+    (void)n;
+    (void)x;
+    (void)y;
+    dx[0] = dy; /* the same global tensor */
+    return DT_OK;
+}
+
+static dt_status vjp_copy_to_mesh(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                                  dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    /* back to the operand's mesh, replicated (its layout there may be free) */
+    dt_layout l;
+    DT_TRY(dt_layout_replicated(x[0]->mesh, x[0]->rank, &l));
+    return keep(a, dt_copy_to_mesh(dy, &l, NULL, &dx[0]), &dx[0]);
+}
+
+/* The vjp table: one entry per op, in the op table's order. */
+static const vjp_fn vjp_table[DT__OP_COUNT] = {
+#define DT__VJP_ENTRY(NAME, name) [DT__OP_##NAME] = vjp_##name,
+    DT__OP_LIST(DT__VJP_ENTRY)
+#undef DT__VJP_ENTRY
+};
+
+/* ---- the pass ------------------------------------------------------------------------------ */
+
+static dt_status accumulate(ad *a, int v, dt_tensor *g)
+{
+    if (!g)
+        return DT_OK;
+    if (!a->grad[v]) {
+        a->grad[v] = g;
+        return DT_OK;
+    }
+    return bin(a, DT_BINARY_ADD, a->grad[v], g, &a->grad[v]);
+}
+
+static bool differentiable(dt_dtype d)
+{
+    return d == DT_DTYPE_F32 || d == DT_DTYPE_F64;
+}
+
+static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_output, int num_wrt,
+                                 const int wrt[], ad *a, dt_tensor **outs)
+{
+    /* replay the forward graph */
+    for (int i = 0; i < g->ninputs; i++) {
+        const dt__val *v = &g->vals[g->inputs[i]];
+        DT_TRY(keep(
+            a,
+            dt_function_input(nf, &v->layout, v->dtype, v->rank, v->shape, &a->val[g->inputs[i]]),
+            &a->val[g->inputs[i]]));
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const dt__node *n = &g->nodes[i];
+        const dt_tensor *ins[DT__MAX_INPUTS];
+        for (int j = 0; j < n->nin; j++)
+            ins[j] = a->val[n->in[j]];
+        const dt__val *ov = &g->vals[n->out];
+        dt_op_options o = {.layout = ov->has_layout ? &ov->layout : NULL};
+        DT_TRY(
+            keep(a, dt__call(n->op, &n->attrs, n->nin, ins, &o, &a->val[n->out]), &a->val[n->out]));
+    }
+    /* seed: d(sum of the loss's elements) / d(loss) = 1 */
+    int lv = g->outputs[loss_output];
+    const dt_tensor *L = a->val[lv];
+    DT_TRY(constant(a, L, L->rank, L->shape, 1.0, &a->grad[lv]));
+    /* backward */
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const dt__node *n = &g->nodes[i];
+        dt_tensor *dy = a->grad[n->out];
+        vjp_fn rule = vjp_table[n->op];
+        if (!dy || !rule || !differentiable(g->vals[n->out].dtype))
+            continue;
+        dt_tensor *xs[DT__MAX_INPUTS], *dx[DT__MAX_INPUTS] = {0};
+        for (int j = 0; j < n->nin; j++)
+            xs[j] = a->val[n->in[j]];
+        DT_TRY(rule(a, n, xs, a->val[n->out], dy, dx));
+        for (int j = 0; j < n->nin; j++)
+            DT_TRY(accumulate(a, n->in[j], dx[j]));
+    }
+    /* outputs: the forward outputs, then each gradient in its input's layout */
+    for (int i = 0; i < g->noutputs; i++)
+        outs[i] = a->val[g->outputs[i]];
+    for (int w = 0; w < num_wrt; w++) {
+        int v = g->inputs[wrt[w]];
+        const dt__val *iv = &g->vals[v];
+        dt_tensor *gr = a->grad[v];
+        if (!gr) {
+            dt_op_options o = {.layout = &iv->layout};
+            DT_TRY(keep(a, dt_zeros(iv->dtype, iv->rank, iv->shape, &o, &gr), &gr));
+        } else {
+            DT_TRY(keep(a, dt_relayout(gr, &iv->layout, NULL, &gr), &gr));
+        }
+        outs[g->noutputs + w] = gr;
+    }
+    return DT_OK;
+}
+
+dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wrt, const int wrt[],
+                               dt_function **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_function_gradient: out is NULL");
+    *out = NULL;
+    const dt__graph *g = dt__function_graph(f);
+    if (!g)
+        return dt__fail(DT_ERR_STATE,
+                        "dt_function_gradient: the function was not ended successfully");
+    if (loss_output < 0 || loss_output >= g->noutputs)
+        return dt__fail(DT_ERR_ARG, "dt_function_gradient: loss output %d, the function has %d",
+                        loss_output, g->noutputs);
+    const dt__val *lv = &g->vals[g->outputs[loss_output]];
+    if (!differentiable(lv->dtype))
+        return dt__fail(DT_ERR_DTYPE,
+                        "dt_function_gradient: loss output %d is %s, expected f32 "
+                        "or f64",
+                        loss_output, dt_dtype_name(lv->dtype));
+    if (num_wrt < 0 || (num_wrt && !wrt))
+        return dt__fail(DT_ERR_ARG, "dt_function_gradient: %d inputs to differentiate%s", num_wrt,
+                        wrt ? "" : " (wrt NULL)");
+    for (int w = 0; w < num_wrt; w++) {
+        if (wrt[w] < 0 || wrt[w] >= g->ninputs)
+            return dt__fail(DT_ERR_ARG,
+                            "dt_function_gradient: wrt[%d] = %d, the function has %d "
+                            "inputs",
+                            w, wrt[w], g->ninputs);
+        const dt__val *iv = &g->vals[g->inputs[wrt[w]]];
+        if (iv->dtype != lv->dtype)
+            return dt__fail(DT_ERR_DTYPE, "dt_function_gradient: input %d is %s, the loss is %s",
+                            wrt[w], dt_dtype_name(iv->dtype), dt_dtype_name(lv->dtype));
+        if (iv->layout.partial)
+            return dt__fail(DT_ERR_LAYOUT, "dt_function_gradient: input %d has a partial layout",
+                            wrt[w]);
+    }
+    ad a = {0};
+    dt_function *nf = NULL;
+    int nouts = g->noutputs + num_wrt;
+    a.val = calloc((size_t)g->nvals + 1, sizeof *a.val);
+    a.grad = calloc((size_t)g->nvals + 1, sizeof *a.grad);
+    dt_tensor **outs = calloc((size_t)nouts + 1, sizeof *outs);
+    dt_status s = a.val && a.grad && outs
+                      ? dt_function_begin(&nf)
+                      : dt__fail(DT_ERR_NOMEM, "dt_function_gradient: out of memory");
+    if (s != DT_OK)
+        goto done;
+    s = record_gradient(g, nf, loss_output, num_wrt, wrt, &a, outs);
+    if (s == DT_OK) {
+        s = dt_function_end(nf, nouts, outs);
+    } else {
+        /* stop recording, keeping the message of the failure above */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        dt_function_end(nf, 0, NULL);
+        dt__set_error(msg);
+    }
+done:
+    for (int i = 0; i < a.nown; i++)
+        dt_tensor_free(a.own[i]);
+    free(a.own);
+    free(a.val);
+    free(a.grad);
+    free(outs);
+    if (s != DT_OK) {
+        dt_function_free(nf);
+        return s;
+    }
+    *out = nf;
+    return DT_OK;
+}

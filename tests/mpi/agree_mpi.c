@@ -1,0 +1,88 @@
+/* What clients must agree on, so that one client's trouble is an error on every client and
+ * never a client left waiting:
+ * - a program's memory: when client 1 cannot allocate a temporary (a test hook makes it run
+ *   out), every client fails the op before its first collective;
+ * - dt_finalize: while client 1 still holds a tensor (and so its mesh), every client refuses,
+ *   naming client 1 and its counts, and the runtime stays usable; once it is freed, every
+ *   client finalizes. The test starts MPI itself so that it can report the last check after
+ *   dt_finalize. */
+#include "dt.h"
+#include "tap.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (dt_init(NULL) != DT_OK) {
+        fprintf(stderr, "dt_init: %s\n", dt_last_error());
+        return 1;
+    }
+    tap_init();
+    int me = dt_client_id(), n = dt_num_clients();
+    dt_mesh *m = NULL;
+    char spec[32];
+    snprintf(spec, sizeof spec, "x=%d", n);
+    tap_check(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK, "mesh %s", spec);
+    dt_layout l;
+    dt_layout_parse(m, "x", &l);
+    const int64_t shape[1] = {(int64_t)n * 2};
+    dt_tensor *t = NULL;
+    tap_check(dt_ones(DT_DTYPE_F32, 1, shape, &(dt_op_options){.layout = &l}, &t) == DT_OK, "ones");
+    /* matmul with the contracting axis sharded: a local gemm into a temporary partial C
+     * [8,8] (256 bytes), then a reduce-scatter into the result's [4,8] shard (128 bytes) */
+    const int64_t sa[2] = {8, (int64_t)n * 8}, sb[2] = {(int64_t)n * 8, 8};
+    dt_layout la, lb, lc;
+    dt_layout_parse(m, "unsharded,x", &la);
+    dt_layout_parse(m, "x,unsharded", &lb);
+    dt_layout_parse(m, "x,unsharded", &lc);
+    dt_tensor *a = NULL, *b = NULL, *c = NULL;
+    dt_ones(DT_DTYPE_F32, 2, sa, &(dt_op_options){.layout = &la}, &a);
+    dt_ones(DT_DTYPE_F32, 2, sb, &(dt_op_options){.layout = &lb}, &b);
+    if (me == 1)
+        dt__device_fail_allocs_over(200);
+    dt_status ms = dt_matmul(a, b, &(dt_op_options){.layout = &lc}, &c);
+    dt__device_fail_allocs_over(SIZE_MAX);
+    tap_check(ms == DT_ERR_NOMEM && !c,
+              "a temporary client 1 cannot allocate fails the op on "
+              "every client (got %s: %s)",
+              dt_status_name(ms), dt_last_error());
+    tap_check(me != 0 || strstr(dt_last_error(), "client 1"), "the error names client 1: %s",
+              dt_last_error());
+    ms = dt_matmul(a, b, &(dt_op_options){.layout = &lc}, &c);
+    float got[8 * 8];
+    bool right = ms == DT_OK && dt_tensor_read(c, got, sizeof got) == DT_OK;
+    for (int i = 0; right && i < 64; i++)
+        right = got[i] == (float)(n * 8); /* sum of n*8 ones */
+    tap_check(right, "the same op runs once memory is back");
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    dt_tensor_free(c);
+
+    /* every client frees the mesh; only client 1 keeps its tensor (which holds the mesh) */
+    dt_mesh_free(m);
+    if (me != 1) {
+        dt_tensor_free(t);
+        t = NULL;
+    }
+    dt_status s = dt_finalize();
+    const char *e = dt_last_error();
+    tap_check(s == DT_ERR_STATE, "every client refuses to finalize (got %s)", dt_status_name(s));
+    tap_check(strstr(e, "client 1") && strstr(e, "1 meshes and 1 tensors"),
+              "the refusal names client 1 and its counts: %s", e);
+    tap_check(dt_is_initialized() && dt_barrier() == DT_OK, "the runtime stays usable");
+    dt_tensor_free(t);
+    s = dt_finalize();
+    /* the runtime is gone: combine the last verdict over MPI directly */
+    int ok = s == DT_OK && !dt_is_initialized(), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (me == 0) {
+        printf("%s 9 - every client finalizes once nothing is alive\n", all ? "ok" : "not ok");
+        printf("1..9\n");
+    }
+    MPI_Finalize();
+    return all ? 0 : 1;
+}

@@ -1,0 +1,62 @@
+/* Bad cluster configuration gives the same clear error on every client (each check's verdict
+ * is the AND over ranks, so one rank without the error fails it). */
+#include "dt.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void expect_error(const char *tf_config, const char *spec, const char *needle,
+                         const char *what)
+{
+    if (tf_config)
+        setenv("TF_CONFIG", tf_config, 1);
+    else
+        unsetenv("TF_CONFIG");
+    if (spec)
+        setenv("DTENSOR_CLUSTER", spec, 1);
+    else
+        unsetenv("DTENSOR_CLUSTER");
+    dt_strategy *s = (dt_strategy *)1;
+    dt_status st = dt_strategy_create(DT_STRATEGY_PARAMETER_SERVER, NULL, &s);
+    tap_check(st == DT_ERR_ARG && s == NULL && strstr(dt_last_error(), needle) != NULL, "%s: %s",
+              what, dt_last_error());
+}
+
+int main(void)
+{
+    if (dt_init(NULL) != DT_OK) {
+        fprintf(stderr, "dt_init: %s\n", dt_last_error());
+        return 1;
+    }
+    tap_init();
+    int n = dt_num_clients();
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "{\"cluster\": {\"chief\": [\"h:1\"], \"worker\": [\"h:2\", \"h:3\", \"h:4\"], "
+             "\"ps\": [\"h:5\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}");
+    expect_error(buf, NULL, n == 5 ? "task chief:0" : "names 5 tasks",
+                 "TF_CONFIG naming more tasks than ranks");
+    snprintf(buf, sizeof buf, "chief=1,worker=%d", n - 1);
+    expect_error(NULL, buf, "needs at least one ps task", "no ps task");
+    snprintf(buf, sizeof buf, "chief=1,worker=%d,ps=0", n - 1);
+    expect_error(NULL, buf, "needs at least one ps task", "ps=0");
+    /* every rank claims to be worker 0 of a cluster of 1 chief and n - 1 ps: rank 0 maps to the
+     * chief, the others to ps tasks; every rank fails */
+    int at = snprintf(buf, sizeof buf, "{\"cluster\": {\"chief\": [\"a\"], \"ps\": [");
+    for (int i = 1; i < n; i++)
+        at += snprintf(buf + at, sizeof buf - (size_t)at, "%s\"b\"", i > 1 ? ", " : "");
+    snprintf(buf + at, sizeof buf - (size_t)at,
+             "]}, \"task\": {\"type\": \"worker\", \"index\": 0}}");
+    expect_error(buf, NULL, "TF_CONFIG: task worker:0, but MPI rank",
+                 "TF_CONFIG task disagreeing with the rank");
+    expect_error("{\"cluster\": {\"master\": [\"a\"]}}", NULL, "unknown role in cluster master",
+                 "unknown role");
+    expect_error("{\"cluster\": {\"ps\": [\"a\"", NULL, "TF_CONFIG:", "truncated JSON");
+    unsetenv("TF_CONFIG");
+    unsetenv("DTENSOR_CLUSTER");
+    int rc = tap_done();
+    dt_finalize();
+    return rc;
+}

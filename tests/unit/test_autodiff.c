@@ -1,0 +1,395 @@
+/* Gradients of every differentiable op (and the losses): each case's loss is
+ * L = sum(op(inputs) * W) with fixed random weights W; dt_function_gradient's result is
+ * checked against central finite differences of L on replicated layouts (the computation of
+ * one device), and the same gradient under sharded layouts on a 2x2 mesh (uneven shards
+ * included) against the replicated one. f64 throughout. */
+#include <criterion/criterion.h>
+
+#include "dt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dt_mesh *mesh, *mesh2;
+
+static void start(void)
+{
+    dt_init_options o = {.cpu_devices = 4};
+    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_mesh_create_from_string("x=2,y=2", DT_DEVICE_CPU, &mesh), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(dt_mesh_create_from_string("z=4", DT_DEVICE_CPU, &mesh2), DT_OK, "%s",
+                 dt_last_error());
+}
+
+static void stop(void)
+{
+    dt_mesh_free(mesh);
+    dt_mesh_free(mesh2);
+    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
+}
+
+TestSuite(autodiff, .init = start, .fini = stop, .timeout = 60);
+
+#define MAXIN 3
+
+typedef dt_status (*build_fn)(dt_tensor *const in[], dt_tensor **out);
+
+typedef struct gcase {
+    const char *name;
+    int nin;
+    int rank[MAXIN];
+    int64_t shape[MAXIN][4];
+    const char *sharded[MAXIN]; /* layouts on x=2,y=2 */
+    int domain;                 /* 0: |v| in [0.2, 1] with random sign; 1: [0.5, 1.5] */
+    build_fn build;
+} gcase;
+
+/* Trace L = sum(build(inputs) * W) on the given layouts; its gradient w.r.t. every input. */
+static dt_function *grad_of(const gcase *c, const dt_layout *ls)
+{
+    dt_function *f = NULL, *g = NULL;
+    dt_tensor *in[MAXIN] = {0}, *y = NULL, *w = NULL, *p = NULL, *l = NULL;
+    cr_assert_eq(dt_function_begin(&f), DT_OK, "%s", dt_last_error());
+    for (int i = 0; i < c->nin; i++)
+        cr_assert_eq(dt_function_input(f, &ls[i], DT_DTYPE_F64, c->rank[i], c->shape[i], &in[i]),
+                     DT_OK, "%s", dt_last_error());
+    cr_assert_eq(c->build(in, &y), DT_OK, "%s: %s", c->name, dt_last_error());
+    dt_layout rl;
+    cr_assert_eq(dt_layout_replicated(dt_tensor_mesh(y), dt_tensor_rank(y), &rl), DT_OK);
+    dt_op_options o = {.layout = &rl};
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F64, dt_tensor_rank(y), dt_tensor_shape(y), 7, 99, -1,
+                                   1, &o, &w),
+                 DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_binary(DT_BINARY_MUL, y, w, NULL, &p), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, p, 0, NULL, 0, NULL, &l), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_function_end(f, 1, &l), DT_OK, "%s: %s", c->name, dt_last_error());
+    int wrt[MAXIN] = {0, 1, 2};
+    cr_assert_eq(dt_function_gradient(f, 0, c->nin, wrt, &g), DT_OK, "%s: %s", c->name,
+                 dt_last_error());
+    for (int i = 0; i < c->nin; i++)
+        dt_tensor_free(in[i]);
+    dt_tensor_free(y);
+    dt_tensor_free(w);
+    dt_tensor_free(p);
+    dt_tensor_free(l);
+    dt_function_free(f);
+    return g;
+}
+
+/* Run g on host inputs; loss into *L, gradients (when grads non-NULL) into grads[i]. */
+static void run(const gcase *c, dt_function *g, const dt_layout *ls, double *const host[],
+                double *L, double *const grads[])
+{
+    const dt_tensor *in[MAXIN];
+    dt_tensor *tin[MAXIN], *res[1 + MAXIN] = {0};
+    for (int i = 0; i < c->nin; i++) {
+        size_t n = (size_t)dt__num_elements(c->rank[i], c->shape[i]);
+        cr_assert_eq(dt_tensor_from_host(&ls[i], DT_DTYPE_F64, c->rank[i], c->shape[i], host[i],
+                                         n * sizeof(double), &tin[i]),
+                     DT_OK, "%s", dt_last_error());
+        in[i] = tin[i];
+    }
+    cr_assert_eq(dt_function_run(g, c->nin, in, 1 + c->nin, res), DT_OK, "%s: %s", c->name,
+                 dt_last_error());
+    cr_assert_eq(dt_tensor_read(res[0], L, sizeof *L), DT_OK, "%s", dt_last_error());
+    for (int i = 0; i < c->nin; i++) {
+        cr_assert(dt_layout_equal(dt_tensor_layout(res[1 + i]), &ls[i]),
+                  "%s: gradient %d not in its input's layout", c->name, i);
+        size_t n = (size_t)dt__num_elements(c->rank[i], c->shape[i]);
+        if (grads)
+            cr_assert_eq(dt_tensor_read(res[1 + i], grads[i], n * sizeof(double)), DT_OK, "%s",
+                         dt_last_error());
+    }
+    for (int i = 0; i < c->nin; i++)
+        dt_tensor_free(tin[i]);
+    for (int i = 0; i < 1 + c->nin; i++)
+        dt_tensor_free(res[i]);
+}
+
+static void check_case(const gcase *c)
+{
+    dt_layout rep[MAXIN], shd[MAXIN];
+    double *host[MAXIN], *gr[MAXIN], *gs[MAXIN];
+    unsigned seed = 12345;
+    for (int i = 0; i < c->nin; i++) {
+        cr_assert_eq(dt_layout_replicated(mesh, c->rank[i], &rep[i]), DT_OK);
+        cr_assert_eq(dt_layout_parse(mesh, c->sharded[i], &shd[i]), DT_OK, "%s: %s", c->name,
+                     dt_last_error());
+        size_t n = (size_t)dt__num_elements(c->rank[i], c->shape[i]);
+        host[i] = malloc(n * sizeof(double));
+        gr[i] = malloc(n * sizeof(double));
+        gs[i] = malloc(n * sizeof(double));
+        for (size_t k = 0; k < n; k++) {
+            seed = seed * 1103515245u + 12345u;
+            double u = (double)((seed >> 8) & 0xffff) / 65536.0;
+            seed = seed * 1103515245u + 12345u;
+            double sign = (seed >> 20) & 1 ? 1.0 : -1.0;
+            host[i][k] = c->domain ? 0.5 + u : sign * (0.2 + 0.8 * u);
+        }
+    }
+    dt_function *g = grad_of(c, rep);
+    double L;
+    run(c, g, rep, host, &L, gr);
+    /* finite differences on the replicated run */
+    const double h = 1e-6;
+    for (int i = 0; i < c->nin; i++) {
+        int64_t n = dt__num_elements(c->rank[i], c->shape[i]);
+        for (int64_t k = 0; k < n; k++) {
+            double keep = host[i][k], lp, lm;
+            host[i][k] = keep + h;
+            run(c, g, rep, host, &lp, NULL);
+            host[i][k] = keep - h;
+            run(c, g, rep, host, &lm, NULL);
+            host[i][k] = keep;
+            double fd = (lp - lm) / (2 * h);
+            cr_expect(fabs(fd - gr[i][k]) <= 1e-6 * (1 + fabs(fd)),
+                      "%s: input %d element %lld: gradient %.10g, finite difference %.10g", c->name,
+                      i, (long long)k, gr[i][k], fd);
+        }
+    }
+    dt_function_free(g);
+    /* sharded layouts against the replicated gradient */
+    g = grad_of(c, shd);
+    double Ls;
+    run(c, g, shd, host, &Ls, gs);
+    cr_expect(fabs(Ls - L) <= 1e-12 * (1 + fabs(L)), "%s: sharded loss %.15g, replicated %.15g",
+              c->name, Ls, L);
+    for (int i = 0; i < c->nin; i++) {
+        int64_t n = dt__num_elements(c->rank[i], c->shape[i]);
+        for (int64_t k = 0; k < n; k++)
+            cr_expect(fabs(gs[i][k] - gr[i][k]) <= 1e-11 * (1 + fabs(gr[i][k])),
+                      "%s: input %d element %lld: sharded gradient %.15g, replicated %.15g",
+                      c->name, i, (long long)k, gs[i][k], gr[i][k]);
+    }
+    dt_function_free(g);
+    for (int i = 0; i < c->nin; i++) {
+        free(host[i]);
+        free(gr[i]);
+        free(gs[i]);
+    }
+}
+
+/* ---- builders ------------------------------------------------------------------------------ */
+
+#define MM(NAME, TA, TB)                                          \
+    static dt_status NAME(dt_tensor *const in[], dt_tensor **out) \
+    {                                                             \
+        dt_op_options o = {.transpose_a = TA, .transpose_b = TB}; \
+        return dt_matmul(in[0], in[1], &o, out);                  \
+    }
+MM(mm_nn, 0, 0)
+MM(mm_tn, 1, 0)
+MM(mm_nt, 0, 1)
+MM(mm_tt, 1, 1)
+
+static dt_unary_op cur_unary;
+static dt_binary_op cur_binary;
+static dt_reduce_op cur_reduce;
+static int cur_axis, cur_keep;
+static dt_loss cur_loss;
+
+static dt_status b_unary(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_unary(cur_unary, in[0], NULL, out);
+}
+
+static dt_status b_binary(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_binary(cur_binary, in[0], in[1], NULL, out);
+}
+
+static dt_status b_reduce(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_reduce(cur_reduce, in[0], 1, &cur_axis, cur_keep, NULL, out);
+}
+
+static dt_status b_transpose(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_transpose(in[0], (int[]){2, 0, 1}, NULL, out);
+}
+
+static dt_status b_reshape(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_reshape(in[0], 3, (int64_t[]){4, 2, 3}, NULL, out);
+}
+
+static dt_status b_slice(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_slice(in[0], (int64_t[]){1, 2}, (int64_t[]){3, 3}, NULL, out);
+}
+
+static dt_status b_concat(dt_tensor *const in[], dt_tensor **out)
+{
+    const dt_tensor *xs[2] = {in[0], in[1]};
+    return dt_concat(2, xs, 1, NULL, out);
+}
+
+static dt_status b_relayout(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_layout l;
+    DT_TRY(dt_layout_parse(mesh, "y,x", &l));
+    return dt_relayout(in[0], &l, NULL, out);
+}
+
+static dt_status b_copy_to_mesh(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_layout l;
+    DT_TRY(dt_layout_parse(mesh2, "z,unsharded", &l));
+    dt_tensor *t;
+    DT_TRY(dt_copy_to_mesh(in[0], &l, NULL, &t));
+    dt_status s = dt_unary(DT_UNARY_SQUARE, t, NULL, out); /* a nonlinear use on mesh2 */
+    dt_tensor_free(t);
+    return s;
+}
+
+static dt_status b_loss(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *y = in[1], *t = NULL;
+    dt_status s = DT_OK;
+    if (cur_loss != DT_LOSS_MEAN_SQUARED_ERROR) {
+        /* labels in [0, 1]: sigmoid of the second input (softmax CE takes any distribution) */
+        s = dt_unary(DT_UNARY_SIGMOID, in[1], NULL, &t);
+        y = t;
+    }
+    if (s == DT_OK)
+        s = dt_loss_per_example(cur_loss, y, in[0], out);
+    dt_tensor_free(t);
+    return s;
+}
+
+/* ---- cases ---------------------------------------------------------------------------------- */
+
+#define R2(a, b) \
+    {            \
+        a, b     \
+    }
+#define R3(a, b, c) \
+    {               \
+        a, b, c     \
+    }
+
+Test(autodiff, matmul)
+{
+    gcase cs[] = {
+        {"matmul", 2, {2, 2}, {R2(5, 6), R2(6, 3)}, {"x,y", "y,unsharded"}, 0, mm_nn},
+        {"matmul_ta", 2, {2, 2}, {R2(6, 5), R2(6, 3)}, {"x,y", "x,y"}, 0, mm_tn},
+        {"matmul_tb", 2, {2, 2}, {R2(5, 6), R2(3, 6)}, {"unsharded,x", "y,x"}, 0, mm_nt},
+        {"matmul_tt", 2, {2, 2}, {R2(6, 5), R2(3, 6)}, {"x,y", "unsharded,x"}, 0, mm_tt},
+        {"matmul_batch_shared_b",
+         2,
+         {3, 2},
+         {R3(2, 5, 6), R2(6, 3)},
+         {"x,y,unsharded", "unsharded,y"},
+         0,
+         mm_nn},
+        {"matmul_batch",
+         2,
+         {3, 3},
+         {R3(2, 5, 6), R3(2, 6, 3)},
+         {"x,unsharded,y", "x,y,unsharded"},
+         0,
+         mm_nn},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        check_case(&cs[i]);
+}
+
+Test(autodiff, unary)
+{
+    for (int op = 0; op < DT_UNARY_COUNT; op++) {
+        cur_unary = (dt_unary_op)op;
+        int positive = op == DT_UNARY_LOG || op == DT_UNARY_SQRT;
+        gcase c = {dt_unary_op_name(cur_unary), 1, {2}, {R2(5, 3)}, {"x,y"}, positive, b_unary};
+        check_case(&c);
+    }
+}
+
+Test(autodiff, binary)
+{
+    const dt_binary_op ops[] = {DT_BINARY_ADD, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV,
+                                DT_BINARY_MAX, DT_BINARY_MIN, DT_BINARY_POW};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        cur_binary = ops[i];
+        int positive = ops[i] == DT_BINARY_POW || ops[i] == DT_BINARY_DIV;
+        gcase same = {dt_binary_op_name(ops[i]),
+                      2,
+                      {2, 2},
+                      {R2(5, 6), R2(5, 6)},
+                      {"x,y", "y,x"},
+                      positive,
+                      b_binary};
+        check_case(&same);
+        gcase bcast = {dt_binary_op_name(ops[i]),
+                       2,
+                       {2, 1},
+                       {R2(5, 6), {6}},
+                       {"x,y", "y"},
+                       positive,
+                       b_binary};
+        check_case(&bcast);
+        gcase col = {dt_binary_op_name(ops[i]),      2,        {2, 2},  {R2(5, 1), R2(5, 6)},
+                     {"x,unsharded", "unsharded,y"}, positive, b_binary};
+        check_case(&col);
+    }
+}
+
+Test(autodiff, reduce)
+{
+    const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        for (int axis = 0; axis < 2; axis++) {
+            cur_reduce = ops[i];
+            cur_axis = axis;
+            cur_keep = axis;
+            gcase c = {dt_reduce_op_name(ops[i]), 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_reduce};
+            check_case(&c);
+        }
+}
+
+Test(autodiff, shape_ops)
+{
+    gcase cs[] = {
+        {"transpose", 1, {3}, {R3(3, 4, 5)}, {"x,unsharded,y"}, 0, b_transpose},
+        {"reshape", 1, {2}, {R2(4, 6)}, {"x,unsharded"}, 0, b_reshape},
+        {"slice", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_slice},
+        {"concat", 2, {2, 2}, {R2(5, 6), R2(5, 2)}, {"x,y", "unsharded,y"}, 0, b_concat},
+        {"relayout", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_relayout},
+        {"copy_to_mesh", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_copy_to_mesh},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        check_case(&cs[i]);
+}
+
+Test(autodiff, losses)
+{
+    for (int l = 0; l < DT_LOSS_COUNT; l++) {
+        cur_loss = (dt_loss)l;
+        gcase c = {dt_loss_name(cur_loss), 2, {2, 2}, {R2(6, 4), R2(6, 4)},
+                   {"x,y", "x,unsharded"}, 0, b_loss};
+        check_case(&c);
+    }
+}
+
+Test(autodiff, errors)
+{
+    dt_function *f = NULL, *g = (dt_function *)1;
+    dt_tensor *x = NULL, *y = NULL;
+    dt_layout l;
+    cr_assert_eq(dt_layout_replicated(mesh, 1, &l), DT_OK);
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &l, DT_DTYPE_F64, 1, (int64_t[]){4}, &x), DT_OK);
+    cr_assert_eq(dt_unary(DT_UNARY_EXP, x, NULL, &y), DT_OK);
+    cr_assert_eq(dt_function_end(f, 1, &y), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(dt_function_gradient(f, 1, 1, (int[]){0}, &g), DT_ERR_ARG);
+    cr_expect_null(g);
+    cr_expect(strstr(dt_last_error(), "loss output 1") != NULL, "%s", dt_last_error());
+    cr_expect_eq(dt_function_gradient(f, 0, 1, (int[]){3}, &g), DT_ERR_ARG);
+    cr_expect(strstr(dt_last_error(), "wrt[0] = 3") != NULL, "%s", dt_last_error());
+    cr_expect_eq(dt_function_gradient(NULL, 0, 1, (int[]){0}, &g), DT_ERR_STATE);
+    dt_tensor_free(x);
+    dt_tensor_free(y);
+    dt_function_free(f);
+}

@@ -1,0 +1,230 @@
+/* Optimizers (Keras semantics): eager elementwise ops, every result requested in the
+ * variable's fixed layout, so the update runs where the variable's shards live and moves no
+ * data. Slots (momentum, Adam's moments) are kept per variable, in its layout. */
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct slot {
+    const dt_variable *var;
+    dt_tensor *m, *v; /* momentum or first moment; second moment */
+} slot;
+
+struct dt_optimizer {
+    dt_optimizer_config cfg;
+    int64_t iterations;
+    slot *slots;
+    int nslots;
+};
+
+dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_optimizer_create: out is NULL");
+    *out = NULL;
+    if (!cfg || (unsigned)cfg->kind >= DT_OPTIMIZER_COUNT || !(cfg->learning_rate > 0) ||
+        cfg->momentum < 0 || cfg->momentum >= 1)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_optimizer_create: kind %d, learning rate %g, momentum %g: expected a "
+                        "kind in 0..%d, a positive rate and momentum in [0, 1)",
+                        cfg ? (int)cfg->kind : -1, cfg ? cfg->learning_rate : 0.0,
+                        cfg ? cfg->momentum : 0.0, DT_OPTIMIZER_COUNT - 1);
+    dt_optimizer *o = calloc(1, sizeof *o);
+    if (!o)
+        return dt__fail(DT_ERR_NOMEM, "dt_optimizer_create: out of memory");
+    o->cfg = *cfg;
+    if (o->cfg.beta_1 == 0)
+        o->cfg.beta_1 = 0.9;
+    if (o->cfg.beta_2 == 0)
+        o->cfg.beta_2 = 0.999;
+    if (o->cfg.epsilon == 0)
+        o->cfg.epsilon = 1e-7;
+    *out = o;
+    return DT_OK;
+}
+
+void dt_optimizer_free(dt_optimizer *o)
+{
+    if (!o)
+        return;
+    for (int i = 0; i < o->nslots; i++) {
+        dt_tensor_free(o->slots[i].m);
+        dt_tensor_free(o->slots[i].v);
+    }
+    free(o->slots);
+    free(o);
+}
+
+/* out = a * x + b * y (y may be NULL: out = a * x), in layout l. */
+static dt_status axpby(double a, const dt_tensor *x, double b, const dt_tensor *y,
+                       const dt_layout *l, dt_tensor **out)
+{
+    *out = NULL;
+    dt_layout sl;
+    DT_TRY(dt_layout_replicated(l->mesh, 0, &sl));
+    dt_op_options so = {.layout = &sl}, o = {.layout = l};
+    int64_t none[1] = {1};
+    dt_tensor *ca = NULL, *cb = NULL, *ax = NULL, *by = NULL;
+    dt_status s = dt_fill(dt_tensor_dtype(x), 0, none, a, &so, &ca);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_MUL, x, ca, y ? NULL : &o, &ax);
+    if (s == DT_OK && y) {
+        s = dt_fill(dt_tensor_dtype(x), 0, none, b, &so, &cb);
+        if (s == DT_OK)
+            s = dt_binary(DT_BINARY_MUL, y, cb, NULL, &by);
+        if (s == DT_OK)
+            s = dt_binary(DT_BINARY_ADD, ax, by, &o, out);
+    } else if (s == DT_OK) {
+        *out = ax;
+        ax = NULL;
+    }
+    dt_tensor_free(ca);
+    dt_tensor_free(cb);
+    dt_tensor_free(ax);
+    dt_tensor_free(by);
+    return s;
+}
+
+static dt_status slot_of(dt_optimizer *o, const dt_variable *v, slot **out)
+{
+    for (int i = 0; i < o->nslots; i++)
+        if (o->slots[i].var == v) {
+            *out = &o->slots[i];
+            return DT_OK;
+        }
+    slot *n = realloc(o->slots, sizeof *n * (size_t)(o->nslots + 1));
+    if (!n)
+        return dt__fail(DT_ERR_NOMEM, "dt_optimizer_apply: out of memory");
+    o->slots = n;
+    slot *sl = &o->slots[o->nslots];
+    memset(sl, 0, sizeof *sl);
+    sl->var = v;
+    const dt_tensor *w = dt_variable_value(v);
+    dt_op_options lo = {.layout = dt_variable_layout(v)};
+    DT_TRY(dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->m));
+    if (o->cfg.kind == DT_OPTIMIZER_ADAM) {
+        dt_status s = dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->v);
+        if (s != DT_OK) {
+            dt_tensor_free(sl->m);
+            return s;
+        }
+    }
+    o->nslots++;
+    *out = sl;
+    return DT_OK;
+}
+
+static void replace(dt_tensor **slot_t, dt_tensor *next)
+{
+    dt_tensor_free(*slot_t);
+    *slot_t = next;
+}
+
+/* One variable: the new value into *next. */
+static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *g, double lr_t,
+                            dt_tensor **next)
+{
+    const dt_optimizer_config *c = &o->cfg;
+    const dt_tensor *w = dt_variable_value(var);
+    const dt_layout *l = dt_variable_layout(var);
+    dt_tensor *t = NULL, *u = NULL;
+    dt_status s = DT_OK;
+    *next = NULL;
+    if (c->kind == DT_OPTIMIZER_SGD && c->momentum == 0)
+        return axpby(1.0, w, -c->learning_rate, g, l, next);
+    slot *sl = NULL;
+    DT_TRY(slot_of(o, var, &sl));
+    if (c->kind == DT_OPTIMIZER_SGD) {
+        /* v = momentum v - lr g; w + v, or nesterov w + momentum v - lr g */
+        s = axpby(c->momentum, sl->m, -c->learning_rate, g, l, &t);
+        if (s == DT_OK) {
+            replace(&sl->m, t);
+            t = NULL;
+            if (c->nesterov) {
+                s = axpby(c->momentum, sl->m, -c->learning_rate, g, l, &t);
+                if (s == DT_OK)
+                    s = axpby(1.0, w, 1.0, t, l, next);
+            } else {
+                s = axpby(1.0, w, 1.0, sl->m, l, next);
+            }
+        }
+    } else {
+        /* m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w - lr_t m / (sqrt v + eps) */
+        dt_layout sl0;
+        DT_TRY(dt_layout_replicated(l->mesh, 0, &sl0));
+        dt_op_options so = {.layout = &sl0}, lo = {.layout = l};
+        int64_t none[1] = {1};
+        dt_tensor *eps = NULL;
+        s = axpby(c->beta_1, sl->m, 1.0 - c->beta_1, g, l, &t);
+        if (s == DT_OK) {
+            replace(&sl->m, t);
+            t = NULL;
+            s = dt_unary(DT_UNARY_SQUARE, g, &lo, &u);
+        }
+        if (s == DT_OK)
+            s = axpby(c->beta_2, sl->v, 1.0 - c->beta_2, u, l, &t);
+        dt_tensor_free(u);
+        u = NULL;
+        if (s == DT_OK) {
+            replace(&sl->v, t);
+            t = NULL;
+            s = dt_unary(DT_UNARY_SQRT, sl->v, &lo, &u);
+        }
+        if (s == DT_OK)
+            s = dt_fill(w->dtype, 0, none, c->epsilon, &so, &eps);
+        if (s == DT_OK)
+            s = dt_binary(DT_BINARY_ADD, u, eps, &lo, &t);
+        dt_tensor_free(u);
+        u = NULL;
+        if (s == DT_OK)
+            s = dt_binary(DT_BINARY_DIV, sl->m, t, &lo, &u);
+        if (s == DT_OK)
+            s = axpby(1.0, w, -lr_t, u, l, next);
+        dt_tensor_free(eps);
+    }
+    dt_tensor_free(t);
+    dt_tensor_free(u);
+    return s;
+}
+
+dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
+                             const dt_tensor *const grads[])
+{
+    if (!o || n < 0 || (n && (!vars || !grads)))
+        return dt__fail(DT_ERR_ARG, "dt_optimizer_apply: optimizer, variables or gradients NULL");
+    /* metadata first: every client fails alike before any op runs */
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *w = dt_variable_value(vars[i]), *g = grads[i];
+        if (!w || !g)
+            return dt__fail(DT_ERR_ARG, "dt_optimizer_apply: variable or gradient %d is NULL", i);
+        bool same =
+            g->dtype == w->dtype && g->rank == w->rank && dt_layout_equal(&g->layout, &w->layout);
+        for (int a = 0; same && a < w->rank; a++)
+            same = g->shape[a] == w->shape[a];
+        if (!same) {
+            char sa[DT__SHAPE_STR_MAX], sb[DT__SHAPE_STR_MAX], la[DT_STRING_MAX], lb[DT_STRING_MAX];
+            return dt__fail(DT_ERR_ARG,
+                            "dt_optimizer_apply: gradient %d is %s%s \"%s\", its variable %s%s "
+                            "\"%s\"",
+                            i, dt_dtype_name(g->dtype),
+                            dt__shape_str(sa, sizeof sa, g->rank, g->shape),
+                            dt__layout_str(&g->layout, la, sizeof la), dt_dtype_name(w->dtype),
+                            dt__shape_str(sb, sizeof sb, w->rank, w->shape),
+                            dt__layout_str(&w->layout, lb, sizeof lb));
+        }
+    }
+    o->iterations++;
+    double t = (double)o->iterations;
+    double lr_t =
+        o->cfg.learning_rate * sqrt(1.0 - pow(o->cfg.beta_2, t)) / (1.0 - pow(o->cfg.beta_1, t));
+    for (int i = 0; i < n; i++) {
+        dt_tensor *next;
+        DT_TRY(update_one(o, vars[i], grads[i], lr_t, &next));
+        dt_status s = dt_variable_assign(vars[i], next);
+        dt_tensor_free(next);
+        DT_TRY(s);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,80 @@
+/* Internal declarations of the training toolkit (train/) and the strategies (layout/
+ * strategy.c, layout/cluster.c, layout/ps.c). Never installed. */
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
+
+#include "../spmd/engine.h"
+
+/* One variable of a model under the parameter-server strategy: its rows split into shards
+ * kept in an MPI window on the ps ranks (layout/ps.c). */
+typedef struct dt__ps_shard {
+    int rank;      /* ps client holding it */
+    int64_t row0;  /* first row (axis 0) */
+    int64_t rows;  /* rows in the shard */
+    MPI_Aint disp; /* element offset in that client's window */
+} dt__ps_shard;
+
+typedef struct dt__ps_var {
+    MPI_Win win;
+    void *base; /* this client's window memory (ps ranks), else NULL */
+    int nshards;
+    dt__ps_shard *shards;
+    int64_t row_elems; /* elements per row */
+    int64_t elems;     /* of the whole variable */
+    dt_dtype dtype;
+} dt__ps_var;
+
+struct dt_strategy {
+    dt_strategy_kind kind;
+    dt_mesh *mesh; /* 1-D, axis "batch" */
+    int replicas;  /* num_replicas_in_sync */
+    bool shard_inputs;
+    dt_partitioner partitioner;
+    dt_cluster cluster; /* parameter server */
+    MPI_Comm comm;      /* parameter server: a dup of the runtime's world */
+    int live_models;
+};
+
+struct dt_model {
+    dt_strategy *strategy; /* scope's, or own_strategy */
+    dt_strategy *own_strategy;
+    dt_dtype dtype;
+    int64_t in_features;
+    int nlayers;
+    dt_dense_config *layers;
+    int nvars;
+    dt_variable **vars;
+    char (*names)[32];
+    int *var_layer; /* layer of each variable */
+    bool *var_is_kernel;
+    dt__ps_var *ps; /* per variable under the parameter server, else NULL */
+    /* the traced gradient function of the last training step's metadata */
+    dt_function *grad;
+    dt_loss grad_loss;
+    int64_t grad_xshape[2], grad_yshape[2];
+    dt_layout grad_xl, grad_yl;
+};
+
+/* The strategy a new model takes: the one in scope, else NULL. */
+dt_strategy *dt__strategy_scope(void);
+/* A 1-D mesh "batch" over this client's local devices only (no communication between
+ * clients). Not collective. */
+dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out);
+/* Read any tensor whose layout is replicated (or relayout it first) into host memory through
+ * local device 0's component; works on client-local meshes. Collective over t's mesh. */
+dt_status dt__read_replicated(const dt_tensor *t, void *dst, size_t bytes);
+
+/* Parameter server (layout/ps.c). Collective over the runtime's clients. */
+dt_status dt__ps_var_create(dt_strategy *s, const dt_variable *v, dt__ps_var *out);
+void dt__ps_var_free(dt__ps_var *pv);
+/* Read the whole variable from the shards into host (row-major). */
+dt_status dt__ps_var_pull(const dt__ps_var *pv, void *host);
+/* Add host delta (row-major, whole variable) to the shards, completed remotely. */
+dt_status dt__ps_var_push(const dt__ps_var *pv, const void *delta);
+
+/* Forward pass of the model on x with the given variable values (tensors of the model's
+ * variables' metadata); eager or traced. */
+dt_status dt__model_forward(const dt_model *m, const dt_tensor *x, const dt_tensor *const w[],
+                            dt_tensor **out);
+
+#endif /* DT_TRAIN_H */
