@@ -13,18 +13,12 @@
  * latency: 1 KiB all-reduce, median of many, dtensor beside MPI_Iallreduce + yield.
  * CSV on stdout (rank 0). A benchmark, not a test: the machine is shared and noisy. */
 #include "../collectives/collectives.h"
+#include "bench.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -40,24 +34,6 @@ static double median(double *t, int n)
     dt__mpi_wait_all(1, &req);
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     return t[n / 2];
-}
-
-static void wait_yield(MPI_Request *req)
-{
-    int flag = 0;
-    for (;;) {
-        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-        if (flag)
-            return;
-        sched_yield();
-    }
-}
-
-static void barrier(void)
-{
-    MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    wait_yield(&req);
 }
 
 enum { IMPL_DT, IMPL_MPI, IMPL_MPI_NB, IMPL_COUNT };
@@ -120,7 +96,7 @@ static void run_once(const dt_mesh *m, dt__coll_kind kind, int impl, float *send
         break;
     }
     if (nb)
-        wait_yield(&req);
+        bench_wait(&req, false);
     free(counts);
 }
 
@@ -144,10 +120,10 @@ static void sweep(const dt_mesh *m, int ranks, size_t max_bytes)
                 for (int w = 0; w < 2; w++)
                     run_once(m, kinds[k], impl, send, recv, n, ranks);
                 for (int i = 0; i < iters; i++) {
-                    barrier();
-                    double t0 = now();
+                    bench_barrier(MPI_COMM_WORLD, false);
+                    double t0 = bench_now();
                     run_once(m, kinds[k], impl, send, recv, n, ranks);
-                    times[i] = now() - t0;
+                    times[i] = bench_now() - t0;
                 }
                 t[impl] = median(times, iters);
             }
@@ -181,14 +157,14 @@ static void latency(const dt_mesh *m, int ranks)
         int iters = impl == IMPL_MPI ? 20 : ITERS;
         for (int w = 0; w < 5; w++)
             run_once(m, DT__COLL_ALL_REDUCE, impl, send, recv, 256, ranks);
-        barrier();
-        double t0 = now();
+        bench_barrier(MPI_COMM_WORLD, false);
+        double t0 = bench_now();
         for (int i = 0; i < iters; i++) {
-            double t1 = now();
+            double t1 = bench_now();
             run_once(m, DT__COLL_ALL_REDUCE, impl, send, recv, 256, ranks);
-            times[i] = now() - t1;
+            times[i] = bench_now() - t1;
         }
-        double mean = (now() - t0) / iters;
+        double mean = (bench_now() - t0) / iters;
         double med = median(times, iters);
         if (dt_client_id() == 0)
             printf("latency,all_reduce,1024,%d,%s,%.2f,%.2f\n", ranks, impl_names[impl], med * 1e6,

@@ -6,17 +6,11 @@
  * busbw (nccl-tests) = S / t x 2(g-1)/g for g devices, S the per-device buffer; memcpy_GBps =
  * S / (time of one memcpy of S bytes); ratio = busbw / memcpy_GBps. CSV on stdout. */
 #include "../collectives/collectives.h"
+#include "bench.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -63,14 +57,14 @@ int main(int argc, char **argv)
                          .count = (int64_t)(bytes / 4),
                          .cause = "bench"};
         for (int i = 0; i < iters + 2; i++) {
-            double t0 = now();
+            double t0 = bench_now();
             memcpy(dst, src, bytes);
-            double t1 = now();
+            double t1 = bench_now();
             if (dt__collective(m, &call) != DT_OK) {
                 fprintf(stderr, "all-reduce: %s\n", dt_last_error());
                 return 1;
             }
-            double t2 = now();
+            double t2 = bench_now();
             if (i >= 2) {
                 c[i - 2] = t1 - t0;
                 t[i - 2] = t2 - t1;

@@ -9,6 +9,7 @@
  * the slowest rank's. Writes one CSV row in bench_schemes' matmul format (scheme
  * "scalapack_<grid>"; the communication columns are left empty: ScaLAPACK keeps no ledger).
  * Set OPENBLAS_NUM_THREADS=1 (one rank per core). */
+#include "bench.h"
 #include <mpi.h>
 #include <sched.h>
 #include <stdio.h>
@@ -33,24 +34,6 @@ void psgemm_(const char *ta, const char *tb, const int *m, const int *n, const i
              const float *alpha, const float *a, const int *ia, const int *ja, const int *desca,
              const float *b, const int *ib, const int *jb, const int *descb, const float *beta,
              float *c, const int *ic, const int *jc, const int *descc);
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Yielding waits: blocking MPICH calls spin (TOOLCHAIN.md). */
-static void wait_yield(MPI_Request *req)
-{
-    for (int done = 0;;) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done)
-            return;
-        sched_yield();
-    }
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -143,8 +126,8 @@ int main(int argc, char **argv)
     for (int r = -warmup; r < reps; r++) {
         MPI_Request req;
         MPI_Ibarrier(MPI_COMM_WORLD, &req);
-        wait_yield(&req);
-        double t0 = now();
+        bench_wait(&req, false);
+        double t0 = bench_now();
         for (int i = 0; i < batch; i++) {
             if (f64) {
                 double al = 1, be = 0;
@@ -156,9 +139,9 @@ int main(int argc, char **argv)
                         &one, &one, dc);
             }
         }
-        double t = now() - t0, tmax = t;
+        double t = bench_now() - t0, tmax = t;
         MPI_Iallreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req);
-        wait_yield(&req);
+        bench_wait(&req, false);
         if (r >= 0)
             times[r] = tmax;
     }

@@ -32,6 +32,7 @@
  * sends: a 64 MiB all-gather and all-reduce), gamma (seconds per multiply-add of one device's
  * GEMM, every device at once), written as JSON for the projection in benchmarks/report.py. */
 #include "../spmd/engine.h"
+#include "bench.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -42,15 +43,6 @@
 #include <unistd.h>
 
 void openblas_set_num_threads(int);
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        dt_status s_ = (expr);                                                           \
-        if (s_ != DT_OK) {                                                               \
-            fprintf(stderr, "%s: %s: %s\n", #expr, dt_status_name(s_), dt_last_error()); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 /* ---- options ------------------------------------------------------------------------------ */
 
@@ -114,38 +106,6 @@ static opts parse(int argc, char **argv)
 
 /* ---- timing across clients ---------------------------------------------------------------- */
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Complete a request: `sleepy` waiters sleep 1 ms between polls (they must leave every core to
- * a client timing alone: a yielding loop still takes a core from a 2-thread GEMM), the others
- * yield (short waits inside a timed region). */
-static void wait_req(MPI_Request *req, bool sleepy)
-{
-    for (int done = 0;;) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done)
-            return;
-        if (sleepy)
-            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-        else
-            sched_yield();
-    }
-}
-
-static void barrier(bool sleepy)
-{
-    if (dt__rt.world == MPI_COMM_NULL)
-        return;
-    MPI_Request req;
-    MPI_Ibarrier(dt__rt.world, &req);
-    wait_req(&req, sleepy);
-}
-
 /* The largest value over clients, the same on every client. */
 static double max_over_clients(double v)
 {
@@ -154,7 +114,7 @@ static double max_over_clients(double v)
     MPI_Request req;
     double r = v;
     MPI_Iallreduce(&v, &r, 1, MPI_DOUBLE, MPI_MAX, dt__rt.world, &req);
-    wait_req(&req, false);
+    bench_wait(&req, false);
     return r;
 }
 
@@ -182,10 +142,10 @@ static double time_median(run_fn fn, void *ctx, int warmup, int reps)
     for (int r = 0; r < reps; r++) {
         if (r == reps - 1)
             dt_ledger_clear();
-        barrier(false);
-        double t0 = now();
+        bench_barrier(dt__rt.world, false);
+        double t0 = bench_now();
         fn(ctx);
-        t[r] = max_over_clients(now() - t0);
+        t[r] = max_over_clients(bench_now() - t0);
     }
     return median(t, reps);
 }
@@ -205,7 +165,7 @@ static ledger_sum ledger_read(void)
     size_t n = 0;
     for (int64_t i = 0; i < dt_ledger_size(); i++) {
         dt_ledger_entry e;
-        CHECK(dt_ledger_entry_get(i, &e));
+        BENCH_CHECK(dt_ledger_entry_get(i, &e));
         s.sent += (double)e.bytes_sent;
         s.received += (double)e.bytes_received;
         int g = e.group_size;
@@ -353,7 +313,7 @@ static void run_function(void *ctx)
 {
     fn_ctx *c = ctx;
     dt_tensor *out = NULL;
-    CHECK(dt_function_run(c->f, c->nin, c->in, 1, &out));
+    BENCH_CHECK(dt_function_run(c->f, c->nin, c->in, 1, &out));
     dt_tensor_free(out);
 }
 
@@ -410,9 +370,9 @@ static double openblas_baseline(const opts *o, int threads)
         for (int i = 0; i < o->warmup; i++)
             run_gemm(&g);
         for (int r = 0; r < o->reps; r++) {
-            double t0 = now();
+            double t0 = bench_now();
             run_gemm(&g);
-            ts[r] = now() - t0;
+            ts[r] = bench_now() - t0;
         }
         t = median(ts, o->reps);
         openblas_set_num_threads(1);
@@ -420,7 +380,7 @@ static double openblas_baseline(const opts *o, int threads)
         free(g.b);
         free(g.c);
     }
-    barrier(true);
+    bench_barrier(dt__rt.world, true);
     return max_over_clients(t);
 }
 
@@ -428,7 +388,7 @@ static void matmul(const opts *o)
 {
     char spec[DT_STRING_MAX];
     dt_mesh *m;
-    CHECK(dt_mesh_create_from_string(mesh_spec(o, spec, sizeof spec), DT_DEVICE_CPU, &m));
+    BENCH_CHECK(dt_mesh_create_from_string(mesh_spec(o, spec, sizeof spec), DT_DEVICE_CPU, &m));
     int mr = dt_mesh_num_axes(m), P = dt_mesh_size(m);
     int px = dt_mesh_axis_size(m, 0), py = mr > 1 ? dt_mesh_axis_size(m, 1) : 1;
     int threads = o->threads > 0 ? o->threads : P;
@@ -464,11 +424,11 @@ static void matmul(const opts *o)
         char ta[64], tc[64];
         dt_layout la, lb, lc;
         with_batch(ta, sizeof ta, sc->a, bat);
-        CHECK(dt_layout_parse(m, ta, &la));
-        CHECK(dt_layout_parse(m, sc->b, &lb));
+        BENCH_CHECK(dt_layout_parse(m, ta, &la));
+        BENCH_CHECK(dt_layout_parse(m, sc->b, &lb));
         if (sc->c) {
             with_batch(tc, sizeof tc, sc->c, bat);
-            CHECK(dt_layout_parse(m, tc, &lc));
+            BENCH_CHECK(dt_layout_parse(m, tc, &lc));
         }
         int ra = bat ? 3 : 2;
         int64_t sa[3], sb[2] = {o->k, o->n};
@@ -476,26 +436,27 @@ static void matmul(const opts *o)
         sa[ra - 2] = o->m;
         sa[ra - 1] = o->k;
         dt_tensor *a, *b;
-        CHECK(
+        BENCH_CHECK(
             dt_random_uniform(o->dtype, ra, sa, 7, 1, -1, 1, &(dt_op_options){.layout = &la}, &a));
-        CHECK(dt_random_uniform(o->dtype, 2, sb, 7, 2, -1, 1, &(dt_op_options){.layout = &lb}, &b));
+        BENCH_CHECK(
+            dt_random_uniform(o->dtype, 2, sb, 7, 2, -1, 1, &(dt_op_options){.layout = &lb}, &b));
         dt_function *f;
         dt_tensor *sa_, *sb_, *sc_;
-        CHECK(dt_function_begin(&f));
-        CHECK(dt_function_input(f, &la, o->dtype, ra, sa, &sa_));
-        CHECK(dt_function_input(f, &lb, o->dtype, 2, sb, &sb_));
-        CHECK(dt_matmul(sa_, sb_, &(dt_op_options){.layout = sc->c ? &lc : NULL}, &sc_));
-        CHECK(dt_function_end(f, 1, &sc_));
+        BENCH_CHECK(dt_function_begin(&f));
+        BENCH_CHECK(dt_function_input(f, &la, o->dtype, ra, sa, &sa_));
+        BENCH_CHECK(dt_function_input(f, &lb, o->dtype, 2, sb, &sb_));
+        BENCH_CHECK(dt_matmul(sa_, sb_, &(dt_op_options){.layout = sc->c ? &lc : NULL}, &sc_));
+        BENCH_CHECK(dt_function_end(f, 1, &sc_));
         double mults, model_bytes;
         int colls;
-        CHECK(dt_function_cost(f, &mults, &colls, &model_bytes));
+        BENCH_CHECK(dt_function_cost(f, &mults, &colls, &model_bytes));
         const dt_tensor *in[2] = {a, b};
         fn_ctx c = {.f = f, .nin = 2, .in = in};
         double t = time_median(run_function, &c, o->warmup, o->reps);
         ledger_sum l = ledger_read();
         char lcs[DT_STRING_MAX] = "auto";
         if (sc->c)
-            CHECK(dt_layout_to_string(&lc, lcs, sizeof lcs));
+            BENCH_CHECK(dt_layout_to_string(&lc, lcs, sizeof lcs));
         double madds = mults / P; /* every scheme here balances its GEMM over the devices */
         double model_s = DT__GAMMA * madds + DT__ALPHA * l.msgs + DT__BETA * model_bytes;
         double tbk = textbook(sc->vol, (double)o->m, (double)o->n, (double)o->k, (double)o->batch,
@@ -622,7 +583,7 @@ static void relayout(const opts *o)
 {
     char spec[DT_STRING_MAX];
     dt_mesh *m;
-    CHECK(dt_mesh_create_from_string(mesh_spec(o, spec, sizeof spec), DT_DEVICE_CPU, &m));
+    BENCH_CHECK(dt_mesh_create_from_string(mesh_spec(o, spec, sizeof spec), DT_DEVICE_CPU, &m));
     int mr = dt_mesh_num_axes(m), P = dt_mesh_size(m);
     const char *const *ls = mr == 1 ? layouts_1d : layouts_2d;
     int nl =
@@ -636,14 +597,14 @@ static void relayout(const opts *o)
                      "min_received_bytes_per_device,collectives\n");
     for (int i = 0; i < nl; i++) {
         dt_layout from, plain;
-        CHECK(dt_layout_parse(m, ls[i], &from));
+        BENCH_CHECK(dt_layout_parse(m, ls[i], &from));
         plain = from;
         plain.partial = 0;
         plain.partial_op = DT_REDUCE_SUM;
         dt_tensor *x0, *x;
-        CHECK(dt_random_uniform(o->dtype, 2, shape, 3, 1, -1, 1, &(dt_op_options){.layout = &plain},
-                                &x0));
-        CHECK(dt_relayout(x0, &from, NULL, &x));
+        BENCH_CHECK(dt_random_uniform(o->dtype, 2, shape, 3, 1, -1, 1,
+                                      &(dt_op_options){.layout = &plain}, &x0));
+        BENCH_CHECK(dt_relayout(x0, &from, NULL, &x));
         dt_tensor_free(x0);
         if (dt_client_id() == 0)
             fprintf(stderr, "[relayout] from %s (%d of %d)\n", ls[i], i + 1, nl);
@@ -651,15 +612,15 @@ static void relayout(const opts *o)
             if (i == j)
                 continue;
             dt_layout to;
-            CHECK(dt_layout_parse(m, ls[j], &to));
+            BENCH_CHECK(dt_layout_parse(m, ls[j], &to));
             dt_function *f;
             dt_tensor *sx, *sy;
-            CHECK(dt_function_begin(&f));
-            CHECK(dt_function_input(f, &from, o->dtype, 2, shape, &sx));
-            CHECK(dt_relayout(sx, &to, NULL, &sy));
-            CHECK(dt_function_end(f, 1, &sy));
+            BENCH_CHECK(dt_function_begin(&f));
+            BENCH_CHECK(dt_function_input(f, &from, o->dtype, 2, shape, &sx));
+            BENCH_CHECK(dt_relayout(sx, &to, NULL, &sy));
+            BENCH_CHECK(dt_function_end(f, 1, &sy));
             double model_bytes;
-            CHECK(dt_function_cost(f, NULL, NULL, &model_bytes));
+            BENCH_CHECK(dt_function_cost(f, NULL, NULL, &model_bytes));
             const dt_tensor *in[1] = {x};
             fn_ctx c = {.f = f, .nin = 1, .in = in};
             double t = time_median(run_function, &c, o->warmup, o->reps);
@@ -693,7 +654,7 @@ typedef struct coll_ctx {
 static void run_coll(void *ctx)
 {
     coll_ctx *c = ctx;
-    CHECK(dt__collective(c->m, &c->c));
+    BENCH_CHECK(dt__collective(c->m, &c->c));
 }
 
 /* Median seconds of one collective of `count` f64 elements per block on mask x (all devices
@@ -750,7 +711,7 @@ static void calibrate(const opts *o)
     dt_mesh *m;
     char spec[32];
     snprintf(spec, sizeof spec, "x=%d", dt_num_global_devices(DT_DEVICE_CPU));
-    CHECK(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m));
+    BENCH_CHECK(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m));
     int g = dt_mesh_size(m);
     if (dt_client_id() == 0)
         fprintf(stderr, "[calibrate] alpha, beta on %s; gamma per device\n", spec);
@@ -811,13 +772,13 @@ int main(int argc, char **argv)
         usage(argv[0]);
     opts o = parse(argc, argv);
     openblas_set_num_threads(1);
-    CHECK(dt_init(NULL));
+    BENCH_CHECK(dt_init(NULL));
     if (!strcmp(cmd, "matmul"))
         matmul(&o);
     else if (!strcmp(cmd, "relayout"))
         relayout(&o);
     else
         calibrate(&o);
-    CHECK(dt_finalize());
+    BENCH_CHECK(dt_finalize());
     return 0;
 }

@@ -8,6 +8,7 @@
  *                                  beside single-process OpenBLAS with 2 threads in the same
  *                                  run (client 0 measures it while the others wait)
  */
+#include "bench.h"
 #include "dt.h"
 
 #include <cblas.h>
@@ -16,45 +17,6 @@
 #include <time.h>
 
 void openblas_set_num_threads(int);
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        dt_status s_ = (expr);                                                           \
-        if (s_ != DT_OK) {                                                               \
-            fprintf(stderr, "%s: %s: %s\n", #expr, dt_status_name(s_), dt_last_error()); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void barrier(void)
-{
-    if (dt__rt.world != MPI_COMM_NULL) {
-        int x = 0, y[64];
-        dt__allgather_bytes(dt__rt.world, &x, sizeof x, y);
-    }
-}
-
-/* A barrier whose waiters sleep between polls, so that a client timing alone (the baseline)
- * has every core: a yielding wait loop still takes a core from a 2-thread GEMM. */
-static void quiet_barrier(void)
-{
-    if (dt__rt.world == MPI_COMM_NULL)
-        return;
-    MPI_Request req;
-    MPI_Ibarrier(dt__rt.world, &req);
-    for (int done = 0; !done;) {
-        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done)
-            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-    }
-}
 
 static void dispatch(void)
 {
@@ -65,26 +27,26 @@ static void dispatch(void)
         if (dt_mesh_create_from_string(meshes[k], DT_DEVICE_CPU, &m) != DT_OK)
             continue;
         dt_layout l;
-        CHECK(dt_layout_parse(m, "x", &l));
+        BENCH_CHECK(dt_layout_parse(m, "x", &l));
         const int64_t shape[1] = {8};
         dt_op_options o = {.layout = &l};
         dt_tensor *a, *b;
-        CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &a));
-        CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &b));
+        BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &a));
+        BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &b));
         for (int op = 0; op < 2; op++) {
             int iters = 20000;
             double t0 = 0;
             for (int i = 0; i < iters + 1000; i++) {
                 if (i == 1000)
-                    t0 = now();
+                    t0 = bench_now();
                 dt_tensor *c;
                 if (op == 0)
-                    CHECK(dt_binary(DT_BINARY_ADD, a, b, NULL, &c));
+                    BENCH_CHECK(dt_binary(DT_BINARY_ADD, a, b, NULL, &c));
                 else
-                    CHECK(dt_unary(DT_UNARY_NEG, a, NULL, &c));
+                    BENCH_CHECK(dt_unary(DT_UNARY_NEG, a, NULL, &c));
                 dt_tensor_free(c);
             }
-            double us = (now() - t0) / iters * 1e6;
+            double us = (bench_now() - t0) / iters * 1e6;
             if (dt_client_id() == 0)
                 printf("dispatch,%s,%s,%.2f\n", meshes[k], op ? "neg f32[8]" : "add f32[8]", us);
         }
@@ -100,11 +62,11 @@ static double best_of(int reps, dt_tensor *a, dt_tensor *b, const dt_layout *out
     for (int r = 0; r < reps; r++) {
         dt_op_options o = {.layout = out};
         dt_tensor *c;
-        barrier();
-        double t0 = now();
-        CHECK(dt_matmul(a, b, &o, &c));
-        barrier();
-        double t = now() - t0;
+        bench_barrier(dt__rt.world, false);
+        double t0 = bench_now();
+        BENCH_CHECK(dt_matmul(a, b, &o, &c));
+        bench_barrier(dt__rt.world, false);
+        double t = bench_now() - t0;
         best = t < best ? t : best;
         dt_tensor_free(c);
     }
@@ -126,10 +88,10 @@ static void matmul(int64_t n)
         openblas_set_num_threads(2);
         double best = 1e30;
         for (int r = 0; r < 3; r++) {
-            double t0 = now();
+            double t0 = bench_now();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1, a,
                         (int)n, b, (int)n, 0, c, (int)n);
-            double t = now() - t0;
+            double t = bench_now() - t0;
             best = t < best ? t : best;
         }
         base = 2.0 * (double)n * n * n / best / 1e9;
@@ -138,12 +100,12 @@ static void matmul(int64_t n)
         free(c);
     }
     openblas_set_num_threads(1);
-    quiet_barrier();
+    bench_barrier(dt__rt.world, true);
     int devices = dt_num_global_devices(DT_DEVICE_CPU);
     char spec[32];
     snprintf(spec, sizeof spec, "x=%d", devices);
     dt_mesh *m;
-    CHECK(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m));
+    BENCH_CHECK(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m));
     const int64_t shape[2] = {n, n};
     struct {
         const char *name, *a, *b, *c;
@@ -161,14 +123,14 @@ static void matmul(int64_t n)
             "benchmark,clients,devices,n,expansion,seconds,gflops,ratio_to_openblas_2_threads\n");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_layout la, lb, lc;
-        CHECK(dt_layout_parse(m, cases[k].a, &la));
-        CHECK(dt_layout_parse(m, cases[k].b, &lb));
-        CHECK(dt_layout_parse(m, cases[k].c, &lc));
+        BENCH_CHECK(dt_layout_parse(m, cases[k].a, &la));
+        BENCH_CHECK(dt_layout_parse(m, cases[k].b, &lb));
+        BENCH_CHECK(dt_layout_parse(m, cases[k].c, &lc));
         dt_tensor *a, *b;
-        CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 1, 0, 1, &(dt_op_options){.layout = &la},
-                                &a));
-        CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, 0, 1, &(dt_op_options){.layout = &lb},
-                                &b));
+        BENCH_CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 1, 0, 1,
+                                      &(dt_op_options){.layout = &la}, &a));
+        BENCH_CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, 0, 1,
+                                      &(dt_op_options){.layout = &lb}, &b));
         double t = best_of(3, a, b, &lc);
         double gf = 2.0 * (double)n * n * n / t / 1e9;
         if (dt_client_id() == 0)
@@ -190,11 +152,11 @@ int main(int argc, char **argv)
         return 2;
     }
     dt_init_options o = {0};
-    CHECK(dt_init(&o));
+    BENCH_CHECK(dt_init(&o));
     if (strcmp(argv[1], "dispatch") == 0)
         dispatch();
     else
         matmul(argc > 2 ? atoll(argv[2]) : 4096);
-    CHECK(dt_finalize());
+    BENCH_CHECK(dt_finalize());
     return 0;
 }

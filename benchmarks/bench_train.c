@@ -9,6 +9,7 @@
  *       DTENSOR_CLUSTER or TF_CONFIG says otherwise); the parameter server's steps are
  *       asynchronous, each on one worker's batch of 256 (the same examples per step as
  *       multi-worker mirrored's global batch). */
+#include "bench.h"
 #include <dtensor.h>
 
 #include <stdbool.h>
@@ -16,15 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CHECK(x)                                                                         \
-    do {                                                                                 \
-        dt_status s_ = (x);                                                              \
-        if (s_ != DT_OK) {                                                               \
-            fprintf(stderr, "client %d: %s: %s\n", dt_client_id(), #x, dt_last_error()); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 enum { IN = 64, HID = 256, OUT = 10, B = 256 };
 
@@ -37,28 +29,21 @@ typedef struct run {
     dt_tensor *x, *y;
 } run;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void setup(run *r, dt_strategy_kind kind)
 {
     memset(r, 0, sizeof *r);
-    CHECK(dt_strategy_create(kind, NULL, &r->s));
+    BENCH_CHECK(dt_strategy_create(kind, NULL, &r->s));
     const dt_dense_config layers[2] = {{.units = HID, .activation = DT_ACTIVATION_RELU},
                                        {.units = OUT}};
-    CHECK(dt_strategy_scope_enter(r->s));
-    CHECK(dt_model_create(IN, 2, layers, DT_DTYPE_F32, 3, &r->m));
-    CHECK(dt_strategy_scope_exit(r->s));
+    BENCH_CHECK(dt_strategy_scope_enter(r->s));
+    BENCH_CHECK(dt_model_create(IN, 2, layers, DT_DTYPE_F32, 3, &r->m));
+    BENCH_CHECK(dt_strategy_scope_exit(r->s));
     dt_optimizer_config oc = {.kind = DT_OPTIMIZER_SGD, .learning_rate = 0.05};
-    CHECK(dt_optimizer_create(&oc, &r->o));
-    CHECK(dt_strategy_distribute_batch(r->s, DT_DTYPE_F32, 2, (int64_t[]){B, IN}, X, sizeof X,
-                                       &r->x));
-    CHECK(dt_strategy_distribute_batch(r->s, DT_DTYPE_F32, 2, (int64_t[]){B, OUT}, Y, sizeof Y,
-                                       &r->y));
+    BENCH_CHECK(dt_optimizer_create(&oc, &r->o));
+    BENCH_CHECK(dt_strategy_distribute_batch(r->s, DT_DTYPE_F32, 2, (int64_t[]){B, IN}, X, sizeof X,
+                                             &r->x));
+    BENCH_CHECK(dt_strategy_distribute_batch(r->s, DT_DTYPE_F32, 2, (int64_t[]){B, OUT}, Y,
+                                             sizeof Y, &r->y));
 }
 
 static void teardown(run *r)
@@ -89,13 +74,13 @@ static void bench_sync(dt_strategy_kind kind, int steps)
     run r;
     setup(&r, kind);
     double loss;
-    CHECK(one_step(&r, 0, &loss)); /* trace and warm up */
-    CHECK(dt_barrier());
-    double t0 = now();
+    BENCH_CHECK(one_step(&r, 0, &loss)); /* trace and warm up */
+    BENCH_CHECK(dt_barrier());
+    double t0 = bench_now();
     for (int t = 0; t < steps; t++)
-        CHECK(one_step(&r, t, &loss));
-    CHECK(dt_barrier());
-    report(dt_strategy_kind_name(kind), steps, now() - t0);
+        BENCH_CHECK(one_step(&r, t, &loss));
+    BENCH_CHECK(dt_barrier());
+    report(dt_strategy_kind_name(kind), steps, bench_now() - t0);
     teardown(&r);
 }
 
@@ -109,20 +94,20 @@ static void bench_ps(int steps)
     run r;
     setup(&r, DT_STRATEGY_PARAMETER_SERVER);
     dt_cluster cl;
-    CHECK(dt_strategy_cluster(r.s, &cl));
+    BENCH_CHECK(dt_strategy_cluster(r.s, &cl));
     dt_ps_coordinator *co;
-    CHECK(dt_ps_coordinator_create(r.s, one_step, &r, &co));
-    double t0 = now();
+    BENCH_CHECK(dt_ps_coordinator_create(r.s, one_step, &r, &co));
+    double t0 = bench_now();
     if (cl.task_type == DT_TASK_CHIEF) {
         for (int t = 0; t < steps; t++) {
             dt_remote_value *v;
-            CHECK(dt_ps_schedule(co, t, &v));
+            BENCH_CHECK(dt_ps_schedule(co, t, &v));
             dt_remote_value_free(v);
         }
-        CHECK(dt_ps_join(co));
+        BENCH_CHECK(dt_ps_join(co));
     }
-    double secs = now() - t0;
-    CHECK(dt_ps_coordinator_shutdown(co));
+    double secs = bench_now() - t0;
+    BENCH_CHECK(dt_ps_coordinator_shutdown(co));
     if (cl.task_type == DT_TASK_CHIEF)
         printf("parameter_server,%d,%d,%d,%.4f,%.2f\n", dt_num_clients(),
                dt_num_local_devices(DT_DEVICE_CPU), steps, secs, steps / secs);
@@ -138,7 +123,7 @@ int main(int argc, char **argv)
             X[e][j] = (float)((e * 31 + j * 7) % 17) / 17.0f - 0.5f;
         Y[e][e % OUT] = 1;
     }
-    CHECK(dt_init(NULL));
+    BENCH_CHECK(dt_init(NULL));
     if (dt_client_id() == 0)
         printf("strategy,clients,devices_per_client,steps,seconds,steps_per_second\n");
     if (strcmp(mode, "local") == 0) {
@@ -152,6 +137,6 @@ int main(int argc, char **argv)
         dt_finalize();
         return 2;
     }
-    CHECK(dt_finalize());
+    BENCH_CHECK(dt_finalize());
     return 0;
 }

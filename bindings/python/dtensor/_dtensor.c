@@ -325,6 +325,21 @@ static int parse_layout(PyObject *mesh_o, const char *text, dt_layout *out)
     return 0;
 }
 
+static int parse_ints(PyObject *o, int max, int64_t out[], int *n);
+
+/* A shape of exactly `rank` extents. */
+static int parse_shape(PyObject *o, int rank, int64_t shape[])
+{
+    int n;
+    if (parse_ints(o, DT_MAX_RANK, shape, &n) < 0)
+        return -1;
+    if (n != rank) {
+        PyErr_Format(PyExc_ValueError, "shape has %d axes, the layout %d", n, rank);
+        return -1;
+    }
+    return 0;
+}
+
 /* Canonical text of a layout, checked: ("x,unsharded", rank). */
 static PyObject *py_layout_check(PyObject *self, PyObject *args)
 {
@@ -354,18 +369,8 @@ static PyObject *py_layout_local_shape(PyObject *self, PyObject *args)
     if (parse_layout(mesh_o, text, &l) < 0)
         return NULL;
     int64_t shape[DT_MAX_RANK], local[DT_MAX_RANK], off[DT_MAX_RANK];
-    if (PySequence_Size(shape_o) != l.rank) {
-        PyErr_Format(PyExc_ValueError, "shape of rank %zd for a layout of rank %d",
-                     PySequence_Size(shape_o), l.rank);
+    if (parse_shape(shape_o, l.rank, shape) < 0)
         return NULL;
-    }
-    for (int i = 0; i < l.rank; i++) {
-        PyObject *v = PySequence_GetItem(shape_o, i);
-        shape[i] = v ? PyLong_AsLongLong(v) : -1;
-        Py_XDECREF(v);
-        if (PyErr_Occurred())
-            return NULL;
-    }
     CALL(dt_layout_local_shape(&l, shape, device, local, off));
     PyObject *ls = PyTuple_New(l.rank), *os = PyTuple_New(l.rank);
     if (!ls || !os) {
@@ -381,23 +386,6 @@ static PyObject *py_layout_local_shape(PyObject *self, PyObject *args)
 }
 
 /* ---- tensors ----------------------------------------------------------------------------- */
-
-static int parse_shape(PyObject *o, int rank, int64_t shape[])
-{
-    if (PySequence_Size(o) != rank) {
-        PyErr_Format(PyExc_ValueError, "shape has %zd axes, the layout %d", PySequence_Size(o),
-                     rank);
-        return -1;
-    }
-    for (int i = 0; i < rank; i++) {
-        PyObject *v = PySequence_GetItem(o, i);
-        shape[i] = v ? PyLong_AsLongLong(v) : -1;
-        Py_XDECREF(v);
-        if (PyErr_Occurred())
-            return -1;
-    }
-    return 0;
-}
 
 /* from_host(mesh, layout_text, dtype, shape, buffer) */
 static PyObject *py_tensor_from_host(PyObject *self, PyObject *args)

@@ -1,0 +1,55 @@
+/* What every benchmark program shares: a fatal status check, a monotonic clock, and waits on
+ * MPI requests that either yield (short waits inside a timed region) or sleep (clients
+ * waiting while one client times a baseline alone: a yielding loop still takes a core from
+ * a 2-thread GEMM on this 2-core machine). */
+#ifndef DT_BENCH_H
+#define DT_BENCH_H
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* For programs that include dtensor.h. */
+#define BENCH_CHECK(expr)                                                                \
+    do {                                                                                 \
+        dt_status s_ = (expr);                                                           \
+        if (s_ != DT_OK) {                                                               \
+            fprintf(stderr, "%s: %s: %s\n", #expr, dt_status_name(s_), dt_last_error()); \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static inline double bench_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static inline void bench_wait(MPI_Request *req, bool sleepy)
+{
+    for (int done = 0;;) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            return;
+        if (sleepy)
+            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        else
+            sched_yield();
+    }
+}
+
+/* A barrier over comm (none for MPI_COMM_NULL, a single client without MPI). */
+static inline void bench_barrier(MPI_Comm comm, bool sleepy)
+{
+    if (comm == MPI_COMM_NULL)
+        return;
+    MPI_Request req;
+    MPI_Ibarrier(comm, &req);
+    bench_wait(&req, sleepy);
+}
+
+#endif /* DT_BENCH_H */
