@@ -210,3 +210,21 @@ def test_ledger_records_collectives(mesh_2d):
         dtensor.set_collective_algorithm(mesh_2d, "nccl")
     with pytest.raises(ValueError):
         dtensor.set_collective_algorithm(mesh_2d, "telepathy")
+
+
+def test_create_distributed_mesh_and_program_printing(capsys):
+    """create_distributed_mesh spans every client's devices; show_programs prints each op's
+    expanded program on client 0."""
+    mesh = dtensor.create_distributed_mesh([("x", 3), ("y", 2)], device_type="CPU")
+    assert mesh.size == 6 and mesh.shape() == [3, 2]
+    a = dtensor.dtensor_from_array(A, L(mesh, "unsharded", "x"))
+    b = dtensor.dtensor_from_array(B, L(mesh, "x", "unsharded"))
+    capsys.readouterr()
+    with dtensor.show_programs():
+        c = a @ b
+    out = capsys.readouterr().out
+    if dtensor.client_id() == 0:
+        assert "all_reduce sum over {x}" in out and "24 multiplies on 6 devices" in out
+    else:
+        assert out == ""
+    np.testing.assert_array_equal(dtensor.gather(c), A @ B)
