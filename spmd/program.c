@@ -598,7 +598,7 @@ dt_status dt__program_print(const dt__program *p, FILE *f)
         dt_mesh_format(m, mb, sizeof mb);
     else
         snprintf(mb, sizeof mb, "<no mesh>");
-    fprintf(f, "program %s on %s: %d steps\n", p->title, mb, p->nsteps);
+    fprintf(f, "program %s on %s: %d step%s\n", p->title, mb, p->nsteps, p->nsteps == 1 ? "" : "s");
     for (int i = 0; i < p->ninputs; i++) {
         dist_text(xb, sizeof xb, &p->in[i]);
         fprintf(f, "  input %d: %s\n", i, xb);

@@ -398,7 +398,7 @@ class DTensor:
                 f"numpy() needs a fully replicated DTensor, this one has layout "
                 f"{self._layout.to_string()!r}: use dtensor.gather(t) or dtensor.unpack(t)")
         out = np.empty(self._shape, dtype=self._dtype)
-        _c.tensor_unpack(self._handle, 0, out)
+        _c.tensor_to_host(self._handle, 0, out)
         return out
 
     def __array__(self, dtype=None, copy=None):
@@ -453,7 +453,7 @@ def unpack(tensor):
     out = []
     for i, shape in enumerate(tensor._local_shapes):
         a = np.empty(shape, dtype=tensor.dtype)
-        _c.tensor_unpack(tensor._handle, i, a)
+        _c.tensor_to_host(tensor._handle, i, a)
         out.append(a)
     return out
 
@@ -462,7 +462,7 @@ def gather(tensor):
     """The global value as one numpy array on every client (collective; pending partial sums
     are reduced). The only call that materialises a global tensor."""
     out = np.empty(tensor.shape, dtype=tensor.dtype)
-    _c.tensor_read(tensor._handle, out)
+    _c.tensor_to_host(tensor._handle, -1, out)
     return out
 
 
@@ -960,7 +960,7 @@ class Sequential:
             h = _c.model_variable_read(self._handle, i)
             dtype, shape, _ = _c.tensor_meta(h)
             a = np.empty(shape, dtype=_NUMPY[dtype])
-            _c.tensor_read(h, a)
+            _c.tensor_to_host(h, -1, a)
             h.free()
             out.append(a)
         return out

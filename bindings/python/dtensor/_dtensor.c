@@ -526,8 +526,9 @@ static PyObject *py_tensor_meta(PyObject *self, PyObject *arg)
     return Py_BuildValue("(iNs)", (int)dt_tensor_dtype(t), shape, text);
 }
 
-/* unpack(tensor, i, writable buffer): device i's component into the buffer. */
-static PyObject *py_tensor_unpack(PyObject *self, PyObject *args)
+/* tensor_to_host(tensor, i, writable buffer): local device i's component (i >= 0), or the
+ * global array gathered from every client (i == -1, collective). */
+static PyObject *py_tensor_to_host(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *t_o;
@@ -539,30 +540,8 @@ static PyObject *py_tensor_unpack(PyObject *self, PyObject *args)
     dt_status s = DT_OK;
     if (t) {
         Py_BEGIN_ALLOW_THREADS;
-        s = dt_tensor_unpack(t, i, buf.buf, (size_t)buf.len);
-        Py_END_ALLOW_THREADS;
-    }
-    PyBuffer_Release(&buf);
-    if (!t)
-        return NULL;
-    if (s != DT_OK)
-        return raise_status(s);
-    Py_RETURN_NONE;
-}
-
-/* read(tensor, writable buffer): the global array, gathered. Collective. */
-static PyObject *py_tensor_read(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *t_o;
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "Ow*", &t_o, &buf))
-        return NULL;
-    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
-    dt_status s = DT_OK;
-    if (t) {
-        Py_BEGIN_ALLOW_THREADS;
-        s = dt_tensor_read(t, buf.buf, (size_t)buf.len);
+        s = i < 0 ? dt_tensor_read(t, buf.buf, (size_t)buf.len)
+                  : dt_tensor_unpack(t, i, buf.buf, (size_t)buf.len);
         Py_END_ALLOW_THREADS;
     }
     PyBuffer_Release(&buf);
@@ -1425,8 +1404,8 @@ static PyMethodDef methods[] = {
     {"tensor_pack", py_tensor_pack, METH_VARARGS, "A DTensor from per-device components."},
     {"tensor_info", py_tensor_info, METH_O, "dtype, shape, layout and local shapes."},
     {"tensor_meta", py_tensor_meta, METH_O, "(dtype, shape, layout text) of a tensor."},
-    {"tensor_unpack", py_tensor_unpack, METH_VARARGS, "Copy one component into a buffer."},
-    {"tensor_read", py_tensor_read, METH_VARARGS, "Gather the global array. Collective."},
+    {"tensor_to_host", py_tensor_to_host, METH_VARARGS,
+     "Copy component i, or (i = -1) gather the global array (collective), into a buffer."},
     {"create", py_create, METH_VARARGS, "Creation ops (fill, arange, random). Collective."},
     {"apply", py_apply, METH_VARARGS, "Ops on tensors. Collective."},
     {"function_begin", py_function_begin, METH_NOARGS, "Start recording on this thread."},
