@@ -154,9 +154,9 @@ done:
 }
 
 /* One communicator per distinct client set of the spanning groups, in ascending group id,
- * the same order on every client. A group over every client of the mesh duplicates the
- * mesh communicator without blocking (MPI_Comm_idup); a smaller one uses
- * MPI_Comm_create_group, which involves only its members. */
+ * the same order on every client. A group over every client of the mesh's communicator (the
+ * runtime's clients, also those owning none of the mesh's devices) duplicates it without blocking
+ * (MPI_Comm_idup); a smaller one uses MPI_Comm_create_group, which involves only its members. */
 static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
 {
     int tag_ub = 32767, *attr = NULL, flag = 0;
@@ -180,7 +180,9 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         if (g->comm != MPI_COMM_NULL)
             continue;
         g->owns_comm = true;
-        if (g->num_clients == m->num_clients) {
+        int comm_size = 0;
+        MPI_Comm_size(m->comm, &comm_size);
+        if (g->num_clients == comm_size) {
             MPI_Request req;
             if (MPI_Comm_idup(m->comm, &g->comm, &req) != MPI_SUCCESS)
                 s = dt__fail(DT_ERR_COMM, "collectives: MPI_Comm_idup for group %d failed", g->id);

@@ -231,12 +231,14 @@ struct dt_mesh {
     int strides[DT_MAX_MESH_AXES]; /* row-major: device id = sum coords[a] * strides[a] */
     int size;
     dt_device_type type;
-    int first_local; /* global id of this client's first device */
+    int first_local; /* mesh id of this client's first device */
     int num_local;
+    int local_base; /* runtime local index of this client's first device of the mesh */
     int num_clients;
-    const int *client_first; /* borrowed from the runtime, num_clients + 1 entries */
-    MPI_Comm comm;           /* dup of the runtime's world; MPI_COMM_NULL without MPI */
-    dt__device **local;      /* this client's devices, by local index */
+    int *client_first;  /* mesh ids: client c owns [client_first[c], client_first[c + 1]) */
+    int *global_ids;    /* runtime global device id of each mesh device (strictly increasing) */
+    MPI_Comm comm;      /* dup of the runtime's world; MPI_COMM_NULL without MPI */
+    dt__device **local; /* this client's devices, by local index */
     /* collectives/: groups and communicators per axis mask, built on first use */
     struct dt__coll_mesh *coll;
     dt_collective_algorithm coll_algorithm; /* dt_mesh_set_collective_algorithm */
@@ -253,6 +255,18 @@ int dt__program_cache_count(void);
 void dt__coll_mesh_free(dt_mesh *m);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);
+/* A mesh over the runtime devices `ids` (strictly increasing global ids; NULL: all of them),
+ * without validation or exchange. client_local: a mesh over this client's devices only, where
+ * the other clients are taken to own none and no communicator is made (not collective);
+ * otherwise the communicator is a dup of the runtime's world (collective). */
+dt_status dt__mesh_build(int num_axes, const char *const names[], const int sizes[],
+                         dt_device_type type, const int ids[], bool client_local, dt_mesh **out);
+/* True when a and b are over the same runtime devices (same type, same global ids). */
+bool dt__mesh_same_devices(const dt_mesh *a, const dt_mesh *b);
+/* The 1-D mesh "all" over every device of `type`, built on first use (collective then) and
+ * kept until dt_finalize (dt__mesh_all_free); not counted as a live mesh. */
+dt_status dt__mesh_all(dt_device_type type, dt_mesh **out);
+void dt__mesh_all_free(void);
 /* Local device objects of the mesh, indexed by local index. */
 dt__device *const *dt__mesh_local_devices(const dt_mesh *m);
 

@@ -222,7 +222,18 @@ typedef struct dt_mesh dt_mesh;
  * its own communicator. Collective. */
 dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
                          dt_device_type type, dt_mesh **out);
-/* Same, from "x=3,y=2". Collective. */
+/* A mesh over a subset of the devices of `type`: device_ids lists num_devices global device
+ * ids (0 .. dt_num_global_devices - 1), one per mesh device in row-major order. The list must
+ * be strictly increasing, so that each client's devices of the mesh are one contiguous block
+ * of mesh ids (DT_ERR_MESH otherwise, naming the offending id). Clients may own none of the
+ * mesh's devices: they still call every collective function on the mesh and its tensors (they
+ * take part in the agreement and hold no components). Names, sizes, type and the id list are
+ * exchanged as for dt_mesh_create (DT_ERR_MISMATCH on every client when they differ).
+ * Collective over every client of the runtime. */
+dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], const int sizes[],
+                                    dt_device_type type, int num_devices, const int device_ids[],
+                                    dt_mesh **out);
+/* Same as dt_mesh_create, from "x=3,y=2". Collective. */
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out);
 /* Release the caller's reference; tensors keep the mesh alive until they are freed.
  * Collective when it releases the last reference (it frees the communicator). */

@@ -19,12 +19,8 @@ const char *dt_strategy_kind_name(dt_strategy_kind k)
 
 /* ---- a mesh over this client's devices only ---------------------------------------------- */
 
-/* client_first of client-local meshes, per device type: this client owns devices [0, n) and
- * every other client none, so the collectives see groups inside this client only. Reachable
- * for the life of the process (the runtime's client count never changes). */
-static int *local_first[DT_DEVICE_COUNT];
-static pthread_mutex_t local_first_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* This client owns every device of the mesh and the other clients none, so the collectives
+ * see groups inside this client only (and there is no communicator). Not collective. */
 dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out)
 {
     *out = NULL;
@@ -32,45 +28,8 @@ dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out)
     if (n < 1)
         return dt__fail(DT_ERR_MESH, "local mesh: this client has no %s device",
                         dt_device_type_name(type));
-    dt_mesh *m = calloc(1, sizeof *m);
-    dt__device **local = calloc((size_t)n, sizeof *local);
-    if (!m || !local) {
-        free(m);
-        free(local);
-        return dt__fail(DT_ERR_NOMEM, "local mesh: out of memory");
-    }
-    atomic_init(&m->refs, 1);
-    m->num_axes = 1;
-    snprintf(m->names[0], DT_MAX_NAME, "batch");
-    m->sizes[0] = n;
-    m->strides[0] = 1;
-    m->size = n;
-    m->type = type;
-    int nc = dt__rt.num_clients;
-    pthread_mutex_lock(&local_first_lock);
-    if (!local_first[type]) {
-        int *f = calloc((size_t)nc + 1, sizeof *f);
-        for (int c = 0; f && c <= nc; c++)
-            f[c] = c <= dt__rt.client ? 0 : n;
-        local_first[type] = f;
-    }
-    pthread_mutex_unlock(&local_first_lock);
-    if (!local_first[type]) {
-        free(m);
-        free(local);
-        return dt__fail(DT_ERR_NOMEM, "local mesh: out of memory");
-    }
-    m->num_clients = nc;
-    m->client_first = local_first[type];
-    m->first_local = 0;
-    m->num_local = n;
-    for (int i = 0; i < n; i++)
-        local[i] = &dt__rt.devices[type][i];
-    m->local = local;
-    m->comm = MPI_COMM_NULL; /* one client: collectives stay in shared memory */
-    atomic_fetch_add(&dt__rt.live_meshes, 1);
-    *out = m;
-    return DT_OK;
+    const char *names[1] = {"batch"};
+    return dt__mesh_build(1, names, &n, type, NULL, true, out);
 }
 
 /* ---- scope -------------------------------------------------------------------------------- */

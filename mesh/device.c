@@ -158,7 +158,10 @@ static void run_on(dt__device *const devices[], int n, dt__task_fn fn, void *arg
 
 void dt__devices_run(dt__device *const devices[], int n, dt__task_fn fn, void *arg)
 {
-    /* One device: run on the caller, no hand-off cost (eager ops on tiny tensors). */
+    /* No device (a client owning none of a mesh's devices): nothing to run. One device: run
+     * on the caller, no hand-off cost (eager ops on tiny tensors). */
+    if (n < 1)
+        return;
     if (n == 1) {
         fn(devices[0], 0, arg);
         return;
@@ -168,6 +171,8 @@ void dt__devices_run(dt__device *const devices[], int n, dt__task_fn fn, void *a
 
 void dt__devices_run_here(dt__device *const devices[], int n, dt__task_fn fn, void *arg)
 {
+    if (n < 1)
+        return;
     if (n == 1) {
         fn(devices[0], 0, arg);
         return;

@@ -34,7 +34,7 @@ static void describe(char *buf, size_t size, int num_axes, const char *const nam
 
 /* Pure checks of a description every client agreed on, so all reach the same verdict. */
 static dt_status validate(int num_axes, const char *const names[], const int sizes[],
-                          dt_device_type type, const char *desc)
+                          dt_device_type type, const char *desc, bool all_devices)
 {
     if ((unsigned)type >= DT_DEVICE_COUNT)
         return dt__fail(DT_ERR_ARG, "dt_mesh_create: device type %d is not CPU (0) or CUDA (1)",
@@ -64,7 +64,7 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
                             1 << 24);
     }
     int global = dt_num_global_devices(type);
-    if (total != global)
+    if (all_devices && total != global)
         return dt__fail(DT_ERR_MESH,
                         "dt_mesh_create: %s has %lld devices, but the %d clients have %d %s "
                         "devices",
@@ -104,24 +104,52 @@ static dt_status no_out(const char *fn)
     return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
 }
 
-dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
-                         dt_device_type type, dt_mesh **out)
+/* Device ids of dt_mesh_create_on_devices: every client checks the same list. */
+static dt_status validate_ids(int num_devices, const int ids[], int64_t total, dt_device_type type,
+                              const char *desc)
 {
-    if (!out)
-        return no_out("dt_mesh_create");
-    *out = NULL;
-    DT_TRY(dt__require_init("dt_mesh_create"));
-    char desc[DT_STRING_MAX];
-    describe(desc, sizeof desc, num_axes, names, sizes, type);
-    DT_TRY(exchange(dt__rt.world, desc));
-    DT_TRY(validate(num_axes, names, sizes, type, desc));
+    if (num_devices < 1 || !ids)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create_on_devices: %d device ids%s", num_devices,
+                        ids ? "" : " (NULL list)");
+    if (num_devices != total)
+        return dt__fail(DT_ERR_MESH, "dt_mesh_create_on_devices: %s has %lld devices, %d ids given",
+                        desc, (long long)total, num_devices);
+    int global = dt_num_global_devices(type);
+    for (int i = 0; i < num_devices; i++) {
+        if (ids[i] < 0 || ids[i] >= global)
+            return dt__fail(DT_ERR_MESH,
+                            "dt_mesh_create_on_devices: device id %d is outside the %d %s "
+                            "devices 0..%d",
+                            ids[i], global, dt_device_type_name(type), global - 1);
+        if (i && ids[i] <= ids[i - 1])
+            return dt__fail(DT_ERR_MESH,
+                            "dt_mesh_create_on_devices: device ids must be strictly increasing "
+                            "(each client's devices stay one contiguous block of the mesh): "
+                            "id %d at position %d follows %d",
+                            ids[i], i, ids[i - 1]);
+    }
+    return DT_OK;
+}
 
+dt_status dt__mesh_build(int num_axes, const char *const names[], const int sizes[],
+                         dt_device_type type, const int ids[], bool client_local, dt_mesh **out)
+{
+    *out = NULL;
+    int nc = dt__rt.num_clients, me = dt__rt.client;
+    const int *rt_first = dt__rt.client_first[type];
+    int size = 1;
+    for (int a = 0; a < num_axes; a++)
+        size *= sizes[a];
     dt_mesh *m = calloc(1, sizeof *m);
+    int *first = calloc((size_t)nc + 1, sizeof *first);
+    int *gids = calloc((size_t)size, sizeof *gids);
     dt__device **local = calloc((size_t)dt__rt.num_devices[type] + 1, sizeof *local);
-    if (!m || !local) {
+    if (!m || !first || !gids || !local) {
         free(m);
+        free(first);
+        free(gids);
         free(local);
-        return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory for %s", desc);
+        return dt__fail(DT_ERR_NOMEM, "mesh: out of memory for %d devices", size);
     }
     static atomic_uint_fast64_t next_serial = 1;
     atomic_init(&m->refs, 1);
@@ -135,21 +163,40 @@ dt_status dt_mesh_create(int num_axes, const char *const names[], const int size
         m->strides[a] = m->size;
         m->size *= sizes[a];
     }
-    m->num_clients = dt__rt.num_clients;
-    m->client_first = dt__rt.client_first[type];
-    m->first_local = m->client_first[dt__rt.client];
-    m->num_local = dt__rt.num_devices[type];
+    for (int i = 0; i < size; i++)
+        gids[i] = client_local ? rt_first[me] + i : ids ? ids[i] : i;
+    /* client c owns the mesh ids whose global ids fall in its block (ids increase, so each
+     * client's devices are one contiguous run of mesh ids); a client-local mesh gives every
+     * device to this client */
+    for (int c = 0; c <= nc; c++) {
+        if (client_local) {
+            first[c] = c <= me ? 0 : size;
+            continue;
+        }
+        int k = 0;
+        while (k < size && (c == nc || gids[k] < rt_first[c]))
+            k++;
+        first[c] = k;
+    }
+    m->num_clients = nc;
+    m->client_first = first;
+    m->global_ids = gids;
+    m->first_local = first[me];
+    m->num_local = first[me + 1] - first[me];
+    m->local_base = m->num_local ? gids[m->first_local] - rt_first[me] : 0;
     for (int i = 0; i < m->num_local; i++)
-        local[i] = &dt__rt.devices[type][i];
+        local[i] = &dt__rt.devices[type][m->local_base + i];
     m->local = local;
-    m->comm = MPI_COMM_NULL;
-    if (dt__rt.world != MPI_COMM_NULL) {
+    m->comm = MPI_COMM_NULL; /* client-local: collectives stay in shared memory */
+    if (!client_local && dt__rt.world != MPI_COMM_NULL) {
         MPI_Request req;
         dt_status s = MPI_Comm_idup(dt__rt.world, &m->comm, &req) == MPI_SUCCESS
                           ? dt__mpi_wait_all(1, &req)
-                          : dt__fail(DT_ERR_COMM, "dt_mesh_create: MPI_Comm_idup failed");
+                          : dt__fail(DT_ERR_COMM, "mesh: MPI_Comm_idup failed");
         if (s != DT_OK) {
             free(local);
+            free(gids);
+            free(first);
             free(m);
             return s;
         }
@@ -157,6 +204,78 @@ dt_status dt_mesh_create(int num_axes, const char *const names[], const int size
     atomic_fetch_add(&dt__rt.live_meshes, 1);
     *out = m;
     return DT_OK;
+}
+
+bool dt__mesh_same_devices(const dt_mesh *a, const dt_mesh *b)
+{
+    return a->type == b->type && a->size == b->size &&
+           memcmp(a->global_ids, b->global_ids, sizeof(int) * (size_t)a->size) == 0;
+}
+
+static dt_mesh *all_mesh[DT_DEVICE_COUNT];
+
+dt_status dt__mesh_all(dt_device_type type, dt_mesh **out)
+{
+    if (!all_mesh[type]) {
+        int n = dt_num_global_devices(type);
+        const char *names[1] = {"all"};
+        DT_TRY(dt__mesh_build(1, names, &n, type, NULL, false, &all_mesh[type]));
+        atomic_fetch_sub(&dt__rt.live_meshes, 1);
+    }
+    *out = all_mesh[type];
+    return DT_OK;
+}
+
+void dt__mesh_all_free(void)
+{
+    for (int t = 0; t < DT_DEVICE_COUNT; t++)
+        if (all_mesh[t]) {
+            atomic_fetch_add(&dt__rt.live_meshes, 1);
+            dt_mesh_free(all_mesh[t]);
+            all_mesh[t] = NULL;
+        }
+}
+
+static dt_status create(const char *fn, int num_axes, const char *const names[], const int sizes[],
+                        dt_device_type type, int num_devices, const int ids[], dt_mesh **out)
+{
+    if (!out)
+        return no_out(fn);
+    *out = NULL;
+    DT_TRY(dt__require_init(fn));
+    char desc[DT_STRING_MAX];
+    describe(desc, sizeof desc, num_axes, names, sizes, type);
+    if (num_devices >= 0) { /* the device list is part of what clients agree on */
+        size_t n = strlen(desc);
+        n += (size_t)snprintf(desc + n, sizeof desc - n, " on %d devices [", num_devices);
+        for (int i = 0; ids && i < num_devices && n < sizeof desc; i++)
+            n += (size_t)snprintf(desc + n, sizeof desc - n, "%s%d", i ? "," : "", ids[i]);
+        if (n < sizeof desc)
+            snprintf(desc + n, sizeof desc - n, "]");
+    }
+    DT_TRY(exchange(dt__rt.world, desc));
+    DT_TRY(validate(num_axes, names, sizes, type, desc, num_devices < 0));
+    if (num_devices >= 0) {
+        int64_t total = 1;
+        for (int a = 0; a < num_axes; a++)
+            total *= sizes[a];
+        DT_TRY(validate_ids(num_devices, ids, total, type, desc));
+    }
+    return dt__mesh_build(num_axes, names, sizes, type, ids, false, out);
+}
+
+dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
+                         dt_device_type type, dt_mesh **out)
+{
+    return create("dt_mesh_create", num_axes, names, sizes, type, -1, NULL, out);
+}
+
+dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], const int sizes[],
+                                    dt_device_type type, int num_devices, const int device_ids[],
+                                    dt_mesh **out)
+{
+    return create("dt_mesh_create_on_devices", num_axes, names, sizes, type,
+                  num_devices < 0 ? 0 : num_devices, device_ids, out);
 }
 
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)
@@ -223,6 +342,8 @@ void dt_mesh_free(dt_mesh *m)
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);
     free(m->local);
+    free(m->client_first);
+    free(m->global_ids);
     free(m);
     atomic_fetch_sub(&dt__rt.live_meshes, 1);
 }

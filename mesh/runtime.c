@@ -355,6 +355,7 @@ dt_status dt_finalize(void)
                          dt__rt.client, meshes, tensors);
     DT_TRY(dt__agree(dt__rt.world, local));
     dt__program_cache_free();
+    dt__mesh_all_free();
     release_all();
     return DT_OK;
 }

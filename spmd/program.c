@@ -321,9 +321,20 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
 /* ---- executor ----------------------------------------------------------------------------- */
 
 typedef struct run_ctx {
+    const dt__program *p;
     const dt__step *st;
     void ***bufs; /* bufs[slot][local] */
 } run_ctx;
+
+/* The buffer of `slot` on local device i of the step's mesh. A copy between meshes over
+ * different devices reads a slot of another mesh: the same runtime device has another local
+ * index there, or none (NULL: that step's arguments on i then touch no input). */
+static void *slot_buf(const run_ctx *c, int slot, int i)
+{
+    const dt_mesh *sm = c->p->slots[slot].mesh, *m = c->st->mesh;
+    int j = sm == m ? i : i + m->local_base - sm->local_base;
+    return j >= 0 && j < sm->num_local ? c->bufs[slot][j] : NULL;
+}
 
 static void kernel_task(dt__device *d, int i, void *arg)
 {
@@ -331,8 +342,8 @@ static void kernel_task(dt__device *d, int i, void *arg)
     const dt__step *st = c->st;
     const void *in[2] = {NULL, NULL};
     for (int j = 0; j < st->nin; j++)
-        in[j] = c->bufs[st->in[j]][i];
-    d->backend->kernels[st->kernel][st->dtype](&st->args[i], in, c->bufs[st->out][i]);
+        in[j] = slot_buf(c, st->in[j], i);
+    d->backend->kernels[st->kernel][st->dtype](&st->args[i], in, slot_buf(c, st->out, i));
 }
 
 static dt_status run_coll(const dt__step *st, void ***bufs)
@@ -534,7 +545,7 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
     for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
         if (st->kind == DT__STEP_KERNEL) {
-            run_ctx c = {.st = st, .bufs = bufs};
+            run_ctx c = {.p = p, .st = st, .bufs = bufs};
             dt__device *const *devs = dt__mesh_local_devices(st->mesh);
             int nl = st->mesh->num_local;
             /* Small kernels on host-accessible devices run on the caller: waking the workers

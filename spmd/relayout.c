@@ -672,8 +672,27 @@ typedef struct xctx {
     const dt__dist *in;
     const dt__dist *out;
     const int64_t *shift; /* result index g is input index g + shift */
-    int g;                /* devices */
+    int g;                /* devices of the exchange */
+    /* Meshes over different devices exchange over the mesh of every device: exchange id u is
+     * input-mesh device src[u] and output-mesh device dst[u] (-1 where that mesh lacks it),
+     * output-mesh device t is exchange id of_dst[t]. NULL arrays: one mesh's ids for all. */
+    const int *src, *dst, *of_dst;
 } xctx;
+
+static int x_src(const xctx *c, int u)
+{
+    return c->src ? c->src[u] : u;
+}
+
+static int x_dst(const xctx *c, int u)
+{
+    return c->dst ? c->dst[u] : u;
+}
+
+static int x_of_dst(const xctx *c, int t)
+{
+    return c->of_dst ? c->of_dst[t] : t;
+}
 
 /* Same block of the input on devices s and t: same shard on every tensor axis and the same
  * coordinates on the partial mesh axes. */
@@ -699,19 +718,24 @@ static bool first_holder(const dt__dist *x, int d)
     return true;
 }
 
-/* Elements s gives t (s == t included); lo (input global index) and ext give the box. */
-static int64_t x_box_any(const xctx *c, int s, int t, int64_t lo[], int64_t ext[])
+/* Elements exchange device u gives v (u == v included); lo (input global index) and ext give
+ * the box. u sends from its input shard (input-mesh device s), v receives into its output
+ * shard (output-mesh device t); v's own input shard ti, when it has one, serves v itself. */
+static int64_t x_box_any(const xctx *c, int u, int v, int64_t lo[], int64_t ext[])
 {
     const dt__dist *x = c->in;
     int rank = x->rank;
     for (int i = 0; i < DT_MAX_RANK; i++)
         lo[i] = ext[i] = 0;
-    /* a partial result takes each term from the device of the same term */
+    int s = x_src(c, u), ti = x_src(c, v), t = x_dst(c, v);
+    if (s < 0 || t < 0)
+        return 0;
+    /* a partial result takes each term from the device of the same term (one mesh only) */
     const dt_mesh *m = x->layout.mesh;
     for (int a = 0; a < m->num_axes; a++)
-        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, t))
+        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, ti))
             return 0;
-    if (same_block(x, s, t) ? s != t : !first_holder(x, s))
+    if (ti >= 0 && same_block(x, s, ti) ? u != v : !first_holder(x, s))
         return 0;
     int64_t sl[DT_MAX_RANK], so[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
     dt__local_shape(x, s, sl, so);
@@ -730,9 +754,9 @@ static int64_t x_box_any(const xctx *c, int s, int t, int64_t lo[], int64_t ext[
 
 /* What crosses devices: a device's own part is copied straight into its shard (x_direct), not
  * staged through the all-to-all's buffers. */
-static int64_t x_box(const xctx *c, int s, int t, int64_t lo[], int64_t ext[])
+static int64_t x_box(const xctx *c, int u, int v, int64_t lo[], int64_t ext[])
 {
-    return s == t ? 0 : x_box_any(c, s, t, lo, ext);
+    return u == v ? 0 : x_box_any(c, u, v, lo, ext);
 }
 
 static void x_counts(void *ctx, int d, int64_t counts[])
@@ -745,23 +769,23 @@ static void x_counts(void *ctx, int d, int64_t counts[])
             counts[s * c->g + t] = x_box(c, s, t, lo, ext);
 }
 
-/* One block of the box s -> t, from s's shard (pack) or into t's shard (unpack). */
-static void x_block(const xctx *c, int s, int t, bool pack, int64_t at, dt__block *b)
+/* One block of the box u -> v, from u's shard (pack) or into v's shard (unpack). */
+static void x_block(const xctx *c, int u, int v, bool pack, int64_t at, dt__block *b)
 {
     int rank = c->in->rank;
     int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], local[DT_MAX_RANK], off[DT_MAX_RANK];
-    x_box(c, s, t, lo, ext);
+    x_box(c, u, v, lo, ext);
     b->rank = rank;
     copy_shape(b->extent, ext, rank);
     if (pack) {
-        dt__local_shape(c->in, s, local, off);
+        dt__local_shape(c->in, x_src(c, u), local, off);
         copy_shape(b->src_shape, local, rank);
         copy_shape(b->dst_shape, ext, rank);
         for (int i = 0; i < rank; i++)
             b->src_off[i] = lo[i] - off[i];
         b->dst_at = at;
     } else {
-        dt__local_shape(c->out, t, local, off);
+        dt__local_shape(c->out, x_dst(c, v), local, off);
         copy_shape(b->src_shape, ext, rank);
         copy_shape(b->dst_shape, local, rank);
         for (int i = 0; i < rank; i++)
@@ -770,48 +794,53 @@ static void x_block(const xctx *c, int s, int t, bool pack, int64_t at, dt__bloc
     }
 }
 
-static void x_pack(void *ctx, int s, dt__kargs *k)
+/* On exchange device u (the send buffer's mesh). */
+static void x_pack(void *ctx, int u, dt__kargs *k)
 {
     const xctx *c = ctx;
     int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
     k->rank = 1;
     k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
-    for (int t = 0; t < c->g && k->blocks; t++) {
-        int64_t n = x_box(c, s, t, lo, ext);
+    for (int v = 0; v < c->g && k->blocks; v++) {
+        int64_t n = x_box(c, u, v, lo, ext);
         if (n)
-            x_block(c, s, t, true, at, &k->blocks[k->nblocks++]);
+            x_block(c, u, v, true, at, &k->blocks[k->nblocks++]);
         at += n;
     }
     k->shape[0] = at;
 }
 
+/* On output-mesh device t. */
 static void x_unpack(void *ctx, int t, dt__kargs *k)
 {
     const xctx *c = ctx;
     int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
+    int v = x_of_dst(c, t);
     k->rank = c->out->rank;
     dt__local_shape(c->out, t, k->shape, NULL);
     k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
-    for (int s = 0; s < c->g && k->blocks; s++) {
-        int64_t n = x_box(c, s, t, lo, ext);
+    for (int u = 0; u < c->g && k->blocks; u++) {
+        int64_t n = x_box(c, u, v, lo, ext);
         if (n)
-            x_block(c, s, t, false, at, &k->blocks[k->nblocks++]);
+            x_block(c, u, v, false, at, &k->blocks[k->nblocks++]);
         at += n;
     }
 }
 
-/* Each device copies its own box straight into its shard. */
-static void x_direct(void *ctx, int d, dt__kargs *k)
+/* Each output-mesh device t copies its own box straight into its shard (none when the input
+ * mesh lacks t's device). */
+static void x_direct(void *ctx, int t, dt__kargs *k)
 {
     const xctx *c = ctx;
     int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK];
     int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
-    dt__local_shape(c->in, d, local, off);
-    dt__local_shape(c->out, d, tl, to);
+    int v = x_of_dst(c, t), s = x_src(c, v);
+    dt__local_shape(c->out, t, tl, to);
     k->rank = c->out->rank;
     copy_shape(k->shape, tl, k->rank);
-    if (!x_box_any(c, d, d, lo, ext))
+    if (s < 0 || !x_box_any(c, v, v, lo, ext))
         return;
+    dt__local_shape(c->in, s, local, off);
     dt__block *b = one_block(k, c->in->rank, local, tl);
     if (!b)
         return;
@@ -822,24 +851,66 @@ static void x_direct(void *ctx, int d, dt__kargs *k)
     }
 }
 
+/* Maps of an exchange between meshes over different devices, through the mesh of every
+ * device `all`: exchange ids are global device ids. */
+static dt_status cross_maps(const dt_mesh *m, const dt_mesh *mo, const dt_mesh *all, xctx *c,
+                            int **maps, const char *cause)
+{
+    int g = all->size;
+    *maps = malloc(sizeof(int) * (size_t)(2 * g + mo->size));
+    if (!*maps)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
+    int *src = *maps, *dst = src + g, *of_dst = dst + g;
+    for (int u = 0; u < 2 * g; u++)
+        src[u] = -1;
+    for (int s = 0; s < m->size; s++)
+        src[m->global_ids[s]] = s;
+    for (int t = 0; t < mo->size; t++) {
+        dst[mo->global_ids[t]] = t;
+        of_dst[t] = mo->global_ids[t];
+    }
+    c->g = g;
+    c->src = src;
+    c->dst = dst;
+    c->of_dst = of_dst;
+    return DT_OK;
+}
+
 dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__dist *in,
                                  const int64_t shift[], const dt__dist *out)
 {
     const dt_mesh *m = in->layout.mesh, *mo = out->layout.mesh;
-    if (m->type != mo->type || m->size != mo->size)
-        return dt__fail(DT_ERR_MESH, "%s: meshes of %d and %d devices are not the same devices",
-                        cause, m->size, mo->size);
+    if (m->type != mo->type)
+        return dt__fail(DT_ERR_MESH, "%s: meshes of %s and %s devices", cause,
+                        dt_device_type_name(m->type), dt_device_type_name(mo->type));
+    bool same = dt__mesh_same_devices(m, mo);
     if (in->layout.partial && (mo != m || out->layout.partial != in->layout.partial))
         return dt__fail(DT_ERR_LAYOUT, "%s: a partial operand keeps its partial axes", cause);
+    if (!same && dt__rt.world != MPI_COMM_NULL &&
+        (m->comm == MPI_COMM_NULL || mo->comm == MPI_COMM_NULL))
+        return dt__fail(DT_ERR_MESH,
+                        "%s: meshes over different devices, one of them a mesh of one client's "
+                        "devices only",
+                        cause);
     xctx c = {.in = in, .out = out, .shift = shift, .g = m->size};
+    int *maps = NULL;
+    const dt_mesh *mx = m; /* where the all-to-all runs: in's mesh, or the mesh of every device */
+    if (!same) {
+        dt_mesh *all;
+        DT_TRY(dt__mesh_all(m->type, &all));
+        DT_TRY(cross_maps(m, mo, all, &c, &maps, cause));
+        mx = all;
+    }
     int g = c.g;
     int64_t *counts = calloc((size_t)g * (size_t)g, sizeof *counts);
-    if (!counts)
+    if (!counts) {
+        free(maps);
         return dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
+    }
     x_counts(&c, 0, counts);
     /* per local device: elements sent and received; the busiest device's bytes */
-    int64_t *sent = calloc((size_t)m->num_local + 1, sizeof *sent);
-    int64_t *recd = calloc((size_t)m->num_local + 1, sizeof *recd);
+    int64_t *sent = calloc((size_t)mx->num_local + 1, sizeof *sent);
+    int64_t *recd = calloc((size_t)mx->num_local + 1, sizeof *recd);
     double most = 0;
     bool cross = false;
     for (int s = 0; s < g; s++) {
@@ -848,10 +919,10 @@ dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__di
             int64_t n = counts[s * g + t];
             cross = cross || n;
             out_s += n;
-            int ls = s - m->first_local, lt = t - m->first_local;
-            if (sent && ls >= 0 && ls < m->num_local)
+            int ls = s - mx->first_local, lt = t - mx->first_local;
+            if (sent && ls >= 0 && ls < mx->num_local)
                 sent[ls] += n;
-            if (recd && lt >= 0 && lt < m->num_local)
+            if (recd && lt >= 0 && lt < mx->num_local)
                 recd[lt] += n;
         }
         double bytes = (double)out_s * (double)dt_dtype_size(in->dtype);
@@ -864,17 +935,17 @@ dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__di
                             x_direct, &c);
     if (s == DT_OK && cross) {
         int send = -1, recv = -1;
-        s = dt__slot_new_elems(p, m, in->dtype, sent, &send);
+        s = dt__slot_new_elems(p, mx, in->dtype, sent, &send);
         if (s == DT_OK)
-            s = dt__slot_new_elems(p, m, in->dtype, recd, &recv);
+            s = dt__slot_new_elems(p, mx, in->dtype, recd, &recv);
         if (s == DT_OK)
-            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, send, m,
+            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, send, mx,
                                 x_pack, &c);
         char what[64];
         snprintf(what, sizeof what, "block exchange over %d devices", g);
         if (s == DT_OK)
             s = dt__emit_coll(p, cause, DT__COLL_ALL_TO_ALL, in->dtype, DT_REDUCE_SUM,
-                              (1u << m->num_axes) - 1u, send, recv, 0, x_counts, &c, g * g, most,
+                              (1u << mx->num_axes) - 1u, send, recv, 0, x_counts, &c, g * g, most,
                               what);
         if (s == DT_OK)
             s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &recv, out->slot, mo,
@@ -882,6 +953,7 @@ dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__di
     }
     free(sent);
     free(recd);
+    free(maps);
     return s;
 }
 

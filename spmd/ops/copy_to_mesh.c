@@ -1,7 +1,9 @@
-/* copy_to_mesh: the same global tensor on another mesh over the same devices. Partial terms
- * are summed on the source mesh, then a block exchange moves to each device exactly the
- * elements of its target shard it lacks (never the whole tensor), and partial terms are
- * marked when the target is partial. */
+/* copy_to_mesh: the same global tensor on another mesh of the same device type, over the
+ * same devices or others (a one-device mesh and a mesh over every device). Partial terms are
+ * summed on the source mesh, then a block exchange moves to each device exactly the elements
+ * of its target shard it lacks (never the whole tensor; between different device sets it
+ * runs over every device, those in neither mesh sending and receiving nothing), and partial
+ * terms are marked when the target is partial. */
 #include "../engine.h"
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
@@ -10,11 +12,11 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     (void)n;
     const dt__dist *x = &in[0];
     const dt_mesh *src = x->layout.mesh, *dst = want->mesh;
-    if (src->type != dst->type || src->size != dst->size) {
+    if (src->type != dst->type) {
         char a[DT_STRING_MAX], b[DT_STRING_MAX];
         dt_mesh_format(src, a, sizeof a);
         dt_mesh_format(dst, b, sizeof b);
-        return dt__fail(DT_ERR_MESH, "copy_to_mesh: %s and %s are not over the same devices", a, b);
+        return dt__fail(DT_ERR_MESH, "copy_to_mesh: %s and %s have different device types", a, b);
     }
     /* terms summed on the source mesh (a partial operand keeps its shards), then every device
      * receives the blocks of its target shard it does not hold (no device holds the global
