@@ -485,8 +485,9 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
  * the first member of each partial group keeps the value and the others hold the identity. */
 dt_status dt_relayout(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
                       dt_tensor **out);
-/* The same global tensor on another mesh over the same devices, in `layout` (of that mesh).
- */
+/* The same global tensor on another mesh of the same device type (over the same devices or
+ * others), in `layout` (of that mesh). A partial x has its terms summed on x's mesh first (an
+ * all-reduce there), then the sum is sent. */
 dt_status dt_copy_to_mesh(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
                           dt_tensor **out);
 
@@ -697,7 +698,8 @@ dt_variable *dt_model_variable(const dt_model *m, int i);
 const char *dt_model_variable_name(const dt_model *m, int i);
 /* The strategy whose scope created the model (NULL for the model's own default strategy). */
 dt_strategy *dt_model_strategy(const dt_model *m);
-/* Forward pass of x [batch, input_features] (any layout on the variables' mesh). Collective. */
+/* Forward pass of x [batch, input_features] (any layout on the variables' mesh, or on the
+ * strategy's input mesh: variables on another mesh are copied there first). Collective. */
 dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **out);
 /* Mean of the per-example losses over the whole batch, as a host value: an evaluation, no
  * update. Collective. */
@@ -756,13 +758,20 @@ dt_status dt_model_train_step(dt_strategy *s, dt_model *m, dt_loss loss, dt_opti
 /*
  * tf.distribute strategies as layout presets (layout/strategy.c). Each has a 1-D mesh "batch"
  * and two layouts: variables' and inputs'.
- *   DEFAULT, ONE_DEVICE: one replica; variables and inputs replicated (the computation of one
- *     device, on every device of the mesh over this runtime's devices).
+ *   DEFAULT: one replica; variables and inputs replicated (the computation of one device, on
+ *     every device of the mesh over this runtime's devices).
+ *   ONE_DEVICE: one replica on a 1-device mesh over global device 0 (dt_mesh_create_on_devices):
+ *     variables and inputs live there alone; clients owning no device of it hold no
+ *     components and still call every op (losses are read collectively).
  *   MIRRORED: the local devices of this client (a mesh of its own on several clients, which
  *     then train independently); variables replicated, inputs batch-sharded.
  *   MULTI_WORKER_MIRRORED: the devices of every client; as mirrored.
- *   CENTRAL_STORAGE: as mirrored, and gradients reduced onto one device and sent from it
- *     (DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE: variables are updated where they are stored).
+ *   CENTRAL_STORAGE: variables (and optimizer slots) on a second, 1-device mesh over global
+ *     device 0; compute mirrored on the batch mesh over every device, inputs batch-sharded.
+ *     Each training step copies the variables to a replicated layout on the batch mesh
+ *     (dt_copy_to_mesh), computes the loss and gradients there, copies the gradients back to
+ *     device 0 (their partial terms summed on the batch mesh first, then sent) and updates the
+ *     variables on device 0.
  *   PARAMETER_SERVER: needs a cluster with ps tasks (see Parameter server).
  */
 
@@ -808,7 +817,9 @@ dt_strategy_kind dt_strategy_kind_of(const dt_strategy *s);
  * 1 for default and one-device; a worker's local devices for the parameter server (each
  * worker runs its steps alone). */
 int dt_strategy_num_replicas_in_sync(const dt_strategy *s);
-/* The mesh variables and inputs live on (borrowed). */
+/* The mesh inputs and the computation live on (borrowed): the variables' too, except under
+ * CENTRAL_STORAGE, whose variables are on the mesh of dt_strategy_variable_layout. Under
+ * ONE_DEVICE and CENTRAL_STORAGE a client may own no device of it (0 local devices). */
 const dt_mesh *dt_strategy_mesh(const dt_strategy *s);
 /* Layouts of a variable and of an input (batch axis first) of rank `rank`. */
 dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout *out);
@@ -842,8 +853,8 @@ dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_ten
  * (its component on local device i), copied to dst. Not collective. */
 dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value, int i, void *dst,
                                    size_t bytes);
-/* Read a replicated (or any) scalar tensor of s's mesh into a double. Collective over s's
- * mesh. */
+/* Read a replicated (or any) scalar tensor of s's meshes into a double, on every client
+ * (gathered, so clients owning no device of the mesh get it too). Collective over s's mesh. */
 dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, double *value);
 
 /* ---------------------------------------------------------------------------------------- */

@@ -1,7 +1,9 @@
 /* tf.distribute strategies as layout presets (ARCHITECTURE.md "Strategies as layout presets").
  * A strategy is a 1-D mesh "batch" plus two layouts: variables replicated on it, inputs split
  * on it along their batch axis (or replicated for one replica). Everything else (gradient
- * all-reduce included) is the expansion engine's. */
+ * all-reduce included) is the expansion engine's. Central storage keeps its variables on a
+ * second mesh, global device 0 alone; the training step copies them to the batch mesh and the
+ * gradients back (train/model.c). */
 #include "../train/train.h"
 
 #include <stdlib.h>
@@ -90,18 +92,21 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
         s->partitioner = opts->partitioner;
     dt_device_type type = DT_DEVICE_CPU;
     dt_status st = DT_OK;
+    const char *names[1] = {"batch"};
     switch (kind) {
+    case DT_STRATEGY_ONE_DEVICE: /* global device 0 alone; other clients hold no component */
+        st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){0}, &s->mesh);
+        s->replicas = 1;
+        break;
     case DT_STRATEGY_DEFAULT:
-    case DT_STRATEGY_ONE_DEVICE:
     case DT_STRATEGY_MULTI_WORKER_MIRRORED:
     case DT_STRATEGY_CENTRAL_STORAGE: {
         int n = dt_num_global_devices(type);
-        const char *names[1] = {"batch"};
         st = dt_mesh_create(1, names, &n, type, &s->mesh);
-        s->shard_inputs = kind != DT_STRATEGY_DEFAULT && kind != DT_STRATEGY_ONE_DEVICE;
+        s->shard_inputs = kind != DT_STRATEGY_DEFAULT;
         s->replicas = s->shard_inputs ? n : 1;
-        if (st == DT_OK && kind == DT_STRATEGY_CENTRAL_STORAGE && n > 1)
-            st = dt_mesh_set_collective_algorithm(s->mesh, DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE);
+        if (st == DT_OK && kind == DT_STRATEGY_CENTRAL_STORAGE)
+            st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){0}, &s->var_mesh);
         break;
     }
     case DT_STRATEGY_MIRRORED:
@@ -133,6 +138,7 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
         break;
     }
     if (st != DT_OK) {
+        dt_mesh_free(s->var_mesh);
         dt_mesh_free(s->mesh);
         free(s);
         return st;
@@ -150,6 +156,7 @@ void dt_strategy_free(dt_strategy *s)
             scopes[i] = NULL; /* a dangling scope would hand out a freed strategy */
     if (s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
+    dt_mesh_free(s->var_mesh);
     dt_mesh_free(s->mesh);
     free(s);
 }
@@ -173,7 +180,7 @@ dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout 
 {
     if (!s || !out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_variable_layout: strategy or out is NULL");
-    return dt_layout_replicated(s->mesh, rank, out);
+    return dt_layout_replicated(s->var_mesh ? s->var_mesh : s->mesh, rank, out);
 }
 
 dt_status dt_strategy_input_layout(const dt_strategy *s, int rank, dt_layout *out)
@@ -272,12 +279,17 @@ dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, doub
     if (!s || !t || !value || dt_tensor_num_elements(t) != 1)
         return dt__fail(DT_ERR_ARG, "dt_strategy_read_scalar: a one-element tensor and a value "
                                     "pointer are needed");
+    /* a mesh with a communicator may leave this client without a component (one device, or
+     * a subset): the gathering read gives every client the value; a client-local mesh (no
+     * communicator) has no other client to gather from */
+    bool gather = t->mesh->comm != MPI_COMM_NULL;
     if (t->dtype == DT_DTYPE_F32) {
         float f;
-        DT_TRY(dt__read_replicated(t, &f, sizeof f));
+        DT_TRY(gather ? dt_tensor_read(t, &f, sizeof f) : dt__read_replicated(t, &f, sizeof f));
         *value = f;
     } else if (t->dtype == DT_DTYPE_F64) {
-        DT_TRY(dt__read_replicated(t, value, sizeof *value));
+        DT_TRY(gather ? dt_tensor_read(t, value, sizeof *value)
+                      : dt__read_replicated(t, value, sizeof *value));
     } else {
         return dt__fail(DT_ERR_DTYPE, "dt_strategy_read_scalar: %s, expected f32 or f64",
                         dt_dtype_name(t->dtype));

@@ -7,7 +7,11 @@
  * compute_average_loss and scale_regularization_loss), so the SUM is mean + regularization.
  * dt_function_gradient adds the variables' gradients, each in its variable's layout: with
  * batch-sharded x and replicated variables they come out partial and the expansion
- * all-reduces them. */
+ * all-reduces them. Under central storage the variables are inputs on their own 1-device mesh
+ * (global device 0): the step copies each to a replicated layout on the batch mesh
+ * (copy_to_mesh) and computes there; the gradient of that copy is the copy of the partial
+ * gradient back to device 0, whose terms copy_to_mesh sums on the batch mesh (an all-reduce)
+ * before sending the sum to device 0, where the optimizer updates the variables. */
 #include "train.h"
 
 #include <stdlib.h>
@@ -203,6 +207,33 @@ static void values_of(const dt_model *m, const dt_tensor *w[])
         w[i] = dt_variable_value(m->vars[i]);
 }
 
+/* The variables' values w[0..n) where the computation on `mesh` can use them: each borrowed
+ * when already on that mesh, else copied there replicated into owned[i] (central storage:
+ * from device 0 to every device of the batch mesh). Eager or traced. */
+static dt_status vars_on_mesh(int n, const dt_tensor *const w[], const dt_mesh *mesh,
+                              const dt_tensor *out[], dt_tensor *owned[])
+{
+    for (int i = 0; i < n; i++) {
+        owned[i] = NULL;
+        out[i] = w[i];
+        if (w[i]->mesh == mesh)
+            continue;
+        dt_layout l;
+        DT_TRY(dt_layout_replicated(mesh, w[i]->rank, &l));
+        DT_TRY(dt_copy_to_mesh(w[i], &l, NULL, &owned[i]));
+        out[i] = owned[i];
+    }
+    return DT_OK;
+}
+
+static void free_all(int n, dt_tensor *t[])
+{
+    for (int i = 0; i < n; i++) {
+        dt_tensor_free(t[i]);
+        t[i] = NULL;
+    }
+}
+
 dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **out)
 {
     if (!out)
@@ -214,7 +245,13 @@ dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **ou
     if (m->nvars > (int)(sizeof w / sizeof w[0]))
         return dt__fail(DT_ERR_ARG, "dt_model_predict: %d variables", m->nvars);
     values_of(m, w);
-    return dt__model_forward(m, x, w, out);
+    dt_tensor *owned[sizeof w / sizeof w[0]] = {0};
+    const dt_tensor *wx[sizeof w / sizeof w[0]];
+    dt_status s = vars_on_mesh(m->nvars, w, x->mesh, wx, owned);
+    if (s == DT_OK)
+        s = dt__model_forward(m, x, wx, out);
+    free_all(m->nvars, owned);
+    return s;
 }
 
 dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x, const dt_tensor *y,
@@ -335,7 +372,8 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
 {
     dt_function *f = NULL;
     int n = m->nvars;
-    dt_tensor *xs = NULL, *ys = NULL, *ws[64] = {0}, *outs[2] = {0};
+    dt_tensor *xs = NULL, *ys = NULL, *ws[64] = {0}, *wc[64] = {0}, *outs[2] = {0};
+    const dt_tensor *wx[64];
     int wrt[64];
     DT_TRY(dt_function_begin(&f));
     dt_status s = dt_function_input(f, &x->layout, x->dtype, 2, x->shape, &xs);
@@ -346,8 +384,11 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
         s = dt_function_input(f, &v->layout, v->dtype, v->rank, v->shape, &ws[i]);
         wrt[i] = 2 + i;
     }
+    /* central storage: the variables (inputs on device 0) copied to the batch mesh */
     if (s == DT_OK)
-        s = trace_loss(m, loss, xs, ys, (const dt_tensor *const *)ws, &outs[0], &outs[1]);
+        s = vars_on_mesh(n, (const dt_tensor *const *)ws, x->mesh, wx, wc);
+    if (s == DT_OK)
+        s = trace_loss(m, loss, xs, ys, wx, &outs[0], &outs[1]);
     if (s == DT_OK) {
         s = dt_function_end(f, 2, outs);
     } else {
@@ -361,8 +402,8 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
         s = dt_function_gradient(f, 0, n, wrt, &g);
     dt_tensor_free(xs);
     dt_tensor_free(ys);
-    for (int i = 0; i < n; i++)
-        dt_tensor_free(ws[i]);
+    free_all(n, ws);
+    free_all(n, wc);
     dt_tensor_free(outs[0]);
     dt_tensor_free(outs[1]);
     dt_function_free(f);

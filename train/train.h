@@ -26,8 +26,11 @@ typedef struct dt__ps_var {
 
 struct dt_strategy {
     dt_strategy_kind kind;
-    dt_mesh *mesh; /* 1-D, axis "batch" */
-    int replicas;  /* num_replicas_in_sync */
+    dt_mesh *mesh; /* 1-D, axis "batch": inputs and compute */
+    /* CENTRAL_STORAGE: the variables' 1-device mesh (global device 0); NULL elsewhere, where
+     * variables live on `mesh` */
+    dt_mesh *var_mesh;
+    int replicas; /* num_replicas_in_sync */
     bool shard_inputs;
     dt_partitioner partitioner;
     dt_cluster cluster; /* parameter server */
@@ -61,7 +64,8 @@ dt_strategy *dt__strategy_scope(void);
  * clients). Not collective. */
 dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out);
 /* Read any tensor whose layout is replicated (or relayout it first) into host memory through
- * local device 0's component; works on client-local meshes. Collective over t's mesh. */
+ * local device 0's component; for client-local meshes (this client must own a device of t's
+ * mesh). Collective over t's mesh. */
 dt_status dt__read_replicated(const dt_tensor *t, void *dst, size_t bytes);
 
 /* Parameter server (layout/ps.c). Collective over the runtime's clients. */

@@ -3,7 +3,8 @@
  * independent host implementation (hand-derived backpropagation in double, from the same
  * initial values) and the one-device run within 1e-5 relative. Run at -n 1 with 4 devices,
  * -n 2 with 2 devices each and -n 4 with 1. Also: Adam against the host, errors for a model
- * used under another strategy and a batch not in the strategy's layout. */
+ * used under another strategy and a batch not in the strategy's layout; where one-device and
+ * central-storage variables and optimizer slots live (device 0 only). */
 #include "dt.h"
 #include "tap.h"
 
@@ -119,15 +120,11 @@ static void host_train(host_model m, bool adam, int steps, double *losses)
 
 /* ---- dtensor runs -------------------------------------------------------------------------- */
 
+/* The whole variable on every client (under one device and central storage the clients
+ * other than client 0 hold no component of it). */
 static bool read_var(dt_model *m, int i, double *dst, size_t bytes)
 {
-    const dt_tensor *t = dt_variable_value(dt_model_variable(m, i));
-    dt_tensor *r = NULL;
-    dt_layout l;
-    bool ok = dt_layout_replicated(dt_tensor_mesh(t), dt_tensor_rank(t), &l) == DT_OK &&
-              dt_relayout(t, &l, NULL, &r) == DT_OK && dt_tensor_unpack(r, 0, dst, bytes) == DT_OK;
-    dt_tensor_free(r);
-    return ok;
+    return dt_tensor_read(dt_variable_value(dt_model_variable(m, i)), dst, bytes) == DT_OK;
 }
 
 /* Train under `kind`; losses per step; *init gets the initial variables. */
@@ -177,6 +174,70 @@ static bool train(dt_strategy_kind kind, bool adam, int steps, double *losses, h
     return ok;
 }
 
+/* Bytes in use on each local device (at most 16). */
+static bool device_bytes(size_t bytes[16], int *n)
+{
+    *n = dt_num_local_devices(DT_DEVICE_CPU);
+    for (int i = 0; i < *n && i < 16; i++) {
+        size_t peak;
+        if (dt_device_memory(DT_DEVICE_CPU, i, &bytes[i], &peak) != DT_OK)
+            return false;
+    }
+    return *n <= 16;
+}
+
+/* Where a model's variables and the optimizer's slots sit: each device's bytes in use before
+ * the model, after creating it and after two SGD-with-momentum steps (variables plus one
+ * momentum slot each). want_all: every device holds a copy (mirrored), else global device 0
+ * alone (local device 0 of client 0) and the others nothing once the step is over. */
+static void check_placement(dt_strategy_kind kind, bool want_all)
+{
+    const size_t var_bytes = sizeof(double) * (IN * HID + HID + HID * OUT + OUT);
+    size_t before[16], created[16], trained[16];
+    int n = 0;
+    dt_strategy *s = NULL;
+    dt_model *m = NULL;
+    dt_optimizer *o = NULL;
+    dt_optimizer_config oc = {.kind = DT_OPTIMIZER_SGD, .learning_rate = LR, .momentum = MOM};
+    bool ok = dt_strategy_create(kind, NULL, &s) == DT_OK && device_bytes(before, &n) &&
+              dt_optimizer_create(&oc, &o) == DT_OK && dt_strategy_scope_enter(s) == DT_OK;
+    ok = ok && dt_model_create(IN, 2, layers, DT_DTYPE_F64, 3, &m) == DT_OK;
+    if (s)
+        dt_strategy_scope_exit(s);
+    ok = ok && device_bytes(created, &n);
+    for (int t = 0; ok && t < 2; t++) {
+        dt_tensor *x = NULL, *y = NULL;
+        ok = dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, IN}, X,
+                                          sizeof(double) * B * IN, &x) == DT_OK &&
+             dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, OUT}, Y,
+                                          sizeof(double) * B * OUT, &y) == DT_OK &&
+             dt_model_train_step(s, m, DT_LOSS_SOFTMAX_CROSS_ENTROPY, o, x, y, NULL) == DT_OK;
+        dt_tensor_free(x);
+        dt_tensor_free(y);
+    }
+    ok = ok && device_bytes(trained, &n);
+    if (!ok)
+        tap_diag("%s: %s", dt_strategy_kind_name(kind), dt_last_error());
+    bool placed = ok;
+    for (int i = 0; ok && i < n; i++) {
+        bool holds = want_all || (dt_client_id() == 0 && i == 0);
+        size_t dc = created[i] - before[i], dtr = trained[i] - before[i];
+        if (dc != (holds ? var_bytes : 0) || dtr != (holds ? 2 * var_bytes : 0)) {
+            placed = false;
+            fprintf(stderr,
+                    "client %d device %d: %zu bytes after creation, %zu after 2 steps; "
+                    "expected %zu and %zu\n",
+                    dt_client_id(), i, dc, dtr, holds ? var_bytes : 0, holds ? 2 * var_bytes : 0);
+        }
+    }
+    tap_check(placed, "%s: variables (%zu bytes) and momentum slots on %s, nothing left elsewhere",
+              dt_strategy_kind_name(kind), var_bytes,
+              want_all ? "every device" : "global device 0 only");
+    dt_optimizer_free(o);
+    dt_model_free(m);
+    dt_strategy_free(s);
+}
+
 static double max_rel(const double *a, const double *b, int n)
 {
     double worst = 0;
@@ -215,6 +276,12 @@ int main(void)
                   "and the host (%.2e)",
                   dt_strategy_kind_name(kinds[k]), rep, a, b);
     }
+    /* placement: one device and central storage keep state on global device 0 alone;
+     * multi-worker mirrored on every device (so the check can tell them apart) */
+    check_placement(DT_STRATEGY_ONE_DEVICE, false);
+    check_placement(DT_STRATEGY_CENTRAL_STORAGE, false);
+    check_placement(DT_STRATEGY_MULTI_WORKER_MIRRORED, true);
+
     /* Adam, a few steps, mirrored against the host */
     ok = train(DT_STRATEGY_MULTI_WORKER_MIRRORED, true, 10, got, &init, &rep);
     host_train(init, true, 10, ref);

@@ -1024,6 +1024,11 @@ class Strategy:
         self._cluster = info["cluster"]
         self.mesh = Mesh(info["mesh"])
         self.mesh._owner = self  # the mesh lives as long as the strategy
+        # central storage keeps the variables on a mesh of their own (device 0)
+        self.variable_mesh = self.mesh
+        if info["variable_mesh"] is not None:
+            self.variable_mesh = Mesh(info["variable_mesh"])
+            self.variable_mesh._owner = self
         _live.add(self)
 
     @property
@@ -1046,7 +1051,7 @@ class Strategy:
         return _layout_of(_c.strategy_layouts(self._handle, rank)[1], self.mesh)
 
     def variable_layout(self, rank):
-        return _layout_of(_c.strategy_layouts(self._handle, rank)[0], self.mesh)
+        return _layout_of(_c.strategy_layouts(self._handle, rank)[0], self.variable_mesh)
 
     def distribute_batch(self, batch):
         """A global batch (the full array, on every client) split into per-replica batches:

@@ -1028,18 +1028,40 @@ static PyObject *py_strategy_create(PyObject *self, PyObject *args)
     return wrap(KIND_STRATEGY, st);
 }
 
-/* strategy_info(s) -> {kind, replicas, mesh (borrowed handle), cluster or None} */
+/* A borrowed handle of a strategy's mesh (freed with the strategy). */
+static PyObject *borrowed_mesh(const dt_mesh *m)
+{
+    Handle *h = PyObject_New(Handle, &HandleType);
+    if (!h)
+        return NULL;
+    h->kind = KIND_BORROWED_MESH;
+    h->ptr = (void *)m;
+    return (PyObject *)h;
+}
+
+/* strategy_info(s) -> {kind, replicas, mesh (borrowed handle), variable_mesh (borrowed handle,
+ * None when the variables live on mesh), cluster or None} */
 static PyObject *py_strategy_info(PyObject *self, PyObject *arg)
 {
     (void)self;
     const dt_strategy *st = unwrap(arg, KIND_STRATEGY);
     if (!st)
         return NULL;
-    Handle *mesh = PyObject_New(Handle, &HandleType);
+    dt_layout vl;
+    CALL(dt_strategy_variable_layout(st, 0, &vl));
+    PyObject *mesh = borrowed_mesh(dt_strategy_mesh(st));
     if (!mesh)
         return NULL;
-    mesh->kind = KIND_BORROWED_MESH;
-    mesh->ptr = (void *)dt_strategy_mesh(st);
+    PyObject *var_mesh = Py_None;
+    if (vl.mesh != dt_strategy_mesh(st)) {
+        var_mesh = borrowed_mesh(vl.mesh); /* central storage: device 0's */
+        if (!var_mesh) {
+            Py_DECREF(mesh);
+            return NULL;
+        }
+    } else {
+        Py_INCREF(var_mesh);
+    }
     PyObject *cluster = Py_None;
     dt_cluster c;
     if (dt_strategy_kind_of(st) == DT_STRATEGY_PARAMETER_SERVER &&
@@ -1050,9 +1072,10 @@ static PyObject *py_strategy_info(PyObject *self, PyObject *arg)
                           c.num_tasks[DT_TASK_PS], "chief", c.num_tasks[DT_TASK_CHIEF]);
     else
         Py_INCREF(cluster);
-    return Py_BuildValue(
-        "{s:s,s:i,s:N,s:N}", "kind", dt_strategy_kind_name(dt_strategy_kind_of(st)), "replicas",
-        dt_strategy_num_replicas_in_sync(st), "mesh", (PyObject *)mesh, "cluster", cluster);
+    return Py_BuildValue("{s:s,s:i,s:N,s:N,s:N}", "kind",
+                         dt_strategy_kind_name(dt_strategy_kind_of(st)), "replicas",
+                         dt_strategy_num_replicas_in_sync(st), "mesh", mesh, "variable_mesh",
+                         var_mesh, "cluster", cluster);
 }
 
 /* strategy_layouts(s, rank) -> (variable layout text, input layout text) */

@@ -131,3 +131,35 @@ def test_parameter_server_training(monkeypatch):
     coordinator.shutdown()
     if s.task_type == "chief":
         assert losses[-1] < losses[0] * 0.5, losses
+
+
+@pytest.mark.parametrize("cls", [dtensor.OneDeviceStrategy, dtensor.CentralStorageStrategy])
+def test_variables_on_device_0(cls):
+    """One device and central storage keep the variables on a 1-device mesh over global device
+    0: only client 0 owns it, the other clients hold no device of it and still train, predict
+    and read the weights (collectively)."""
+    s = cls()
+    owns = 1 if dtensor.client_id() == 0 else 0
+    assert s.variable_layout(2).mesh.size == 1
+    assert s.variable_layout(2).mesh.num_local_devices() == owns
+    assert s.variable_layout(2).mesh.local_device_ids() == ([0] if owns else [])
+    if cls is dtensor.OneDeviceStrategy:
+        assert s.mesh.size == 1 and s.mesh.num_local_devices() == owns
+        assert s.variable_layout(2).mesh == s.mesh
+    else:
+        assert s.mesh.size == dtensor.num_global_devices()
+        assert s.mesh.num_local_devices() == dtensor.num_local_devices()
+        assert s.variable_layout(2).mesh != s.mesh
+    with s.scope():
+        model = dtensor.Sequential([dtensor.Dense(1)], input_features=3, dtype=np.float64,
+                                   seed=5)
+    w0, b0 = model.get_weights()
+    x_host = np.arange(18, dtype=np.float64).reshape(6, 3) / 10  # 6 rows: one per device
+    x = s.distribute_batch(x_host)
+    np.testing.assert_allclose(dtensor.gather(model(x)), x_host @ w0 + b0, rtol=1e-12)
+    y_host = np.ones((6, 1))
+    want = numpy_sgd_losses(w0, b0, x_host, y_host, lr=0.1, steps=3)
+    opt = dtensor.SGD(learning_rate=0.1)
+    got = [model.train_step(x, s.distribute_batch(y_host), "mean_squared_error", opt)
+           for _ in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-10)
