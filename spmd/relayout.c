@@ -234,12 +234,18 @@ static int member(const dt_mesh *m, int a, int device, int r)
 }
 
 /* Does the block split along axis i sit contiguously (every axis before i of extent 1)? */
-static bool outermost(int rank, const int64_t local[], int i)
+/* Is tensor axis `axis` the outermost non-trivial axis of every device's shard of d (every
+ * extent before it is 1)? Then each shard's blocks along `axis` are contiguous and a
+ * collective can read or write the buffer directly, with no packing. */
+static bool outermost_everywhere(const dt__dist *d, const dt_mesh *m, int axis)
 {
-    for (int j = 0; j < i; j++)
-        if (local[j] != 1)
-            return false;
-    (void)rank;
+    for (int dev = 0; dev < m->size; dev++) {
+        int64_t l[DT_MAX_RANK];
+        dt__local_shape(d, dev, l, NULL);
+        for (int j = 0; j < axis; j++)
+            if (l[j] != 1)
+                return false;
+    }
     return true;
 }
 
@@ -507,17 +513,7 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
         int64_t count;
         bool even = counts_even(m, ag_counts, &c, c.g, &count);
         DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, out));
-        int64_t loc0[DT_MAX_RANK];
-        for (int i = 0; i < rank; i++)
-            loc0[i] = dt_shard_size(in->shape[i], dt_layout_num_shards(&t->after, i), 0);
-        /* All devices share the extents before `from` (those axes are split the same way in
-         * both layouts), so checking the largest shard decides for all. */
-        bool direct = outermost(rank, loc0, t->from);
-        for (int d = 0; d < m->size && direct; d++) {
-            int64_t l[DT_MAX_RANK];
-            dt__local_shape(out, d, l, NULL);
-            direct = outermost(rank, l, t->from);
-        }
+        bool direct = outermost_everywhere(out, m, t->from);
         int recv = out->slot;
         if (!direct) {
             dt__dist tmp;
@@ -556,12 +552,7 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
         int64_t count;
         bool even = counts_even(m, rs_counts, &c, c.g, &count);
         DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, out));
-        bool direct = true;
-        for (int d = 0; d < m->size && direct; d++) {
-            int64_t l[DT_MAX_RANK];
-            dt__local_shape(in, d, l, NULL);
-            direct = outermost(rank, l, t->to);
-        }
+        bool direct = outermost_everywhere(in, m, t->to);
         int send = in->slot;
         if (!direct) {
             dt__dist tmp;

@@ -139,6 +139,25 @@ static inline int64_t ref_component(const ref_place *p, const int coords[], cons
 }
 
 /* A distinct, exactly representable value per element e and dtype, written to buf[e]. */
+/* Element k of a buffer of `dtype` set to the integer v (exact for every dtype here). */
+static inline void ref_set(dt_dtype dtype, void *buf, int64_t k, int64_t v)
+{
+    switch (dtype) {
+    case DT_DTYPE_F32:
+        ((float *)buf)[k] = (float)v;
+        break;
+    case DT_DTYPE_F64:
+        ((double *)buf)[k] = (double)v;
+        break;
+    case DT_DTYPE_I32:
+        ((int32_t *)buf)[k] = (int32_t)v;
+        break;
+    default:
+        ((int64_t *)buf)[k] = v;
+        break;
+    }
+}
+
 static inline void ref_fill(dt_dtype dtype, int64_t n, void *buf, int salt)
 {
     for (int64_t e = 0; e < n; e++) {

@@ -152,24 +152,6 @@ static void round_trips(const mesh_case *mc, int rank, const int64_t (*shapes)[3
 
 /* ---- partial terms across clients ---------------------------------------------------------- */
 
-static void set_value(dt_dtype dtype, void *buf, int64_t k, int64_t v)
-{
-    switch (dtype) {
-    case DT_DTYPE_F32:
-        ((float *)buf)[k] = (float)v;
-        break;
-    case DT_DTYPE_F64:
-        ((double *)buf)[k] = (double)v;
-        break;
-    case DT_DTYPE_I32:
-        ((int32_t *)buf)[k] = (int32_t)v;
-        break;
-    default:
-        ((int64_t *)buf)[k] = v;
-        break;
-    }
-}
-
 static int64_t term(dt_reduce_op op, int64_t e, int key)
 {
     if (op == DT_REDUCE_SUM)
@@ -229,7 +211,7 @@ static bool check_partial(const mesh_case *mc, const char *text, int rank, const
         if (n)
             do {
                 if (ref_holds(&p, c, idx))
-                    set_value(dtype, comps[i], k++, term(l.partial_op, e, key));
+                    ref_set(dtype, comps[i], k++, term(l.partial_op, e, key));
                 e++;
             } while (ref_next(rank, shape, idx));
     }
@@ -263,7 +245,7 @@ static bool check_partial(const mesh_case *mc, const char *text, int rank, const
                     acc = v < acc ? v : acc;
                 first = false;
             }
-            set_value(dtype, want, e, acc);
+            ref_set(dtype, want, e, acc);
             e++;
         } while (ref_next(rank, shape, idx));
 

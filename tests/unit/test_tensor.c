@@ -232,24 +232,6 @@ Test(round_trip, guide_example_known_answer)
 
 /* ---- partial layouts --------------------------------------------------------------------- */
 
-static void set_value(dt_dtype dtype, void *buf, int64_t k, int64_t v)
-{
-    switch (dtype) {
-    case DT_DTYPE_F32:
-        ((float *)buf)[k] = (float)v;
-        break;
-    case DT_DTYPE_F64:
-        ((double *)buf)[k] = (double)v;
-        break;
-    case DT_DTYPE_I32:
-        ((int32_t *)buf)[k] = (int32_t)v;
-        break;
-    default:
-        ((int64_t *)buf)[k] = v;
-        break;
-    }
-}
-
 /* The term a device with partial-axis key `key` holds for global element e. */
 static int64_t term(dt_reduce_op op, int64_t e, int key)
 {
@@ -312,7 +294,7 @@ static void check_partial(dt_mesh *m, int num_axes, const int sizes[], const cha
         if (n)
             do {
                 if (ref_holds(&p, c, idx))
-                    set_value(dtype, buf, k++, term(l.partial_op, e, keys[d]));
+                    ref_set(dtype, buf, k++, term(l.partial_op, e, keys[d]));
                 e++;
             } while (ref_next(rank, shape, idx));
         comps[d] = buf;
@@ -343,7 +325,7 @@ static void check_partial(dt_mesh *m, int num_axes, const int sizes[], const cha
                 first = false;
             }
             cr_assert_not(first, "%s: element %ld held by no device", what, (long)e);
-            set_value(dtype, want, e, acc);
+            ref_set(dtype, want, e, acc);
             e++;
         } while (ref_next(rank, shape, idx));
 
