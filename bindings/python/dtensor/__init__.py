@@ -508,10 +508,6 @@ def show_programs():
         _state.programs = old
 
 
-def _layout_args(layout):
-    return (None, None) if layout is None else (layout.mesh._handle, layout.to_string())
-
-
 def _layout_of(text, mesh):
     """The Layout of a canonical text on a mesh, cached on the mesh (results of ops)."""
     layout = mesh._layouts.get(text)
