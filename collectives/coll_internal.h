@@ -83,7 +83,7 @@ struct dt__coll_req {
     dt__coll c;
     dt__cmask *mask;
     dt_collective_algorithm algorithm; /* resolved */
-    const char *backend;               /* "local", "mpi", "hierarchical", "nccl" */
+    const char *backend;               /* "local", "mpi", "hierarchical", "cuda", "nccl" */
     size_t es;
     int num_groups;
     dt__gcall *gc;
@@ -115,6 +115,10 @@ dt_status dt__coll_mpi_start(dt__coll_req *r);
 bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
 
 #ifdef DT_HAVE_CUDA
+/* GPU devices of one client (collectives/cuda.c): can every group exchange directly (peer
+ * access), and queue the collective on the members' streams. */
+dt_status dt__cuda_coll_check(const dt__coll_req *r);
+dt_status dt__cuda_coll_run(dt__coll_req *r);
 dt_status dt__nccl_run(dt__coll_req *r);
 void dt__nccl_group_free(dt__cgroup *g);
 #endif

@@ -53,8 +53,9 @@ dt_status dt__coll_check_algorithm(dt_device_type type, dt_collective_algorithm 
 {
     if (type == DT_DEVICE_CUDA && a != DT_ALGORITHM_AUTO && a != DT_ALGORITHM_NCCL)
         return dt__fail(DT_ERR_UNSUPPORTED,
-                        "%s: CUDA devices exchange through NCCL only, %s was asked for", fn,
-                        dt_collective_algorithm_name(a));
+                        "%s: CUDA devices exchange by device copies (auto) or through NCCL, %s "
+                        "was asked for",
+                        fn, dt_collective_algorithm_name(a));
     if (type == DT_DEVICE_CUDA) {
 #ifndef DT_HAVE_CUDA
         return dt__fail(DT_ERR_UNSUPPORTED, "%s: built without CUDA, so without NCCL", fn);
@@ -283,6 +284,11 @@ static dt_status check_agreement(dt__coll_req *r, dt_status local)
     if (!all)
         return dt__fail(DT_ERR_NOMEM, "collective check: out of memory for %d clients", nc);
     dt_status s = dt__allgather_bytes(m->comm, &mine, sizeof mine, all);
+    for (int c = 0; s == DT_OK && c < nc; c++) {
+        all[c].error[sizeof all[c].error - 1] = '\0'; /* bounded, whatever a peer sent */
+        if (all[c].status < 0 || all[c].status >= DT_STATUS_COUNT)
+            all[c].status = DT_ERR_COMM;
+    }
     for (int c = 0; s == DT_OK && c < nc; c++)
         if (all[c].status != DT_OK) {
             s = c == dt__rt.client
@@ -424,10 +430,15 @@ static dt_status plan(dt__coll_req *r)
     (void)G;
     r->block = block;
     r->backend = !spans ? "local" : stacked ? "hierarchical" : "mpi";
+    /* GPU devices: groups inside this client exchange by device copies and reduction kernels
+     * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
+     * when a group spans clients. */
+    bool nccl = r->m->type == DT_DEVICE_CUDA && (spans || a == DT_ALGORITHM_NCCL);
     if (r->m->type == DT_DEVICE_CUDA)
-        r->backend = "nccl";
-    r->algorithm = r->m->type == DT_DEVICE_CUDA ? DT_ALGORITHM_NCCL
-                   : ring                       ? DT_ALGORITHM_RING
+        r->backend = nccl ? "nccl" : "cuda";
+    r->algorithm = nccl                           ? DT_ALGORITHM_NCCL
+                   : r->m->type == DT_DEVICE_CUDA ? DT_ALGORITHM_AUTO
+                   : ring                         ? DT_ALGORITHM_RING
                    : rtod || a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        ? DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        : DT_ALGORITHM_HIERARCHICAL_COPY;
@@ -464,6 +475,10 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
         s = dt__coll_mask(m, axes, false, &r->mask);
     if (s == DT_OK)
         s = plan(r);
+#ifdef DT_HAVE_CUDA
+    if (s == DT_OK && m->type == DT_DEVICE_CUDA && r->algorithm != DT_ALGORITHM_NCCL)
+        s = dt__cuda_coll_check(r);
+#endif
     if (check)
         s = check_agreement(r, s);
     if (s == DT_OK)
@@ -471,8 +486,10 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (s == DT_OK) {
         r->mask->seq++;
 #ifdef DT_HAVE_CUDA
-        if (m->type == DT_DEVICE_CUDA)
+        if (m->type == DT_DEVICE_CUDA && r->algorithm == DT_ALGORITHM_NCCL)
             s = dt__nccl_run(r);
+        else if (m->type == DT_DEVICE_CUDA)
+            s = dt__cuda_coll_run(r);
         else
 #endif
             s = dt__coll_mpi_start(r);

@@ -3,6 +3,7 @@
 #define DT_INTERNAL_H
 
 #include "dtensor.h"
+#include "kernels.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -11,9 +12,8 @@
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-/* Record a formatted message for dt_last_error() and return s. Call once, at the site of the
- * failure; callers only propagate with DT_TRY. */
-dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* dt__fail (kernels.h): record a formatted message for dt_last_error() and return s. Call
+ * once, at the site of the failure; callers only propagate with DT_TRY. */
 /* Set the message verbatim (used to re-raise a message received from another client). */
 void dt__set_error(const char *msg);
 
@@ -53,104 +53,89 @@ void dt__copy_block(void *dst, const int64_t dst_shape[], const int64_t dst_off[
 
 typedef struct dt__device dt__device;
 
-/* ---- local kernels (ops/<backend>): what the expansion engine emits per device ------------ */
-
-/* X(NAME, name): the short list of local kernels every backend implements per dtype. They see
- * only local shapes; global ops never reach a backend. */
-#define DT__KERNEL_LIST(X)            \
-    X(FILL, fill)                     \
-    X(ARANGE, arange)                 \
-    X(PHILOX_UNIFORM, philox_uniform) \
-    X(PHILOX_NORMAL, philox_normal)   \
-    X(UNARY, unary)                   \
-    X(BINARY, binary)                 \
-    X(REDUCE, reduce)                 \
-    X(GEMM, gemm)                     \
-    X(TRANSPOSE, transpose)           \
-    X(COPY_BLOCKS, copy_blocks)       \
-    X(SELECT_FILL, select_fill)
-
-typedef enum dt__kernel {
-#define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
-    DT__KERNEL_LIST(DT__KERNEL_ENUM)
-#undef DT__KERNEL_ENUM
-        DT__KERNEL_COUNT
-} dt__kernel;
-
-const char *dt__kernel_name(dt__kernel k);
-
-/* One block move of COPY_BLOCKS: `extent` at src_off inside a src_shape array that starts
- * src_at elements into the source buffer, to dst_off inside dst_shape at dst_at. */
-typedef struct dt__block {
-    int rank;
-    int64_t src_at, dst_at;
-    int64_t src_shape[DT_MAX_RANK], src_off[DT_MAX_RANK];
-    int64_t dst_shape[DT_MAX_RANK], dst_off[DT_MAX_RANK];
-    int64_t extent[DT_MAX_RANK];
-} dt__block;
-
-/* Arguments of one kernel on one device: local shapes only (plus global offsets where an
- * element's value depends on its global index). Built at expansion time, per device. */
-typedef struct dt__kargs {
-    int rank;                               /* of the output */
-    int64_t shape[DT_MAX_RANK];             /* output local shape */
-    int64_t offset[DT_MAX_RANK];            /* global index of the output's first element */
-    int64_t gshape[DT_MAX_RANK];            /* global output shape */
-    int64_t in_shape[2][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
-    int op;                                 /* unary / binary / reduce operator */
-    double a, b;                            /* fill value; arange start, step; random
-                                               bounds or mean, stddev; reduce scale */
-    uint64_t seed, key;                     /* Philox key (seed) and counter high word (op key) */
-    unsigned mask;                          /* reduce: local axes reduced */
-    int perm[DT_MAX_RANK];                  /* transpose: out axis i = in axis perm[i] */
-    int64_t batch, m, n, k;                 /* gemm: batch count and matrix extents */
-    int64_t a_batch_stride, b_batch_stride; /* 0 broadcasts an operand over the batch */
-    bool ta, tb;                            /* gemm transposes */
-    bool select;                            /* select_fill: true copies, false fills with a */
-    int nblocks;                            /* copy_blocks */
-    dt__block *blocks;
-    int64_t out_elems; /* size of the output buffer in elements */
-} dt__kargs;
-
-typedef void (*dt__kernel_fn)(const dt__kargs *k, const void *const in[], void *out);
-
 /* What a device backend implements. Device buffers are opaque to everything above ops/.
- * Local kernels are added to the table by the expansion engine's kernel list. */
+ *
+ * Ordering: each device has one queue of work (CUDA: its stream). Kernels, `copy` and the
+ * device side of `to_device` go on it in call order and may still be running when the call
+ * returns; `to_host` and `sync` wait for everything queued before them. A synchronous backend
+ * (CPU) finishes everything before returning and leaves `sync` NULL. Buffers freed while work
+ * that uses them is queued are safe to reuse for work queued later on the same device: the
+ * caching allocator hands a block back only to its own device. */
 typedef struct dt__backend {
     const char *name;
     /* Host code may read and write device buffers directly (CPU). */
     bool host_accessible;
+    /* Per-device resources (stream, library handles, events) at dt_init and dt_finalize;
+     * NULL when the backend needs none. */
+    dt_status (*open)(dt__device *d);
+    void (*close)(dt__device *d);
+    /* Make d current on the calling thread before queueing work for it (CUDA: the GPU). */
+    dt_status (*enter)(dt__device *d);
+    /* Memory straight from the system (the caching allocator in mesh/device.c sits above). */
     dt_status (*alloc)(dt__device *d, size_t bytes, void **out);
     void (*free)(dt__device *d, void *p);
+    /* Host to device: src may be reused when the call returns. */
     dt_status (*to_device)(dt__device *d, void *dst, const void *src, size_t bytes);
+    /* Device to host: waits for the work queued on d before it, then copies. */
     dt_status (*to_host)(dt__device *d, void *dst, const void *src, size_t bytes);
+    /* Device to device, queued on d (src may be on another device of the backend). */
     dt_status (*copy)(dt__device *d, void *dst, const void *src, size_t bytes);
+    /* Wait for every piece of work queued on d; reports a failure of queued work. */
+    dt_status (*sync)(dt__device *d);
     /* Local kernels by (kernel, dtype); NULL when the backend has none. */
     const dt__kernel_fn (*kernels)[DT_DTYPE_COUNT];
 } dt__backend;
 
-/* The CPU backend's (kernel, dtype) table: reference loops, OpenBLAS for gemm. */
-extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
-
-/* Philox4x32-10 (Salmon et al. 2011, Random123): one block of 4 words. */
-void dt__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-
 extern const dt__backend dt__cpu_backend;
+/* Threads of each OpenBLAS call: the cores each local CPU device has (devices of every client
+ * on the host share its cores), so concurrent GEMMs of several devices do not oversubscribe
+ * them; unchanged when the user set OPENBLAS_NUM_THREADS (*user). Returns the count in use. */
+int dt__cpu_blas_threads(int cores_per_device, bool *user);
 #ifdef DT_HAVE_CUDA
 extern const dt__backend dt__cuda_backend;
+/* Usable GPUs of this process (0 without a driver or a GPU: any error counts as none). */
 int dt__cuda_device_count(void);
+/* Let every GPU of `ordinals` read and write the others' memory where the hardware allows
+ * (kernels of one client's collectives read peers directly). */
+void dt__cuda_enable_peers(int n, const int ordinals[]);
+/* True when a kernel on GPU `a` can read memory of GPU `b` (same GPU, or peer access on). */
+bool dt__cuda_can_access(int a, int b);
 #endif
+
+/* The backend of a device type in this build; NULL when the build lacks it (CUDA without
+ * CUDA). A pure function of the type: every client gets the same answer, also a client that
+ * owns no device of that type. */
+const dt__backend *dt__backend_of(dt_device_type type);
 
 /* A task run on a device's worker thread: fn(device, index, arg). */
 typedef void (*dt__task_fn)(dt__device *d, int index, void *arg);
+
+/* The caching allocator's free lists of one device: blocks of one size class each, handed
+ * back to the system only by dt_device_release_cache and dt_finalize. */
+#define DT__SIZE_CLASSES 256
+typedef struct dt__cached {
+    void *p;
+    struct dt__cached *next;
+} dt__cached;
 
 struct dt__device {
     dt_device_type type;
     int local_index; /* among this client's devices of the type */
     int ordinal;     /* CUDA device ordinal; core index a CPU worker is bound to, or -1 */
+    int logical;     /* CUDA: index of this logical device on its physical GPU */
     const dt__backend *backend;
-    atomic_size_t bytes_current;
+    dt__kctx kx;              /* what kernels see (stream, BLAS handle, TF32) */
+    void *ev_ready, *ev_done; /* CUDA events ordering collectives between devices' streams */
+    void *pinned[2];          /* CUDA: host staging buffers for transfers, made on first use */
+    void *pinned_ev[2];
+    atomic_size_t bytes_current; /* in use: bytes the callers asked for */
     atomic_size_t bytes_peak;
+    /* caching allocator (mesh/device.c), under cache_lock */
+    pthread_mutex_t cache_lock;
+    dt__cached *cache[DT__SIZE_CLASSES];
+    size_t bytes_reserved; /* taken from the system: in use (rounded up) plus cached */
+    size_t bytes_cached;
+    uint64_t system_allocs; /* blocks taken from the system since dt_init */
 
     /* worker thread: runs one posted task at a time */
     pthread_t thread;
@@ -164,11 +149,16 @@ struct dt__device {
     struct dt__join *join;
     bool stop;
     bool started;
+    bool opened; /* the backend's open succeeded: close it at the end */
 };
 
-/* Allocate with accounting (dt_device_memory). Zero bytes gives a valid unique pointer. */
+/* Allocate with accounting (dt_device_memory) from the device's cache, falling back to the
+ * system (once more after emptying the cache). Zero bytes gives a valid unique pointer.
+ * dt__device_free takes the size that was asked for. */
 dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out);
 void dt__device_free(dt__device *d, void *p, size_t bytes);
+/* Hand every cached block of d back to the system. */
+void dt__device_release_cache(dt__device *d);
 /* Test hook: from now on, this process's device allocations of more than `bytes` fail with
  * DT_ERR_NOMEM (SIZE_MAX, the default, turns it off). Simulates one client running out. */
 void dt__device_fail_allocs_over(size_t bytes);
@@ -186,8 +176,11 @@ void dt__devices_run_here(dt__device *const devices[], int n, dt__task_fn fn, vo
 
 typedef struct dt__runtime {
     bool initialized;
-    bool mpi_used;  /* clients are MPI ranks */
-    bool mpi_owned; /* dt_init called MPI_Init and dt_finalize ends it */
+    bool mpi_used;    /* clients are MPI ranks */
+    bool mpi_owned;   /* dt_init called MPI_Init and dt_finalize ends it */
+    bool cuda_tf32;   /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
+    int blas_threads; /* threads of one OpenBLAS call */
+    bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;
     int num_clients;

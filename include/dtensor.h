@@ -163,6 +163,14 @@ typedef struct dt_init_options {
      * means the same) binds only when every worker of every client on this host gets a core
      * of its own; 1 requires it (error otherwise); 2 never binds. */
     int bind;
+    /* Logical CUDA devices per physical GPU (as TensorFlow's logical GPU configuration): each
+     * has its own stream and memory accounting, so a mesh of several GPU devices runs on one
+     * GPU. 0: the value of DTENSOR_CUDA_DEVICES, else 1. Ignored without GPUs. */
+    int cuda_logical_devices;
+    /* f32 matrix products on CUDA devices: 1 lets cuBLAS use TF32 tensor cores (10-bit
+     * mantissa inputs, faster), 2 keeps exact FP32; 0: TF32 when DTENSOR_ALLOW_TF32=1, else
+     * exact FP32 (the default, as in PyTorch's matmul). The program printer names the math. */
+    int allow_tf32;
 } dt_init_options;
 
 /* Start the runtime. opts may be NULL for defaults. Under a launcher (`mpiexec.mpich -n N`,
@@ -192,6 +200,22 @@ int dt_global_device_id(dt_device_type type, int local_index);
 
 /* Bytes currently allocated and the peak since dt_init on one local device. */
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak);
+
+/* Memory of one local device, as its caching allocator sees it. Freed buffers stay reserved
+ * in per-size free lists (as PyTorch's caching allocator), so steady-state ops take nothing
+ * from the system (cudaMalloc, or fresh pages that fault on first touch). */
+typedef struct dt_memory_stats {
+    size_t in_use;          /* bytes of live buffers, as asked for */
+    size_t peak;            /* the most in_use since dt_init */
+    size_t reserved;        /* held from the system: live buffers (rounded up) plus cached */
+    size_t cached;          /* free blocks kept for reuse */
+    uint64_t system_allocs; /* blocks taken from the system since dt_init */
+} dt_memory_stats;
+dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out);
+
+/* Hand the cached free blocks of one local device (local_index -1: of every local device of
+ * the type) back to the system. Live buffers are untouched. Not collective. */
+dt_status dt_device_release_cache(dt_device_type type, int local_index);
 
 /* Print host topology (cores, NUMA nodes, hwloc binding) and every local device. Only this
  * client prints. */
@@ -330,6 +354,12 @@ dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes);
  * the global size; pending partial sums are reduced). The only call that materialises a
  * global tensor. Collective. */
 dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes);
+
+/* Wait until the values of t's local components are computed. Ops on GPU devices return once
+ * their kernels are queued (reads, unpacks and host exchanges wait by themselves); this is
+ * for timing and for handing components to other libraries. Reports a failure of the queued
+ * work as DT_ERR_DEVICE naming the device. A no-op on CPU devices. Not collective. */
+dt_status dt_tensor_wait(const dt_tensor *t);
 
 void dt_tensor_free(dt_tensor *t);
 
@@ -803,6 +833,9 @@ typedef struct dt_partitioner {
 
 typedef struct dt_strategy_options {
     dt_partitioner partitioner; /* parameter server */
+    /* The devices the strategy's meshes are made of (DT_DEVICE_CPU in a zeroed struct): the
+     * same training program runs on GPU devices with DT_DEVICE_CUDA. */
+    dt_device_type device_type;
 } dt_strategy_options;
 
 /* The strategy over this runtime's devices. PARAMETER_SERVER first resolves the cluster

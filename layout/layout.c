@@ -294,7 +294,10 @@ int dt_layout_is_replicated(const dt_layout *l)
 
 int dt_layout_num_shards(const dt_layout *l, int axis)
 {
-    if (!l || !l->mesh || axis < 0 || axis >= l->rank || l->axes[axis] == DT_UNSHARDED)
+    /* a hand-built layout naming a mesh axis the mesh lacks counts as unsharded here (the
+     * layout checks reject it wherever a layout enters an op) */
+    if (!l || !l->mesh || axis < 0 || axis >= l->rank || l->axes[axis] < 0 ||
+        l->axes[axis] >= l->mesh->num_axes)
         return 1;
     return l->mesh->sizes[l->axes[axis]];
 }

@@ -90,7 +90,12 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
     s->comm = MPI_COMM_NULL;
     if (opts)
         s->partitioner = opts->partitioner;
-    dt_device_type type = DT_DEVICE_CPU;
+    dt_device_type type = opts ? opts->device_type : DT_DEVICE_CPU;
+    if ((unsigned)type >= DT_DEVICE_COUNT) {
+        free(s);
+        return dt__fail(DT_ERR_ARG, "dt_strategy_create: device_type %d outside 0..%d", (int)type,
+                        DT_DEVICE_COUNT - 1);
+    }
     dt_status st = DT_OK;
     const char *names[1] = {"batch"};
     switch (kind) {

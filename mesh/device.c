@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 /* Completion of one dt__devices_run: `remaining` is decremented under `lock`, so a caller that
@@ -70,13 +71,115 @@ void dt__device_fail_allocs_over(size_t bytes)
     atomic_store(&fail_over, bytes);
 }
 
+/* ---- caching allocator ----------------------------------------------------------------- */
+
+/* Size classes: 256 bytes, then four steps per doubling (2^e times 1.25, 1.5, 1.75, 2), so a
+ * block is at most 25% larger than asked and repeated shapes land in the same class. Above
+ * SIZE_MAX / 4 nothing is cached (the system would refuse such a block anyway). */
+#define DT__CLASS_MIN 256u
+
+static int size_class(size_t bytes, size_t *size)
+{
+    if (bytes <= DT__CLASS_MIN) {
+        *size = DT__CLASS_MIN;
+        return 0;
+    }
+    if (bytes > SIZE_MAX / 4) {
+        *size = bytes;
+        return -1;
+    }
+    int e = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^e < bytes <= 2^(e+1) */
+    size_t base = (size_t)1 << e, step = base / 4;
+    size_t q = (bytes - base + step - 1) / step; /* 1..4 */
+    *size = base + q * step;
+    return (e - 8) * 4 + (int)q;
+}
+
+/* The size of class cls > 0 is 2^e + q 2^(e-2) with cls = 4 (e - 8) + q, q in 1..4. */
+static size_t class_size(int cls)
+{
+    if (cls == 0)
+        return DT__CLASS_MIN;
+    int e = (cls - 1) / 4 + 8, q = (cls - 1) % 4 + 1;
+    return ((size_t)1 << e) + (size_t)q * ((size_t)1 << (e - 2));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* A cached host block is poisoned, so a use after dt__device_free is still caught. */
+static void poison(const dt__device *d, void *p, size_t size, bool on)
+{
+    if (!d->backend->host_accessible)
+        return;
+    if (on)
+        ASAN_POISON_MEMORY_REGION(p, size);
+    else
+        ASAN_UNPOISON_MEMORY_REGION(p, size);
+}
+#else
+static void poison(const dt__device *d, void *p, size_t size, bool on)
+{
+    (void)d, (void)p, (void)size, (void)on;
+}
+#endif
+
+static void *cache_take(dt__device *d, int cls, size_t size)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&d->cache_lock);
+    dt__cached *c = d->cache[cls];
+    if (c) {
+        d->cache[cls] = c->next;
+        d->bytes_cached -= size;
+        p = c->p;
+    }
+    pthread_mutex_unlock(&d->cache_lock);
+    if (c) {
+        free(c);
+        poison(d, p, size, false);
+    }
+    return p;
+}
+
+void dt__device_release_cache(dt__device *d)
+{
+    pthread_mutex_lock(&d->cache_lock);
+    for (int cls = 0; cls < DT__SIZE_CLASSES; cls++) {
+        while (d->cache[cls]) {
+            dt__cached *c = d->cache[cls];
+            d->cache[cls] = c->next;
+            poison(d, c->p, class_size(cls), false);
+            d->backend->free(d, c->p);
+            free(c);
+        }
+    }
+    d->bytes_reserved -= d->bytes_cached;
+    d->bytes_cached = 0;
+    pthread_mutex_unlock(&d->cache_lock);
+}
+
 dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out)
 {
     *out = NULL;
     if (bytes > atomic_load(&fail_over))
         return dt__fail(DT_ERR_NOMEM, "%s:%d: cannot allocate %zu bytes (test hook)",
                         dt_device_type_name(d->type), d->local_index, bytes);
-    DT_TRY(d->backend->alloc(d, bytes, out));
+    size_t size;
+    int cls = size_class(bytes, &size);
+    void *p = cls >= 0 ? cache_take(d, cls, size) : NULL;
+    if (!p) {
+        dt_status s = d->backend->alloc(d, size, &p);
+        if (s != DT_OK) {
+            /* What the cache holds may be what is missing: give it back and try once more. */
+            dt__device_release_cache(d);
+            DT_TRY(d->backend->alloc(d, size, &p));
+        }
+        pthread_mutex_lock(&d->cache_lock);
+        d->bytes_reserved += size;
+        d->system_allocs++;
+        pthread_mutex_unlock(&d->cache_lock);
+    }
+    *out = p;
     size_t now = atomic_fetch_add(&d->bytes_current, bytes) + bytes;
     size_t peak = atomic_load(&d->bytes_peak);
     while (now > peak && !atomic_compare_exchange_weak(&d->bytes_peak, &peak, now))
@@ -88,8 +191,24 @@ void dt__device_free(dt__device *d, void *p, size_t bytes)
 {
     if (!p)
         return;
-    d->backend->free(d, p);
     atomic_fetch_sub(&d->bytes_current, bytes);
+    size_t size;
+    int cls = size_class(bytes, &size);
+    dt__cached *c = cls >= 0 ? malloc(sizeof *c) : NULL;
+    if (!c) {
+        d->backend->free(d, p);
+        pthread_mutex_lock(&d->cache_lock);
+        d->bytes_reserved -= size;
+        pthread_mutex_unlock(&d->cache_lock);
+        return;
+    }
+    poison(d, p, size, true);
+    c->p = p;
+    pthread_mutex_lock(&d->cache_lock);
+    c->next = d->cache[cls];
+    d->cache[cls] = c;
+    d->bytes_cached += size;
+    pthread_mutex_unlock(&d->cache_lock);
 }
 
 static void join_one(struct dt__join *j)

@@ -411,6 +411,8 @@ static dt_status check_device(const dt_mesh *m, int device, const char *fn)
 dt_status dt_mesh_device_coords(const dt_mesh *m, int device, int coords[])
 {
     DT_TRY(check_device(m, device, "dt_mesh_device_coords"));
+    if (!coords)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_device_coords: coords is NULL");
     for (int a = 0; a < m->num_axes; a++)
         coords[a] = device / m->strides[a] % m->sizes[a];
     return DT_OK;
@@ -436,6 +438,8 @@ dt_status dt_mesh_device_at(const dt_mesh *m, const int coords[], int *device)
 dt_status dt_mesh_device_client(const dt_mesh *m, int device, int *client)
 {
     DT_TRY(check_device(m, device, "dt_mesh_device_client"));
+    if (!client)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_device_client: client is NULL");
     int c = 0;
     while (m->client_first[c + 1] <= device)
         c++;

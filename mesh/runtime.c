@@ -14,6 +14,9 @@ static hwloc_topology_t topology;
 
 enum { BIND_AUTO = -1, BIND_NONE = 0, BIND_REQUIRED = 1, BIND_NEVER = 2 };
 
+/* Physical GPUs one client uses at most. */
+#define DT__MAX_GPUS 64
+
 dt_status dt__require_init(const char *fn)
 {
     if (!dt__rt.initialized)
@@ -58,20 +61,75 @@ int dt_global_device_id(dt_device_type type, int local_index)
     return dt__rt.client_first[type][dt__rt.client] + local_index;
 }
 
-dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
+static dt_status local_device(const char *fn, dt_device_type type, int local_index,
+                              dt__device **out)
 {
-    DT_TRY(dt__require_init("dt_device_memory"));
+    DT_TRY(dt__require_init(fn));
     if ((unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
         local_index >= dt__rt.num_devices[type])
-        return dt__fail(DT_ERR_ARG, "dt_device_memory: no local %s device %d (this client has %d)",
+        return dt__fail(DT_ERR_ARG, "%s: no local %s device %d (this client has %d)", fn,
                         dt_device_type_name(type), local_index,
                         (unsigned)type < DT_DEVICE_COUNT ? dt__rt.num_devices[type] : 0);
-    const dt__device *d = &dt__rt.devices[type][local_index];
+    *out = &dt__rt.devices[type][local_index];
+    return DT_OK;
+}
+
+dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_device_memory_stats: out is NULL");
+    *out = (dt_memory_stats){0};
+    dt__device *d;
+    DT_TRY(local_device("dt_device_memory_stats", type, local_index, &d));
+    pthread_mutex_lock(&d->cache_lock);
+    out->reserved = d->bytes_reserved;
+    out->cached = d->bytes_cached;
+    out->system_allocs = d->system_allocs;
+    pthread_mutex_unlock(&d->cache_lock);
+    out->in_use = atomic_load(&d->bytes_current);
+    out->peak = atomic_load(&d->bytes_peak);
+    return DT_OK;
+}
+
+dt_status dt_device_release_cache(dt_device_type type, int local_index)
+{
+    dt__device *d;
+    if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
+        DT_TRY(dt__require_init("dt_device_release_cache"));
+        for (int i = 0; i < dt__rt.num_devices[type]; i++)
+            dt__device_release_cache(&dt__rt.devices[type][i]);
+        return DT_OK;
+    }
+    DT_TRY(local_device("dt_device_release_cache", type, local_index, &d));
+    dt__device_release_cache(d);
+    return DT_OK;
+}
+
+dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
+{
+    dt__device *d;
+    DT_TRY(local_device("dt_device_memory", type, local_index, &d));
     if (current)
         *current = atomic_load(&d->bytes_current);
     if (peak)
         *peak = atomic_load(&d->bytes_peak);
     return DT_OK;
+}
+
+const dt__backend *dt__backend_of(dt_device_type type)
+{
+    switch (type) {
+    case DT_DEVICE_CPU:
+        return &dt__cpu_backend;
+    case DT_DEVICE_CUDA:
+#ifdef DT_HAVE_CUDA
+        return &dt__cuda_backend;
+#else
+        return NULL;
+#endif
+    default:
+        return NULL;
+    }
 }
 
 /* Launched by an MPI launcher? Hydra (MPICH) sets PMI_*, PMIx launchers PMIX_RANK. */
@@ -85,27 +143,53 @@ static bool launched_by_mpi(void)
     return false;
 }
 
-static dt_status read_options(const dt_init_options *opts, int *cpu_devices, int *bind)
+typedef struct init_cfg {
+    int cpu_devices;
+    int bind;
+    int cuda_logical; /* logical devices per physical GPU */
+    bool tf32;
+} init_cfg;
+
+/* An option: `given` when non-zero, else the environment variable `env` when set (an integer
+ * in lo..hi), else `fallback`. */
+static dt_status option(const char *name, int given, const char *env, int lo, int hi, int fallback,
+                        int *out)
 {
-    *cpu_devices = opts ? opts->cpu_devices : 0;
-    *bind = opts && opts->bind ? opts->bind : BIND_AUTO;
-    if (*cpu_devices < 0 || *cpu_devices > 4096)
-        return dt__fail(DT_ERR_ARG, "dt_init: cpu_devices is %d, expected 0 (default) to 4096",
-                        *cpu_devices);
-    if (*bind < BIND_AUTO || *bind > BIND_NEVER)
-        return dt__fail(DT_ERR_ARG, "dt_init: bind is %d, expected -1, 0, 1 or 2", *bind);
-    if (*cpu_devices == 0) {
-        const char *env = getenv("DTENSOR_CPU_DEVICES");
-        *cpu_devices = 1;
-        if (env && *env) {
-            char *end;
-            long v = strtol(env, &end, 10);
-            if (*end || v < 1 || v > 4096)
-                return dt__fail(DT_ERR_ARG,
-                                "dt_init: DTENSOR_CPU_DEVICES is \"%s\", expected 1 to 4096", env);
-            *cpu_devices = (int)v;
-        }
+    *out = fallback;
+    if (given) {
+        if (given < lo || given > hi)
+            return dt__fail(DT_ERR_ARG, "dt_init: %s is %d, expected 0 (default) or %d to %d", name,
+                            given, lo, hi);
+        *out = given;
+        return DT_OK;
     }
+    const char *v = getenv(env);
+    if (v && *v) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (*end || x < lo || x > hi)
+            return dt__fail(DT_ERR_ARG, "dt_init: %s is \"%s\", expected %d to %d", env, v, lo, hi);
+        *out = (int)x;
+    }
+    return DT_OK;
+}
+
+static dt_status read_options(const dt_init_options *opts, init_cfg *cfg)
+{
+    dt_init_options o = opts ? *opts : (dt_init_options){0};
+    cfg->bind = o.bind ? o.bind : BIND_AUTO;
+    if (cfg->bind < BIND_AUTO || cfg->bind > BIND_NEVER)
+        return dt__fail(DT_ERR_ARG, "dt_init: bind is %d, expected -1, 0, 1 or 2", cfg->bind);
+    DT_TRY(
+        option("cpu_devices", o.cpu_devices, "DTENSOR_CPU_DEVICES", 1, 4096, 1, &cfg->cpu_devices));
+    DT_TRY(option("cuda_logical_devices", o.cuda_logical_devices, "DTENSOR_CUDA_DEVICES", 1, 64, 1,
+                  &cfg->cuda_logical));
+    int tf32 = 0;
+    if (o.allow_tf32 == 2)
+        tf32 = 0;
+    else
+        DT_TRY(option("allow_tf32", o.allow_tf32, "DTENSOR_ALLOW_TF32", 0, 1, 0, &tf32));
+    cfg->tf32 = tf32 == 1;
     return DT_OK;
 }
 
@@ -127,6 +211,8 @@ static void *worker_start(void *arg)
 static int first_core = -1;
 /* Every CPU worker of this host has a core of its own: workers may poll for tasks. */
 static bool workers_fit;
+/* CPU devices of every client on this host. */
+static int host_cpu_devices;
 
 static int bind_core_of(const dt__device *d)
 {
@@ -147,8 +233,14 @@ static void stop_devices(dt_device_type type)
             pthread_mutex_unlock(&d->lock);
             pthread_join(d->thread, NULL);
         }
+        if (d->opened) {
+            dt__device_release_cache(d);
+            if (d->backend->close)
+                d->backend->close(d);
+        }
         pthread_mutex_destroy(&d->lock);
         pthread_cond_destroy(&d->wake);
+        pthread_mutex_destroy(&d->cache_lock);
     }
     free(devs);
     dt__rt.devices[type] = NULL;
@@ -158,8 +250,10 @@ static void stop_devices(dt_device_type type)
     dt__rt.client_devices[type] = dt__rt.client_first[type] = NULL;
 }
 
+/* Devices of one type: ordinals[i] is the CUDA GPU of device i (NULL for CPU devices), and
+ * logical[i] its index among the logical devices of that GPU. */
 static dt_status start_devices(dt_device_type type, int count, const dt__backend *backend,
-                               const int ordinals[])
+                               const int ordinals[], const int logical[], bool tf32)
 {
     dt__device *devs = calloc((size_t)(count ? count : 1), sizeof *devs);
     if (!devs)
@@ -171,14 +265,24 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
         d->type = type;
         d->local_index = i;
         d->ordinal = ordinals ? ordinals[i] : -1;
+        d->logical = logical ? logical[i] : 0;
         d->backend = backend;
         pthread_mutex_init(&d->lock, NULL);
         pthread_cond_init(&d->wake, NULL);
+        pthread_mutex_init(&d->cache_lock, NULL);
         d->spin = type == DT_DEVICE_CPU && workers_fit;
     }
     if (type == DT_DEVICE_CPU && first_core >= 0)
         for (int i = 0; i < count; i++)
             devs[i].ordinal = first_core + i;
+    for (int i = 0; i < count; i++) {
+        dt__device *d = &devs[i];
+        d->kx = (dt__kctx){
+            .type = dt_device_type_name(type), .index = i, .ordinal = d->ordinal, .tf32 = tf32};
+        if (backend->open)
+            DT_TRY(backend->open(d));
+        d->opened = true;
+    }
     for (int i = 0; i < count; i++) {
         int e = pthread_create(&devs[i].thread, NULL, worker_start, &devs[i]);
         if (e)
@@ -254,6 +358,7 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     first_core = -1;
     bool fits = total <= dt__rt.cores;
     workers_fit = fits;
+    host_cpu_devices = total;
     if (bind == BIND_REQUIRED && !fits)
         return dt__fail(DT_ERR_ARG,
                         "dt_init: bind=1 needs a core per CPU device, but %d devices of %d "
@@ -278,6 +383,7 @@ static void release_all(void)
         MPI_Finalize();
     first_core = -1;
     workers_fit = false;
+    host_cpu_devices = 0;
     dt__rt = (dt__runtime){.world = MPI_COMM_NULL, .num_clients = 1};
 }
 
@@ -292,8 +398,8 @@ dt_status dt_init(const dt_init_options *opts)
     if (mpi_done)
         return dt__fail(DT_ERR_STATE,
                         "dt_init: MPI was finalized in this process; dt_init cannot start again");
-    int cpu_devices = 1, bind = BIND_AUTO;
-    dt_status local = read_options(opts, &cpu_devices, &bind);
+    init_cfg cfg = {0};
+    dt_status local = read_options(opts, &cfg);
 
     if (mpi_init || launched_by_mpi()) {
         if (!mpi_init) {
@@ -312,19 +418,30 @@ dt_status dt_init(const dt_init_options *opts)
     if (s == DT_OK) {
         hwloc_topology_init(&topology);
         hwloc_topology_load(topology);
-        s = plan_binding(bind, cpu_devices, &gpu_share, &gpu_slot);
+        s = plan_binding(cfg.bind, cfg.cpu_devices, &gpu_share, &gpu_slot);
         s = dt__agree(dt__rt.world, s);
     }
-    if (s == DT_OK)
-        s = start_devices(DT_DEVICE_CPU, cpu_devices, &dt__cpu_backend, NULL);
+    if (s == DT_OK) {
+        s = start_devices(DT_DEVICE_CPU, cfg.cpu_devices, &dt__cpu_backend, NULL, NULL, false);
+        dt__rt.blas_threads =
+            dt__cpu_blas_threads(dt__rt.cores / (host_cpu_devices > 0 ? host_cpu_devices : 1),
+                                 &dt__rt.blas_threads_user);
+    }
 #ifdef DT_HAVE_CUDA
     if (s == DT_OK) {
-        /* Clients on one host share its GPUs round-robin. */
-        int visible = dt__cuda_device_count(), mine = 0;
-        int ordinals[64];
-        for (int g = gpu_slot; g < visible && mine < 64; g += gpu_share)
-            ordinals[mine++] = g;
-        s = start_devices(DT_DEVICE_CUDA, mine, &dt__cuda_backend, ordinals);
+        /* Clients on one host share its GPUs round-robin; each GPU of this client hosts
+         * cfg.cuda_logical devices (logical GPUs), consecutive in the device list. */
+        int visible = dt__cuda_device_count(), gpus = 0, mine = 0;
+        int physical[DT__MAX_GPUS], ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
+        for (int g = gpu_slot; g < visible && gpus < DT__MAX_GPUS; g += gpu_share)
+            physical[gpus++] = g;
+        for (int g = 0; g < gpus; g++)
+            for (int l = 0; l < cfg.cuda_logical; l++) {
+                ordinals[mine] = physical[g];
+                logical[mine++] = l;
+            }
+        dt__cuda_enable_peers(gpus, physical);
+        s = start_devices(DT_DEVICE_CUDA, mine, &dt__cuda_backend, ordinals, logical, cfg.tf32);
     }
 #else
     (void)gpu_share;
@@ -337,6 +454,7 @@ dt_status dt_init(const dt_init_options *opts)
         release_all();
         return s;
     }
+    dt__rt.cuda_tf32 = cfg.tf32;
     dt__rt.initialized = true;
     return DT_OK;
 }
@@ -363,6 +481,8 @@ dt_status dt_finalize(void)
 dt_status dt_devices_print(FILE *f)
 {
     DT_TRY(dt__require_init("dt_devices_print"));
+    if (!f)
+        return dt__fail(DT_ERR_ARG, "dt_devices_print: FILE is NULL");
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     int numa = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_NUMANODE);
@@ -372,6 +492,10 @@ dt_status dt_devices_print(FILE *f)
             "on this host\n",
             dt__rt.client, dt__rt.num_clients, host, dt__rt.cores, pus, numa,
             dt__rt.clients_on_host);
+    fprintf(f, "  OpenBLAS: %d thread%s per GEMM (%s)\n", dt__rt.blas_threads,
+            dt__rt.blas_threads == 1 ? "" : "s",
+            dt__rt.blas_threads_user ? "OPENBLAS_NUM_THREADS"
+                                     : "the host's cores over its CPU devices");
     for (int t = 0; t < DT_DEVICE_COUNT; t++) {
         int first = dt__rt.client_first[t][dt__rt.client];
         for (int i = 0; i < dt__rt.num_devices[t]; i++) {
@@ -379,7 +503,8 @@ dt_status dt_devices_print(FILE *f)
             fprintf(f, "  %s:%d global id %d, backend %s, ", dt_device_type_name(d->type), i,
                     first + i, d->backend->name);
             if (d->type == DT_DEVICE_CUDA)
-                fprintf(f, "GPU ordinal %d", d->ordinal);
+                fprintf(f, "GPU ordinal %d (logical device %d of it), f32 gemm %s", d->ordinal,
+                        d->logical, d->kx.tf32 ? "TF32" : "FP32");
             else if (d->ordinal >= 0)
                 fprintf(f, "worker bound to core %d", d->ordinal);
             else
@@ -451,6 +576,10 @@ dt_status dt__agree(MPI_Comm comm, dt_status local)
         return dt__fail(DT_ERR_NOMEM, "cannot allocate the agreement of %d clients", n);
     dt_status s = dt__allgather_bytes(comm, &mine, sizeof mine, all);
     for (int c = 0; s == DT_OK && c < n; c++) {
+        /* a peer's message is bounded and its status a known one, whatever it sent */
+        all[c].msg[sizeof all[c].msg - 1] = '\0';
+        if (all[c].status < 0 || all[c].status >= DT_STATUS_COUNT)
+            all[c].status = DT_ERR_COMM;
         if (all[c].status != DT_OK) {
             /* A failing client keeps its own status and message; the others take the first
              * failure's, naming that client. */
@@ -476,6 +605,9 @@ dt_status dt_barrier(void)
 dt_status dt_print_ordered(FILE *f, const char *text)
 {
     DT_TRY(dt__require_init("dt_print_ordered"));
+    /* only client 0 writes, but a NULL FILE is an error on every client alike */
+    DT_TRY(dt__agree(dt__rt.world,
+                     f ? DT_OK : dt__fail(DT_ERR_ARG, "dt_print_ordered: FILE is NULL")));
     if (!text)
         text = "";
     if (dt__rt.world == MPI_COMM_NULL) {

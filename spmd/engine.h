@@ -104,7 +104,9 @@ typedef struct dt__dist {
     dt_layout layout;
 } dt__dist;
 
-typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL } dt__step_kind;
+/* A transfer moves each device's shard to the device at the same mesh coordinates of a mesh
+ * of another device type (CPU <-> CUDA), over the same clients. */
+typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
 typedef struct dt__step {
     dt__step_kind kind;
@@ -168,6 +170,11 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
                         dt_reduce_op op, unsigned axes, int send, int recv, int64_t count,
                         dt__counts_fn counts_of, void *ctx, int ncounts, double sent,
                         const char *what);
+
+/* Append a transfer of `in` (not partial) to `to`, a layout of the same tensor axes on a mesh
+ * of another device type with the same axes and the same local devices per client. */
+dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *in,
+                            const dt_layout *to, dt__dist *out);
 
 /* Run: inputs must match the program's input dists (checked by the caller); results get new
  * tensors in the output layouts. Collective. */

@@ -171,9 +171,27 @@ static void shape_text(char *buf, size_t size, int rank, const int64_t s[])
     dt__shape_str(buf, size, rank, s);
 }
 
+/* The arithmetic a gemm runs with, for the printer: integer gemms are exact loops; f32 on
+ * CUDA devices uses TF32 tensor cores only when the user allowed it (dt_init_options). */
+static const char *gemm_math(dt_device_type type, dt_dtype dtype)
+{
+    bool cuda = type == DT_DEVICE_CUDA;
+    switch (dtype) {
+    case DT_DTYPE_F32:
+        return !cuda              ? "FP32 (OpenBLAS sgemm)"
+               : dt__rt.cuda_tf32 ? "TF32 tensor cores (cuBLAS)"
+                                  : "FP32 (cuBLAS sgemm)";
+    case DT_DTYPE_F64:
+        return cuda ? "FP64 (cuBLAS dgemm)" : "FP64 (OpenBLAS dgemm)";
+    default:
+        return "exact integer loops";
+    }
+}
+
 /* The printed line of a kernel, from the busiest device's arguments. */
-static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_dtype dtype,
-                        const dt__kargs *k, double mults_total, double mults_max, int ndev)
+static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_type type,
+                        dt_dtype dtype, const dt__kargs *k, double mults_total, double mults_max,
+                        int ndev)
 {
     char out[DT__SHAPE_STR_MAX], a[DT__SHAPE_STR_MAX];
     shape_text(out, sizeof out, k->rank, k->shape);
@@ -185,10 +203,10 @@ static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_dtype dtyp
             snprintf(bs, sizeof bs, "%lld x ", (long long)k->batch);
         snprintf(buf, size,
                  "gemm %s %s[%lld,%lld]%s @ [%lld,%lld]%s -> [%lld,%lld]: %.0f multiplies per "
-                 "device (at most), %.0f on %d devices",
+                 "device (at most), %.0f on %d devices, %s",
                  dn, bs, (long long)k->m, (long long)k->k, k->ta ? "^T" : "", (long long)k->k,
                  (long long)k->n, k->tb ? "^T" : "", (long long)k->m, (long long)k->n, mults_max,
-                 mults_total, ndev);
+                 mults_total, ndev, gemm_math(type, dtype));
         break;
     }
     case DT__K_UNARY:
@@ -224,10 +242,15 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
                           int nin, const int in[], int out, const dt_mesh *m, dt__args_fn fill,
                           void *ctx)
 {
-    dt__device *const *devs = dt__mesh_local_devices(m);
-    if (m->num_local && (!devs[0]->backend->kernels || !devs[0]->backend->kernels[kernel][dtype]))
+    /* Asked of the mesh's device type, not of a local device: a client owning no device of
+     * the mesh gets the same verdict as the others (and no client waits for another). */
+    const dt__backend *be = dt__backend_of(m->type);
+    if (!be)
+        return dt__fail(DT_ERR_UNSUPPORTED, "%s: this build has no %s backend", cause,
+                        dt_device_type_name(m->type));
+    if (!be->kernels || !be->kernels[kernel][dtype])
         return dt__fail(DT_ERR_UNSUPPORTED, "%s: the %s backend has no %s kernel for %s", cause,
-                        devs[0]->backend->name, dt__kernel_name(kernel), dt_dtype_name(dtype));
+                        be->name, dt__kernel_name(kernel), dt_dtype_name(dtype));
     dt__step *st;
     DT_TRY(new_step(p, DT__STEP_KERNEL, cause, m, dtype, nin, in, out, &st));
     st->kernel = kernel;
@@ -263,8 +286,8 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
             free(k.blocks);
     }
     p->nsteps++;
-    kernel_text(st->text, sizeof st->text, kernel, dtype, &busiest, st->mults_total, st->mults_max,
-                m->size);
+    kernel_text(st->text, sizeof st->text, kernel, m->type, dtype, &busiest, st->mults_total,
+                st->mults_max, m->size);
     return DT_OK;
 }
 
@@ -318,12 +341,40 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
     return DT_OK;
 }
 
+dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *in,
+                            const dt_layout *to, dt__dist *out)
+{
+    const dt_mesh *from = in->layout.mesh, *m = to->mesh;
+    DT_TRY(dt__slot_new(p, to, in->dtype, in->rank, in->shape, out));
+    dt__step *st;
+    DT_TRY(new_step(p, DT__STEP_TRANSFER, cause, m, in->dtype, 1, &in->slot, out->slot, &st));
+    double most = 0;
+    for (int d = 0; d < m->size; d++) {
+        double e = (double)dt__local_elems(to, in->rank, in->shape, d);
+        most = e > most ? e : most;
+    }
+    st->bytes_max = 0; /* nothing crosses clients or devices of one type */
+    snprintf(st->text, sizeof st->text,
+             "transfer %s %s -> %s: each device's shard to the device at its coordinates, at "
+             "most %.0f bytes",
+             dt_dtype_name(in->dtype), dt_device_type_name(from->type),
+             dt_device_type_name(m->type), most * (double)dt_dtype_size(in->dtype));
+    return DT_OK;
+}
+
 /* ---- executor ----------------------------------------------------------------------------- */
+
+/* A kernel's failure on one device, kept until the step is over (messages are per thread). */
+typedef struct dt__failure {
+    dt_status status;
+    char msg[512];
+} dt__failure;
 
 typedef struct run_ctx {
     const dt__program *p;
     const dt__step *st;
-    void ***bufs; /* bufs[slot][local] */
+    void ***bufs;        /* bufs[slot][local] */
+    dt__failure *failed; /* per local device of the step's mesh */
 } run_ctx;
 
 /* The buffer of `slot` on local device i of the step's mesh. A copy between meshes over
@@ -343,7 +394,55 @@ static void kernel_task(dt__device *d, int i, void *arg)
     const void *in[2] = {NULL, NULL};
     for (int j = 0; j < st->nin; j++)
         in[j] = slot_buf(c, st->in[j], i);
-    d->backend->kernels[st->kernel][st->dtype](&st->args[i], in, slot_buf(c, st->out, i));
+    dt_status s = d->backend->enter ? d->backend->enter(d) : DT_OK;
+    if (s == DT_OK)
+        s = d->backend->kernels[st->kernel][st->dtype](&d->kx, &st->args[i], in,
+                                                       slot_buf(c, st->out, i));
+    if (s != DT_OK)
+        c->failed[i] = (dt__failure){.status = s};
+    if (s != DT_OK)
+        snprintf(c->failed[i].msg, sizeof c->failed[i].msg, "%s", dt_last_error());
+}
+
+/* Run one kernel step on every local device. Small kernels on host-accessible devices run on
+ * the caller (waking the workers costs more than the work: eager dispatch on tiny tensors);
+ * kernels of devices with a queue of their own (CUDA) are queued from the caller, which only
+ * takes microseconds per device. The first failure is returned with its message. */
+static dt_status run_kernel(run_ctx *c)
+{
+    const dt__step *st = c->st;
+    dt__device *const *devs = dt__mesh_local_devices(st->mesh);
+    int nl = st->mesh->num_local;
+    for (int d = 0; d < nl; d++)
+        c->failed[d].status = DT_OK;
+    if (nl > 1 && (!devs[0]->backend->host_accessible || st->work < DT__INLINE_WORK))
+        for (int d = 0; d < nl; d++)
+            kernel_task(devs[d], d, c);
+    else
+        dt__devices_run(devs, nl, kernel_task, c);
+    for (int d = 0; d < nl; d++)
+        if (c->failed[d].status != DT_OK) {
+            dt__set_error(c->failed[d].msg);
+            return c->failed[d].status;
+        }
+    return DT_OK;
+}
+
+/* A transfer between meshes of different device types over the same clients and coordinates:
+ * the host-side backend's buffer is host memory, so the other backend moves it. */
+static dt_status run_transfer(const dt__program *p, const dt__step *st, void ***bufs)
+{
+    const dt_mesh *from = p->slots[st->in[0]].mesh, *to = st->mesh;
+    dt__device *const *src = dt__mesh_local_devices(from), *const *dst = dt__mesh_local_devices(to);
+    const size_t *bytes = p->slots[st->out].bytes;
+    for (int i = 0; i < to->num_local; i++) {
+        void *s = bufs[st->in[0]][i], *d = bufs[st->out][i];
+        if (src[i]->backend->host_accessible)
+            DT_TRY(dst[i]->backend->to_device(dst[i], d, s, bytes[i]));
+        else
+            DT_TRY(src[i]->backend->to_host(src[i], d, s, bytes[i]));
+    }
+    return DT_OK;
 }
 
 static dt_status run_coll(const dt__step *st, void ***bufs)
@@ -542,23 +641,37 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
     const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
     if (m0 && m0->comm != MPI_COMM_NULL)
         s = dt__agree(m0->comm, s);
+    /* A failing kernel (a device error: CPU kernels cannot fail) stops the kernels of this
+     * client, but its collectives still run, so that no client waits for one that left; on
+     * devices whose kernels can fail, the clients then agree on the outcome (on every op, so
+     * that every client takes the same path). */
+    int most = 0;
+    for (int i = 0; i < p->nsteps; i++)
+        if (p->steps[i].mesh->num_local > most)
+            most = p->steps[i].mesh->num_local;
+    dt__failure *failed = s == DT_OK ? calloc((size_t)most + 1, sizeof *failed) : NULL;
+    if (s == DT_OK && !failed)
+        s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    dt_status kernels = DT_OK;
     for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
         if (st->kind == DT__STEP_KERNEL) {
-            run_ctx c = {.p = p, .st = st, .bufs = bufs};
-            dt__device *const *devs = dt__mesh_local_devices(st->mesh);
-            int nl = st->mesh->num_local;
-            /* Small kernels on host-accessible devices run on the caller: waking the workers
-             * costs more than the work (eager dispatch on tiny tensors). */
-            if (nl > 1 && devs[0]->backend->host_accessible && st->work < DT__INLINE_WORK)
-                for (int d = 0; d < nl; d++)
-                    kernel_task(devs[d], d, &c);
-            else
-                dt__devices_run(devs, nl, kernel_task, &c);
+            run_ctx c = {.p = p, .st = st, .bufs = bufs, .failed = failed};
+            if (kernels == DT_OK)
+                kernels = run_kernel(&c);
+        } else if (st->kind == DT__STEP_TRANSFER) {
+            if (kernels == DT_OK)
+                kernels = run_transfer(p, st, bufs);
         } else {
             s = run_coll(st, bufs);
         }
     }
+    free(failed);
+    if (s == DT_OK)
+        s = kernels;
+    const dt__backend *be = m0 ? dt__backend_of(m0->type) : NULL;
+    if (be && !be->host_accessible && m0->comm != MPI_COMM_NULL)
+        s = dt__agree(m0->comm, s);
     for (int i = 0; i < p->nslots; i++)
         if (is_temp(&p->slots[i]))
             free(bufs[i]);
@@ -618,7 +731,7 @@ dt_status dt__program_print(const dt__program *p, FILE *f)
     for (int i = 0; i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
         fprintf(f, "  %2d. %-10s %s  (%s)\n", i + 1,
-                st->kind == DT__STEP_KERNEL ? "kernel" : "collective", st->text, st->cause);
+                st->kind == DT__STEP_COLL ? "collective" : "kernel", st->text, st->cause);
         mults_max += st->mults_max;
     }
     for (int i = 0; i < p->noutputs; i++) {

@@ -276,6 +276,18 @@ dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes)
     return d->backend->to_host(d, dst, t->data[i], t->bytes[i]);
 }
 
+dt_status dt_tensor_wait(const dt_tensor *t)
+{
+    if (!t)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_wait: tensor is NULL");
+    DT_TRY(dt__tensor_require_values(t, "dt_tensor_wait"));
+    dt__device *const *devs = dt__mesh_local_devices(t->mesh);
+    for (int i = 0; i < t->num_local; i++)
+        if (devs[i]->backend->sync)
+            DT_TRY(devs[i]->backend->sync(devs[i]));
+    return DT_OK;
+}
+
 /* ---- read: gather the global array on every client --------------------------------------- */
 
 /* A device contributes to the global array when it is first (coordinate 0) on every mesh axis

@@ -1,6 +1,7 @@
 /* CPU backend: device buffers are 64-byte aligned host memory. */
 #include "dt.h"
 
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,16 @@ static dt_status cpu_copy(dt__device *d, void *dst, const void *src, size_t byte
     if (bytes)
         memcpy(dst, src, bytes);
     return DT_OK;
+}
+
+int dt__cpu_blas_threads(int cores_per_device, bool *user)
+{
+    /* A user's OPENBLAS_NUM_THREADS keeps control (OpenBLAS read it when it loaded). */
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    *user = env && *env;
+    if (!*user)
+        openblas_set_num_threads(cores_per_device > 1 ? cores_per_device : 1);
+    return openblas_get_num_threads();
 }
 
 const dt__backend dt__cpu_backend = {

@@ -1,6 +1,7 @@
 /* CPU local kernels: the (kernel, dtype) table. Reference loops, OpenBLAS for f32/f64 gemm.
  * Kernels see local shapes only (plus global offsets for index-dependent values). */
 #include "dt.h"
+#include "philox.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -15,77 +16,6 @@ const char *dt__kernel_name(dt__kernel k)
 #undef KNAME
     };
     return (unsigned)k < DT__KERNEL_COUNT ? names[k] : "?";
-}
-
-/* ---- Philox4x32-10 ----------------------------------------------------------------------- */
-
-void dt__philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
-{
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        if (r) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-/* Block `block` of the stream (seed, key): counter (block, key), Philox key = seed. */
-static void philox_block(uint64_t seed, uint64_t key, uint64_t block, uint32_t out[4])
-{
-    const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)key,
-                             (uint32_t)(key >> 32)};
-    const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    dt__philox4x32_10(ctr, k, out);
-}
-
-/* Uniform in [0, 1) from 24 or 53 random bits; (0, 1] for the Box-Muller radius. */
-static double u24(uint32_t w)
-{
-    return (double)(w >> 8) * 0x1p-24;
-}
-
-static double u53(uint32_t hi, uint32_t lo)
-{
-    return (double)(((uint64_t)hi << 21) ^ (lo >> 11)) * 0x1p-53;
-}
-
-/* Element e of the global tensor (row-major index), f32 and f64 streams:
- *   uniform f32: word e%4 of block e/4;   uniform f64: words 2(e%2), 2(e%2)+1 of block e/2
- *   normal f32:  words 2(e%2), 2(e%2)+1 of block e/2;   normal f64: all 4 words of block e */
-static double random_value(bool normal, bool f64, uint64_t seed, uint64_t key, uint64_t e)
-{
-    uint32_t w[4];
-    if (!normal) {
-        if (!f64) {
-            philox_block(seed, key, e / 4, w);
-            return u24(w[e % 4]);
-        }
-        philox_block(seed, key, e / 2, w);
-        return u53(w[2 * (e % 2)], w[2 * (e % 2) + 1]);
-    }
-    double a, b;
-    if (!f64) {
-        philox_block(seed, key, e / 2, w);
-        a = u24(w[2 * (e % 2)]);
-        b = u24(w[2 * (e % 2) + 1]);
-    } else {
-        philox_block(seed, key, e, w);
-        a = u53(w[0], w[1]);
-        b = u53(w[2], w[3]);
-    }
-    return sqrt(-2.0 * log(1.0 - a)) * cos(2.0 * M_PI * b);
 }
 
 /* ---- index helpers ----------------------------------------------------------------------- */
@@ -167,8 +97,8 @@ static double unary_f(int op, double x)
             uint64_t e = 0;                                                                        \
             for (int a = 0; a < k->rank; a++)                                                      \
                 e += (uint64_t)(k->offset[a] + idx[a]) * (uint64_t)gst[a];                         \
-            double u = random_value(normal, sizeof(T) == 8, k->seed, k->key, e);                   \
-            o[i] = normal ? (T)(k->a + k->b * u) : (T)(k->a + (k->b - k->a) * u);                  \
+            double u = dt__random_value(normal, sizeof(T) == 8, k->seed, k->key, e);               \
+            o[i] = (T)dt__random_scale(normal, k->a, k->b, u);                                     \
             next_index(k->rank, k->shape, idx);                                                    \
         }                                                                                          \
     }                                                                                              \
@@ -408,9 +338,24 @@ COPY_BLOCKS(double, f64)
 COPY_BLOCKS(int32_t, i32)
 COPY_BLOCKS(int64_t, i64)
 
-#define ROW(NAME)                                                                          \
-    [DT_DTYPE_F32] = NAME##_f32, [DT_DTYPE_F64] = NAME##_f64, [DT_DTYPE_I32] = NAME##_i32, \
-    [DT_DTYPE_I64] = NAME##_i64
+/* The table's entries: each loop above behind the kernel signature (CPU kernels finish
+ * before they return and cannot fail). */
+#define WRAP(NAME, name, ctype)                                                 \
+    static dt_status cpu_##NAME##_##name(const dt__kctx *x, const dt__kargs *k, \
+                                         const void *const in[], void *out)     \
+    {                                                                           \
+        (void)x;                                                                \
+        NAME##_##name(k, in, out);                                              \
+        return DT_OK;                                                           \
+    }
+#define WRAP_ALL(NAME) \
+    WRAP(NAME, f32, float) WRAP(NAME, f64, double) WRAP(NAME, i32, int32_t) WRAP(NAME, i64, int64_t)
+#define WRAP_KERNEL(NAME, name) WRAP_ALL(name)
+DT__KERNEL_LIST(WRAP_KERNEL)
+
+#define ROW(NAME)                                                         \
+    [DT_DTYPE_F32] = cpu_##NAME##_f32, [DT_DTYPE_F64] = cpu_##NAME##_f64, \
+    [DT_DTYPE_I32] = cpu_##NAME##_i32, [DT_DTYPE_I64] = cpu_##NAME##_i64
 
 const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_FILL] = {ROW(fill)},

@@ -1,10 +1,54 @@
-/* copy_to_mesh: the same global tensor on another mesh of the same device type, over the
- * same devices or others (a one-device mesh and a mesh over every device). Partial terms are
- * summed on the source mesh, then a block exchange moves to each device exactly the elements
- * of its target shard it lacks (never the whole tensor; between different device sets it
- * runs over every device, those in neither mesh sending and receiving nothing), and partial
- * terms are marked when the target is partial. */
+/* copy_to_mesh: the same global tensor on another mesh.
+ * - Same device type, over the same devices or others (a one-device mesh and a mesh over
+ *   every device): partial terms are summed on the source mesh, then a block exchange moves to
+ *   each device exactly the elements of its target shard it lacks (never the whole tensor;
+ *   between different device sets it runs over every device, those in neither mesh sending
+ *   and receiving nothing), and partial terms are marked when the target is partial.
+ * - CPU <-> CUDA (as TF DTensor copies between host and device meshes): the meshes must have
+ *   the same axes and the same number of devices on every client; the tensor is relaid out on
+ *   the source mesh to the target's sharding, then each device's shard moves to the device at
+ *   the same coordinates of the other mesh (through the pinned staging of the CUDA backend). */
 #include "../engine.h"
+
+#include <string.h>
+
+/* Same axes, and every client owns the same number of devices of both meshes. */
+static bool same_shape(const dt_mesh *a, const dt_mesh *b)
+{
+    if (a->num_axes != b->num_axes || a->num_clients != b->num_clients)
+        return false;
+    for (int i = 0; i < a->num_axes; i++)
+        if (a->sizes[i] != b->sizes[i] || strcmp(a->names[i], b->names[i]) != 0)
+            return false;
+    for (int c = 0; c <= a->num_clients; c++)
+        if (a->client_first[c] != b->client_first[c])
+            return false;
+    return true;
+}
+
+static dt_status across_types(dt__program *p, const dt__dist *x, const dt_layout *want,
+                              dt__dist *out)
+{
+    const dt_mesh *src = x->layout.mesh, *dst = want->mesh;
+    if (!same_shape(src, dst)) {
+        char a[DT_STRING_MAX], b[DT_STRING_MAX];
+        dt_mesh_format(src, a, sizeof a);
+        dt_mesh_format(dst, b, sizeof b);
+        return dt__fail(DT_ERR_MESH,
+                        "copy_to_mesh: %s and %s have different device types, so they need the "
+                        "same axes and the same devices per client (each device's shard moves to "
+                        "the device at its coordinates)",
+                        a, b);
+    }
+    dt__dist x0, y, z;
+    DT_TRY(dt__resolve_partial(p, "copy_to_mesh", x, &x0));
+    dt_layout on_src = *want, target = *want;
+    on_src.mesh = src;
+    on_src.partial = target.partial = 0;
+    DT_TRY(dt__relayout_emit(p, "copy_to_mesh", &x0, &on_src, &y));
+    DT_TRY(dt__emit_transfer(p, "copy_to_mesh", &y, &target, &z));
+    return dt__relayout_emit(p, "copy_to_mesh", &z, want, out);
+}
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
@@ -12,12 +56,8 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     (void)n;
     const dt__dist *x = &in[0];
     const dt_mesh *src = x->layout.mesh, *dst = want->mesh;
-    if (src->type != dst->type) {
-        char a[DT_STRING_MAX], b[DT_STRING_MAX];
-        dt_mesh_format(src, a, sizeof a);
-        dt_mesh_format(dst, b, sizeof b);
-        return dt__fail(DT_ERR_MESH, "copy_to_mesh: %s and %s have different device types", a, b);
-    }
+    if (src->type != dst->type)
+        return across_types(p, x, want, out);
     /* terms summed on the source mesh (a partial operand keeps its shards), then every device
      * receives the blocks of its target shard it does not hold (no device holds the global
      * tensor), then the target's partial axes are marked */

@@ -1,0 +1,111 @@
+/* The local-kernel interface every backend implements (internal, never installed). Plain C
+ * that nvcc also compiles: the CUDA kernels include this header, never dt.h (whose C11
+ * atomics C++ does not take). Global ops never reach a backend; kernels see local shapes. */
+#ifndef DT_KERNELS_H
+#define DT_KERNELS_H
+
+#include "dtensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Record a formatted message for dt_last_error() and return s (common/status.c). */
+dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* X(NAME, name): the short list of local kernels every backend implements per dtype. */
+#define DT__KERNEL_LIST(X)            \
+    X(FILL, fill)                     \
+    X(ARANGE, arange)                 \
+    X(PHILOX_UNIFORM, philox_uniform) \
+    X(PHILOX_NORMAL, philox_normal)   \
+    X(UNARY, unary)                   \
+    X(BINARY, binary)                 \
+    X(REDUCE, reduce)                 \
+    X(GEMM, gemm)                     \
+    X(TRANSPOSE, transpose)           \
+    X(COPY_BLOCKS, copy_blocks)       \
+    X(SELECT_FILL, select_fill)
+
+typedef enum dt__kernel {
+#define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
+    DT__KERNEL_LIST(DT__KERNEL_ENUM)
+#undef DT__KERNEL_ENUM
+        DT__KERNEL_COUNT
+} dt__kernel;
+
+const char *dt__kernel_name(dt__kernel k);
+
+/* One block move of COPY_BLOCKS: `extent` at src_off inside a src_shape array that starts
+ * src_at elements into the source buffer, to dst_off inside dst_shape at dst_at. */
+typedef struct dt__block {
+    int rank;
+    int64_t src_at, dst_at;
+    int64_t src_shape[DT_MAX_RANK], src_off[DT_MAX_RANK];
+    int64_t dst_shape[DT_MAX_RANK], dst_off[DT_MAX_RANK];
+    int64_t extent[DT_MAX_RANK];
+} dt__block;
+
+/* Arguments of one kernel on one device: local shapes only (plus global offsets where an
+ * element's value depends on its global index). Built at expansion time, per device. */
+typedef struct dt__kargs {
+    int rank;                               /* of the output */
+    int64_t shape[DT_MAX_RANK];             /* output local shape */
+    int64_t offset[DT_MAX_RANK];            /* global index of the output's first element */
+    int64_t gshape[DT_MAX_RANK];            /* global output shape */
+    int64_t in_shape[2][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
+    int op;                                 /* unary / binary / reduce operator */
+    double a, b;                            /* fill value; arange start, step; random
+                                               bounds or mean, stddev; reduce scale */
+    uint64_t seed, key;                     /* Philox key (seed) and counter high word (op key) */
+    unsigned mask;                          /* reduce: local axes reduced */
+    int perm[DT_MAX_RANK];                  /* transpose: out axis i = in axis perm[i] */
+    int64_t batch, m, n, k;                 /* gemm: batch count and matrix extents */
+    int64_t a_batch_stride, b_batch_stride; /* 0 broadcasts an operand over the batch */
+    bool ta, tb;                            /* gemm transposes */
+    bool select;                            /* select_fill: true copies, false fills with a */
+    int nblocks;                            /* copy_blocks */
+    dt__block *blocks;                      /* host memory, nblocks entries */
+    int64_t out_elems;                      /* size of the output buffer in elements */
+} dt__kargs;
+
+/* What a kernel needs of the device it runs on (embedded in the device record). */
+typedef struct dt__kctx {
+    const char *type; /* "CPU", "CUDA": for messages */
+    int index;        /* local index among this client's devices of the type */
+    int ordinal;      /* CUDA: physical GPU ordinal; CPU: bound core or -1 */
+    void *stream;     /* CUDA: the device's cudaStream_t (every kernel and copy goes on it) */
+    void *blas;       /* CUDA: cublasHandle_t bound to the stream */
+    bool tf32;        /* CUDA: f32 gemm may use TF32 tensor cores (opt-in) */
+} dt__kctx;
+
+/* One local kernel on one device. CPU kernels finish before they return; CUDA kernels are
+ * enqueued on x->stream and return without waiting (a launch failure is reported here, an
+ * execution failure at the next synchronisation). A failure is DT_ERR_DEVICE naming the
+ * device, the kernel and the backend's message. */
+typedef dt_status (*dt__kernel_fn)(const dt__kctx *x, const dt__kargs *k, const void *const in[],
+                                   void *out);
+
+/* The backends' (kernel, dtype) tables; NULL entries: the backend lacks that kernel. */
+extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
+extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
+
+/* Combine for collectives between devices of one client (CUDA): for each i < n,
+ *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right, as the CPU does)
+ *   v = v / by when by > 1                                 (mean: the element type's division)
+ *   dst[d][i] = v for every d < ndst
+ * Every element is read from every source before it is written, so a dst may alias a src at
+ * the same offset (in-place all-reduce). 1 <= nsrc, ndst <= DT__COMBINE_MAX. Pointers may be
+ * on other GPUs with peer access (unified addressing). Enqueued on x->stream. */
+#define DT__COMBINE_MAX 16
+dt_status dt__cuda_combine(const dt__kctx *x, dt_dtype t, dt_reduce_op op, int nsrc,
+                           const void *const src[], int ndst, void *const dst[], int64_t n, int by);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DT_KERNELS_H */
