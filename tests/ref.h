@@ -21,6 +21,28 @@
 
 #define REF_MAX_SHARDS 64
 
+#ifdef DT_HAVE_CUDA
+int dt__cuda_device_count(void); /* the CUDA runtime's count, 0 on any error (no GPU) */
+#endif
+
+/* CUDA devices the runtime should give client `client` of `clients` on one host: the GPUs the
+ * CUDA runtime reports, dealt round-robin to the clients, times DTENSOR_CUDA_DEVICES logical
+ * devices each (default 1); 0 in a build without CUDA or on a machine without a GPU. */
+static inline int ref_cuda_devices(int client, int clients)
+{
+#ifdef DT_HAVE_CUDA
+    int gpus = 0;
+    for (int g = client; g < dt__cuda_device_count(); g += clients)
+        gpus++;
+    const char *e = getenv("DTENSOR_CUDA_DEVICES");
+    return gpus * (e && *e ? atoi(e) : 1);
+#else
+    (void)client;
+    (void)clients;
+    return 0;
+#endif
+}
+
 /* Deal n elements out one at a time to the shard holding the fewest so far (lowest index on
  * ties); offsets are the prefix sums of the sizes. s <= REF_MAX_SHARDS. */
 static inline void ref_shards(int64_t n, int s, int64_t size[], int64_t off[])

@@ -56,6 +56,19 @@ int main(void)
     expect_error("{\"cluster\": {\"ps\": [\"a\"", NULL, "TF_CONFIG:", "truncated JSON");
     unsetenv("TF_CONFIG");
     unsetenv("DTENSOR_CLUSTER");
+    /* strategies over devices of a type: an unknown type, and a type with no device here */
+    dt_strategy *s = (dt_strategy *)1;
+    dt_strategy_options bad = {.device_type = (dt_device_type)7};
+    dt_status st = dt_strategy_create(DT_STRATEGY_MIRRORED, &bad, &s);
+    tap_check(st == DT_ERR_ARG && !s && strstr(dt_last_error(), "device_type 7"),
+              "unknown device type: %s", dt_last_error());
+    if (dt_num_global_devices(DT_DEVICE_CUDA) == 0) {
+        dt_strategy_options gpu = {.device_type = DT_DEVICE_CUDA};
+        s = (dt_strategy *)1;
+        st = dt_strategy_create(DT_STRATEGY_MULTI_WORKER_MIRRORED, &gpu, &s);
+        tap_check(st != DT_OK && !s && strstr(dt_last_error(), "CUDA"),
+                  "a strategy over CUDA devices without any: %s", dt_last_error());
+    }
     int rc = tap_done();
     dt_finalize();
     return rc;

@@ -22,6 +22,11 @@
 
 #define MAX_LAYOUTS 96
 
+/* Relative tolerance of floating-point elementwise results against the host loops: 0 (exact)
+ * on CPU devices, whose kernels are those loops; a backend whose libm differs in the last bit
+ * (CUDA's) sets it before diff_all. Integer results are always exact. */
+static double diff_float_tol = 0;
+
 /* Every layout of a rank-`rank` tensor on m: each injective assignment of mesh axes to tensor
  * axes (or none), and with `partial`, the same with a partial sum over the first mesh axis
  * left free. */
@@ -140,6 +145,21 @@ static bool matches(const dt_tensor *t, dt_dtype dt, const double *ref, int64_t 
             ok = fabs(g - r) <= tol * fmax(1.0, fabs(r));
         }
     }
+    free(buf);
+    return ok;
+}
+
+/* Read t: true when its bytes equal `keep`'s, which the first call (*have false) fills. */
+static bool same_bits(const dt_tensor *t, dt_dtype dt, int64_t n, void *keep, bool *have)
+{
+    size_t bytes = (size_t)n * dt_dtype_size(dt);
+    void *buf = malloc(bytes + 8);
+    bool ok = t && dt_tensor_read(t, buf, bytes) == DT_OK;
+    if (ok && !*have)
+        memcpy(keep, buf, bytes);
+    else if (ok)
+        ok = memcmp(keep, buf, bytes) == 0;
+    *have = *have || ok;
     free(buf);
     return ok;
 }
@@ -288,6 +308,11 @@ static bool pick(const diff_opts *o, int i, int j, int n)
 static const dt_dtype dtypes[NUM_DTYPES] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_I32, DT_DTYPE_I64};
 
 /* Unary ops defined on integers (the others are floating point functions). */
+static double ew_tol(dt_dtype dt)
+{
+    return is_int(dt) ? 0 : diff_float_tol;
+}
+
 static bool int_unary(int op)
 {
     return op == DT_UNARY_NEG || op == DT_UNARY_ABS || op == DT_UNARY_RELU || op == DT_UNARY_SQUARE;
@@ -304,7 +329,8 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
             int n = all_layouts(m, 2, true, ls);
             int64_t ne = shapes[s][0] * shapes[s][1];
             double *ref = malloc(sizeof(double) * (size_t)ne);
-            bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true;
+            bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true, have_normal = false;
+            void *normal_bits = malloc((size_t)ne * 8);
             double value = is_int(dt) ? -3.0 : 2.5, step = is_int(dt) ? -2.0 : -0.5;
             for (int li = 0; li < n; li++) {
                 dt_op_options op = {.layout = &ls[li]};
@@ -345,11 +371,15 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
                        matches(t, dt, ref, ne, 0);
                 dt_tensor_free(t);
                 t = NULL;
+                /* Box-Muller's log and cos are the library's own (the same bits on CPU and
+                 * GPU), so against libm's within a few ulps, and bitwise the same tensor in
+                 * every layout */
                 for (int64_t i = 0; i < ne; i++)
                     ref[i] = 0.5 + 2.0 * ref_random(true, d == 1, 43, 9, (uint64_t)i);
                 ok_n = ok_n &&
                        dt_random_normal(dt, 2, shapes[s], 43, 9, 0.5, 2.0, &op, &t) == DT_OK &&
-                       matches(t, dt, ref, ne, 0);
+                       matches(t, dt, ref, ne, d == 1 ? 1e-14 : 0) &&
+                       same_bits(t, dt, ne, normal_bits, &have_normal);
                 dt_tensor_free(t);
             }
             DIFF_REPORT(ok_fill, "fill %s %s: %d layouts", dt_dtype_name(dt), s ? "uneven" : "even",
@@ -359,9 +389,11 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
                                    : "bitwise the Random123 stream in every layout");
             DIFF_REPORT(ok_n, "random_normal %s %s: %s", dt_dtype_name(dt), s ? "uneven" : "even",
                         is_int(dt) ? "DT_ERR_DTYPE naming the dtype"
-                                   : "bitwise the Random123 stream in every layout");
+                                   : "the Random123 stream with libm's Box-Muller within 1e-14, "
+                                     "bitwise the same in every layout");
             DIFF_REPORT(ok_ar, "arange %s %s", dt_dtype_name(dt), s ? "uneven" : "even");
             free(ref);
+            free(normal_bits);
         }
 }
 
@@ -577,7 +609,7 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
                         ref[k] = ref_unary(op, dt, get(dt, ha, k));
                     dt_tensor *y = NULL;
                     ok_u = ok_u && x && dt_unary((dt_unary_op)op, x, NULL, &y) == DT_OK &&
-                           matches(y, dt, ref, ne, 0);
+                           matches(y, dt, ref, ne, ew_tol(dt));
                     dt_tensor_free(y);
                 }
                 dt_tensor_free(x);
@@ -601,7 +633,7 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
                             ref[k] = ref_binary(op, dt, get(dt, ha, k), get(dt, hb, k));
                         dt_tensor *c = NULL;
                         bool one = a && b && dt_binary((dt_binary_op)op, a, b, NULL, &c) == DT_OK &&
-                                   matches(c, dt, ref, ne, 0);
+                                   matches(c, dt, ref, ne, ew_tol(dt));
                         if (!one && ok_b) {
                             char x[64], y[64];
                             layout_text(&ls[i], x, sizeof x);
@@ -622,7 +654,7 @@ static void diff_elementwise(const dt_mesh *m, const diff_opts *o)
                         ref[k] =
                             ref_binary(DT_BINARY_SUB, dt, get(dt, ha, k), get(dt, hb, k % sh[1]));
                     bool one = a && b && dt_binary(DT_BINARY_SUB, a, b, NULL, &c) == DT_OK &&
-                               matches(c, dt, ref, ne, 0);
+                               matches(c, dt, ref, ne, ew_tol(dt));
                     if (!one && ok_b)
                         snprintf(bad, sizeof bad, " (broadcast failure: %s)", dt_last_error());
                     ok_b = ok_b && one;
@@ -826,7 +858,7 @@ static void diff_copy_to_mesh(const dt_mesh *m, const diff_opts *o)
     else
         snprintf(spec, sizeof spec, "p=%d", size);
     dt_mesh *m2 = NULL;
-    bool ok_mesh = dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m2) == DT_OK;
+    bool ok_mesh = dt_mesh_create_from_string(spec, dt_mesh_device_type(m), &m2) == DT_OK;
     DIFF_REPORT(ok_mesh, "copy_to_mesh: a second mesh %s", spec);
     if (!ok_mesh)
         return;
@@ -842,6 +874,32 @@ static void diff_copy_to_mesh(const dt_mesh *m, const diff_opts *o)
                     s ? "uneven" : "even", spec, n, n2, bad);
     }
     dt_mesh_free(m2);
+    /* to a mesh of the other device type with the same axes over as many devices (CPU <->
+     * CUDA), and back, when this client has those devices */
+    dt_device_type other = dt_mesh_device_type(m) == DT_DEVICE_CPU ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+    if (dt_num_global_devices(other) != size)
+        return;
+    const char *names[DT_MAX_MESH_AXES];
+    for (int a = 0; a < dt_mesh_num_axes(m); a++)
+        names[a] = dt_mesh_axis_name(m, a);
+    dt_mesh *mo = NULL;
+    ok_mesh = dt_mesh_create(dt_mesh_num_axes(m), names, m->sizes, other, &mo) == DT_OK;
+    DIFF_REPORT(ok_mesh, "copy_to_mesh: a %s mesh of the same axes", dt_device_type_name(other));
+    if (!ok_mesh)
+        return;
+    int no = all_layouts(mo, 2, true, lt);
+    for (int d = 0; d < NUM_DTYPES; d++) {
+        dt_dtype dt = dtypes[d];
+        int s = d % 2;
+        char bad[256] = "";
+        bool ok = move_pairs(ls, n, lt, no, true, dt, shapes[s], o, bad, sizeof bad) &&
+                  move_pairs(lt, no, ls, n, true, dt, shapes[s], o, bad, sizeof bad);
+        DIFF_REPORT(ok, "copy_to_mesh %s %s between %s and %s meshes: layouts %d x %d%s",
+                    dt_dtype_name(dt), s ? "uneven" : "even",
+                    dt_device_type_name(dt_mesh_device_type(m)), dt_device_type_name(other), n, no,
+                    bad);
+    }
+    dt_mesh_free(mo);
 }
 
 static void diff_all(const dt_mesh *m, const diff_opts *o)

@@ -234,7 +234,18 @@ Test(runtime, devices_print_mentions_every_device)
         cr_expect(strstr(text, id), "no \"%s\" in:\n%s", id, text);
     }
     cr_expect_null(strstr(text, "CPU:5"), "a sixth device in:\n%s", text);
-    cr_expect(strstr(text, "no CUDA devices"), "%s", text);
+    if (ref_cuda_devices(0, 1) == 0)
+        cr_expect(strstr(text, "no CUDA devices"), "%s", text);
+    /* OpenBLAS threads per GEMM, and why: the user's variable, or cores over devices */
+    const char *why = getenv("OPENBLAS_NUM_THREADS") && *getenv("OPENBLAS_NUM_THREADS")
+                          ? "(OPENBLAS_NUM_THREADS)"
+                          : "(the host's cores over its CPU devices)";
+    cr_expect(strstr(text, "OpenBLAS: ") && strstr(text, why), "no \"%s\" in:\n%s", why, text);
+    for (int i = 0; i < ref_cuda_devices(0, 1); i++) {
+        char dev[32];
+        snprintf(dev, sizeof dev, "CUDA:%d ", i);
+        cr_expect(strstr(text, dev), "no \"%s\" in:\n%s", dev, text);
+    }
     free(text);
     finalize();
 }
@@ -253,17 +264,30 @@ Test(runtime, print_ordered_single_client)
     finalize();
 }
 
-Test(runtime, no_cuda_devices_is_not_an_error)
+/* CUDA devices: as many as the CUDA runtime reports (one client owns every GPU), none on a
+ * machine without a GPU or a build without CUDA, which is not an error. */
+Test(runtime, cuda_devices_as_the_driver_reports)
 {
     init_devices(2);
-    cr_expect_eq(dt_num_local_devices(DT_DEVICE_CUDA), 0);
-    cr_expect_eq(dt_num_global_devices(DT_DEVICE_CUDA), 0);
-    cr_expect_eq(dt_device_memory(DT_DEVICE_CUDA, 0, NULL, NULL), DT_ERR_ARG);
-    EXPECT_MSG("CUDA");
+    int n = ref_cuda_devices(0, 1);
+    cr_expect_eq(dt_num_local_devices(DT_DEVICE_CUDA), n);
+    cr_expect_eq(dt_num_global_devices(DT_DEVICE_CUDA), n);
     dt_mesh *m = NULL;
-    cr_expect_eq(dt_mesh_create_from_string("x=1", DT_DEVICE_CUDA, &m), DT_ERR_MESH);
-    EXPECT_MSG("0 CUDA devices");
-    cr_expect_null(m);
+    if (n == 0) {
+        cr_expect_eq(dt_device_memory(DT_DEVICE_CUDA, 0, NULL, NULL), DT_ERR_ARG);
+        EXPECT_MSG("CUDA");
+        cr_expect_eq(dt_mesh_create_from_string("x=1", DT_DEVICE_CUDA, &m), DT_ERR_MESH);
+        EXPECT_MSG("0 CUDA devices");
+        cr_expect_null(m);
+    } else {
+        size_t cur = 1;
+        cr_expect_eq(dt_device_memory(DT_DEVICE_CUDA, n - 1, &cur, NULL), DT_OK);
+        cr_expect_eq(cur, 0);
+        cr_expect_eq(dt_device_memory(DT_DEVICE_CUDA, n, NULL, NULL), DT_ERR_ARG);
+        cr_expect_eq(dt_mesh_create_from_string("x=1", DT_DEVICE_CUDA, &m), DT_OK, "%s",
+                     dt_last_error());
+        dt_mesh_free(m);
+    }
     finalize();
 }
 
@@ -304,7 +328,7 @@ static void check_queries(int num_axes, const char *const names[], const int siz
         cr_expect_eq(dt_global_device_id(DT_DEVICE_CPU, i), i);
     cr_expect_eq(dt_global_device_id(DT_DEVICE_CPU, devices), -1);
     cr_expect_eq(dt_global_device_id(DT_DEVICE_CPU, -1), -1);
-    cr_expect_eq(dt_global_device_id(DT_DEVICE_CUDA, 0), -1);
+    cr_expect_eq(dt_global_device_id(DT_DEVICE_CUDA, 0), ref_cuda_devices(0, 1) ? 0 : -1);
 
     for (int d = 0; d < devices; d++) {
         int want[DT_MAX_MESH_AXES], got[DT_MAX_MESH_AXES];
@@ -537,6 +561,27 @@ Test(mesh, bad_arrays_name_the_values)
     cr_expect_eq(dt_mesh_create(8, nine + 1, ones + 1, DT_DEVICE_CPU, &m), DT_OK, "%s",
                  dt_last_error());
     cr_expect_eq(dt_mesh_num_axes(m), 8);
+    dt_mesh_free(m);
+    finalize();
+}
+
+/* NULL out-pointers and FILEs are errors naming the argument, never a crash. */
+Test(runtime, null_arguments_are_errors)
+{
+    init_devices(2);
+    dt_mesh *m = NULL;
+    cr_assert_eq(dt_mesh_create_from_string("x=2", DT_DEVICE_CPU, &m), DT_OK);
+    cr_expect_eq(dt_mesh_device_coords(m, 0, NULL), DT_ERR_ARG);
+    EXPECT_MSG("coords is NULL");
+    cr_expect_eq(dt_mesh_device_client(m, 1, NULL), DT_ERR_ARG);
+    EXPECT_MSG("client is NULL");
+    cr_expect_eq(dt_devices_print(NULL), DT_ERR_ARG);
+    EXPECT_MSG("FILE is NULL");
+    cr_expect_eq(dt_print_ordered(NULL, "x"), DT_ERR_ARG);
+    EXPECT_MSG("FILE is NULL");
+    /* a hand-built layout naming a mesh axis the mesh lacks */
+    dt_layout l = {.mesh = m, .rank = 1, .axes = {5}};
+    cr_expect_eq(dt_layout_num_shards(&l, 0), 1);
     dt_mesh_free(m);
     finalize();
 }

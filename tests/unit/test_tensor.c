@@ -647,3 +647,74 @@ Test(memory, sharded_tensor_holds_only_its_shards)
     }
     teardown(m);
 }
+
+/* The caching allocator: once every shape of a loop has been seen, the loop takes nothing
+ * more from the system; freed blocks are kept (reserved) until released. */
+Test(memory, caching_allocator_steady_state)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    dt_layout rows, cols;
+    cr_assert_eq(dt_layout_parse(m, "x,unsharded", &rows), DT_OK);
+    cr_assert_eq(dt_layout_parse(m, "unsharded,x", &cols), DT_OK);
+    const int64_t shape[2] = {96, 96};
+    dt_op_options oa = {.layout = &cols}, ob = {.layout = &rows};
+    dt_tensor *a = NULL, *b = NULL, *c = NULL;
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, -1, 1, &oa, &a), DT_OK);
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 3, -1, 1, &ob, &b), DT_OK);
+    /* contracting axis sharded: partial products, then an all-reduce */
+    cr_assert_eq(dt_matmul(a, b, NULL, &c), DT_OK, "%s", dt_last_error());
+    dt_tensor_free(c);
+    dt_memory_stats before[2], after[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &before[i]), DT_OK);
+    for (int it = 0; it < 10; it++) {
+        cr_assert_eq(dt_matmul(a, b, NULL, &c), DT_OK, "%s", dt_last_error());
+        dt_tensor_free(c);
+    }
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
+        cr_expect_eq(after[i].system_allocs, before[i].system_allocs,
+                     "device %d: %llu blocks from the system before the loop, %llu after", i,
+                     (unsigned long long)before[i].system_allocs,
+                     (unsigned long long)after[i].system_allocs);
+        /* a and b live: 96x48 f32 each */
+        cr_expect_eq(after[i].in_use, 2 * 96 * 48 * sizeof(float));
+        cr_expect_geq(after[i].reserved, after[i].in_use + after[i].cached);
+        cr_expect_gt(after[i].cached, 0);
+        cr_expect_geq(after[i].peak, after[i].in_use + 96 * 96 * sizeof(float));
+    }
+    cr_assert_eq(dt_device_release_cache(DT_DEVICE_CPU, -1), DT_OK);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
+        cr_expect_eq(after[i].cached, 0);
+        /* live blocks rounded up to their size class: at most a quarter more */
+        cr_expect_geq(after[i].reserved, after[i].in_use);
+        cr_expect_leq(after[i].reserved, after[i].in_use + after[i].in_use / 4);
+    }
+    /* bad arguments name the values */
+    cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 2, &after[0]), DT_ERR_ARG);
+    EXPECT_MSG("device 2");
+    cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 0, NULL), DT_ERR_ARG);
+    cr_expect_eq(dt_device_release_cache(DT_DEVICE_CPU, 5), DT_ERR_ARG);
+    EXPECT_MSG("device 5");
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    teardown(m);
+    cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 0, &after[0]), DT_ERR_STATE);
+}
+
+/* dt_tensor_wait: nothing to wait for on CPU devices; bad arguments are errors. */
+Test(tensor, wait)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "x", &l), DT_OK);
+    dt_tensor *t = NULL;
+    dt_op_options o = {.layout = &l};
+    cr_assert_eq(dt_ones(DT_DTYPE_F32, 1, (int64_t[]){5}, &o, &t), DT_OK);
+    cr_expect_eq(dt_tensor_wait(t), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(dt_tensor_wait(NULL), DT_ERR_ARG);
+    EXPECT_MSG("NULL");
+    dt_tensor_free(t);
+    teardown(m);
+}
