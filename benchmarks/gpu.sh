@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GPU benchmarks beside their baselines (benchmarks/bench_gpu.c has the cases): CSV, JSON and
+# a plot (when matplotlib is importable) under $OUT. Needs a build with CUDA and a GPU; on the
+# GPU machine: bash .device/test.sh bench (../shared/gpu/README.md).
+#   benchmarks/gpu.sh            # BUILD=build-gpu OUT=benchmarks/results/gpu REPS=10
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-benchmarks/results/gpu}
+REPS=${REPS:-10}
+mkdir -p "$OUT"
+if [ ! -f "$BUILD/build.ninja" ]; then
+    meson setup "$BUILD" -Dcuda=enabled
+fi
+ninja -C "$BUILD" benchmarks/bench_gpu
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+"$BUILD/benchmarks/bench_gpu" "$REPS" | tee "$OUT/gpu.csv"
+python3 - "$OUT" <<'PY'
+import csv, json, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(f"{out}/gpu.csv")))
+json.dump(rows, open(f"{out}/gpu.json", "w"), indent=1)
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("matplotlib not importable: no plot (CSV and JSON written)")
+    sys.exit(0)
+rated = [r for r in rows if float(r["baseline"]) > 0]
+fig, ax = plt.subplots(figsize=(9, 0.4 * len(rated) + 1.5))
+ax.barh([f'{r["case"]} {r["param"]}' for r in rated], [float(r["ratio"]) for r in rated])
+ax.axvline(1.0, color="k", lw=0.8)
+ax.set_xlabel("dtensor / baseline in the same run")
+fig.tight_layout()
+fig.savefig(f"{out}/gpu.png", dpi=120)
+print(f"wrote {out}/gpu.csv, gpu.json, gpu.png")
+PY
