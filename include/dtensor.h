@@ -224,6 +224,14 @@ dt_status dt_devices_print(FILE *f);
 /* Wait until every client has called it. Collective. */
 dt_status dt_barrier(void);
 
+/* Every client contributes `bytes` bytes from `send`; `recv` (dt_num_clients() * bytes) gets
+ * every contribution in client order, on every client. For agreeing on metadata that only
+ * some clients know before a collective (e.g. the global shape of per-device components).
+ * Every client must pass the same `bytes`: the counts are compared first, and a difference
+ * (or NULL buffers with bytes > 0 on some client) is DT_ERR_MISMATCH (DT_ERR_ARG) on every
+ * client, naming the clients and counts. Collective. */
+dt_status dt_client_allgather(const void *send, size_t bytes, void *recv);
+
 /* Client 0 writes every client's `text` to f, in client order (the others write nothing), so
  * output is the same for any number of clients. Collective. */
 dt_status dt_print_ordered(FILE *f, const char *text);
@@ -430,7 +438,9 @@ typedef enum dt_unary_op {
 } dt_unary_op;
 
 /* X(NAME, name): elementwise binary operators; comparisons give 1 or 0 in the operands'
- * dtype. */
+ * dtype. Integer DIV truncates; FLOORDIV and FLOORMOD round towards minus infinity as
+ * numpy's floor_divide and mod (and tf.math.floordiv / floormod) do, for every dtype, so that
+ * a == floordiv(a, b) * b + floormod(a, b); an integer divisor of 0 gives 0. */
 #define DT_BINARY_LIST(X) \
     X(ADD, add)           \
     X(SUB, sub)           \
@@ -444,7 +454,9 @@ typedef enum dt_unary_op {
     X(LT, less)           \
     X(LE, less_equal)     \
     X(GT, greater)        \
-    X(GE, greater_equal)
+    X(GE, greater_equal)  \
+    X(FLOORDIV, floordiv) \
+    X(FLOORMOD, floormod)
 
 typedef enum dt_binary_op {
 #define DT__BINARY_ENUM(NAME, name) DT_BINARY_##NAME,

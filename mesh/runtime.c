@@ -602,6 +602,30 @@ dt_status dt_barrier(void)
     return dt__agree(dt__rt.world, DT_OK);
 }
 
+dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
+{
+    DT_TRY(dt__require_init("dt_client_allgather"));
+    /* counts first: a client passing another count (or no buffers) fails every client
+     * instead of leaving them in MPI calls that do not match */
+    int n = dt__rt.num_clients;
+    uint64_t mine = bytes && (!send || !recv) ? UINT64_MAX : (uint64_t)bytes;
+    uint64_t *counts = malloc(sizeof *counts * (size_t)n);
+    dt_status s = counts ? dt__allgather_bytes(dt__rt.world, &mine, sizeof mine, counts)
+                         : dt__fail(DT_ERR_NOMEM, "dt_client_allgather: out of memory");
+    for (int c = 0; s == DT_OK && c < n; c++) {
+        if (counts[c] == UINT64_MAX)
+            s = dt__fail(DT_ERR_ARG, "dt_client_allgather: client %d passed NULL buffers", c);
+        else if (counts[c] != counts[0])
+            s = dt__fail(DT_ERR_MISMATCH,
+                         "dt_client_allgather: client 0 sends %llu bytes, client %d sends %llu",
+                         (unsigned long long)counts[0], c, (unsigned long long)counts[c]);
+    }
+    free(counts);
+    if (s == DT_OK && bytes)
+        s = dt__allgather_bytes(dt__rt.world, send, bytes, recv);
+    return s;
+}
+
 dt_status dt_print_ordered(FILE *f, const char *text)
 {
     DT_TRY(dt__require_init("dt_print_ordered"));

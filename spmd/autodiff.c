@@ -252,7 +252,13 @@ static dt_status vjp_binary(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
         DT_TRY(bin(a, DT_BINARY_MUL, y, t, &t));
         DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &gb));
         break;
-    default: /* comparisons: piecewise constant, nothing flows */
+    case DT_BINARY_FLOORMOD: /* a - floordiv(a, b) b: (dy, -dy floordiv(a, b)) */
+        ga = dy;
+        DT_TRY(bin(a, DT_BINARY_FLOORDIV, A, B, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &t));
+        DT_TRY(un(a, DT_UNARY_NEG, t, &gb));
+        break;
+    default: /* comparisons and floordiv: piecewise constant, nothing flows */
         return DT_OK;
     }
     DT_TRY(sum_to(a, ga, A->rank, A->shape, &dx[0]));

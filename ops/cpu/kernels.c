@@ -139,6 +139,39 @@ static double unary_f(int op, double x)
                 o[i] = (T)unary_f(k->op, (double)x[i]);                                            \
         }                                                                                          \
     }                                                                                              \
+    /* numpy's divmod: the quotient rounded towards minus infinity and the remainder with the      \
+     * divisor's sign; floats through the exact fmod (as npy_divmod), so that 1 // 0.1 is 9;       \
+     * an integer divisor of 0 gives 0 and 0 (as the integer DIV)                                  \
+     */                                                                                            \
+    static T floor_divmod_##NAME(T a, T b, T *mod)                                                 \
+    {                                                                                              \
+        if (!IS_FLOAT && b == 0) {                                                                 \
+            *mod = 0;                                                                              \
+            return 0;                                                                              \
+        }                                                                                          \
+        if (!IS_FLOAT) {                                                                           \
+            T q = b == (T)-1 ? DT__NEG(a) : (T)(a / b);                                            \
+            T r = DT__SUB(a, DT__MUL(q, b));                                                       \
+            bool fix = r != 0 && (r < 0) != (b < 0);                                               \
+            *mod = fix ? DT__ADD(r, b) : r;                                                        \
+            return fix ? DT__SUB(q, (T)1) : q;                                                     \
+        }                                                                                          \
+        T m = (T)fmod((double)a, (double)b);                                                       \
+        if (b == 0) {                                                                              \
+            *mod = m;                                                                              \
+            return (T)(a / b);                                                                     \
+        }                                                                                          \
+        T div = (T)((a - m) / b);                                                                  \
+        if (m != 0 && (b < 0) != (m < 0)) {                                                        \
+            m = (T)(m + b);                                                                        \
+            div = (T)(div - (T)1);                                                                 \
+        }                                                                                          \
+        *mod = m != 0 ? m : (T)copysign(0.0, (double)b);                                           \
+        if (div == 0)                                                                              \
+            return (T)copysign(0.0, (double)(a / b));                                              \
+        T fl = (T)floor((double)div);                                                              \
+        return div - fl > (T)0.5 ? (T)(fl + (T)1) : fl;                                            \
+    }                                                                                              \
     static T binary_one_##NAME(int op, T a, T b)                                                   \
     {                                                                                              \
         switch ((dt_binary_op)op) {                                                                \
@@ -168,6 +201,11 @@ static double unary_f(int op, double x)
             return (T)(a > b);                                                                     \
         case DT_BINARY_GE:                                                                         \
             return (T)(a >= b);                                                                    \
+        case DT_BINARY_FLOORDIV:                                                                   \
+        case DT_BINARY_FLOORMOD: {                                                                 \
+            T mod, div = floor_divmod_##NAME(a, b, &mod);                                          \
+            return op == DT_BINARY_FLOORDIV ? div : mod;                                           \
+        }                                                                                          \
         default:                                                                                   \
             return a;                                                                              \
         }                                                                                          \

@@ -252,6 +252,27 @@ static void check_print_ordered(const char *config)
               config);
 }
 
+static void check_client_allgather(const char *config)
+{
+    /* each client sends (its id, its device count); every client receives all, in order */
+    int64_t mine[2] = {rank_, devs[rank_]}, all[2 * 1024] = {0};
+    dt_status s = dt_client_allgather(mine, sizeof mine, all);
+    bool ok = s == DT_OK;
+    for (int c = 0; ok && c < size_; c++)
+        ok = all[2 * c] == c && all[2 * c + 1] == devs[c];
+    tap_check(ok, "%s: client_allgather: every client gets every contribution in order", config);
+    /* client 0 sends one byte more: every client fails with the counts, none hangs */
+    s = dt_client_allgather(mine, sizeof mine - (rank_ ? 1 : 0), all);
+    tap_check(size_ == 1
+                  ? s == DT_OK
+                  : s == DT_ERR_MISMATCH && strstr(dt_last_error(), "client 0 sends 16 bytes"),
+              "%s: client_allgather: different counts fail on every client (%s)", config,
+              dt_last_error());
+    s = dt_client_allgather(rank_ == size_ - 1 ? NULL : mine, sizeof mine, all);
+    tap_check(s == DT_ERR_ARG && strstr(dt_last_error(), "NULL"),
+              "%s: client_allgather: NULL buffers on one client fail on every client", config);
+}
+
 static void run_config(const char *config)
 {
     check_runtime(config);
@@ -272,6 +293,7 @@ static void run_config(const char *config)
     check_mesh(config, spec, 3, (int[]){1, g, 1});
     check_disagreement(config);
     check_print_ordered(config);
+    check_client_allgather(config);
 }
 
 int main(void)

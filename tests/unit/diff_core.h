@@ -219,6 +219,14 @@ static double ref_binary(int op, dt_dtype dt, double a, double b)
     bool f = dt == DT_DTYPE_F32;
     if (is_int(dt) && op == DT_BINARY_DIV) /* truncating; x / 0 is 0 (the kernels' rule) */
         return b == 0 ? 0 : trunc(a / b);
+    if (op == DT_BINARY_FLOORDIV || op == DT_BINARY_FLOORMOD) {
+        /* a = q b + r with q an integer and r between 0 and b (numpy); the test's values are
+         * exact halves, so a / b rounds correctly; an integer divisor of 0 gives 0 and 0 */
+        if (b == 0)
+            return is_int(dt) ? 0 : op == DT_BINARY_FLOORDIV ? a / b : NAN;
+        double q = floor(a / b);
+        return op == DT_BINARY_FLOORDIV ? q : a - q * b;
+    }
     switch ((dt_binary_op)op) {
     case DT_BINARY_ADD:
         r = f ? (double)((float)a + (float)b) : a + b;

@@ -309,11 +309,15 @@ Test(autodiff, unary)
 
 Test(autodiff, binary)
 {
-    const dt_binary_op ops[] = {DT_BINARY_ADD, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV,
-                                DT_BINARY_MAX, DT_BINARY_MIN, DT_BINARY_POW};
+    const dt_binary_op ops[] = {DT_BINARY_ADD, DT_BINARY_SUB,      DT_BINARY_MUL,
+                                DT_BINARY_DIV, DT_BINARY_MAX,      DT_BINARY_MIN,
+                                DT_BINARY_POW, DT_BINARY_FLOORDIV, DT_BINARY_FLOORMOD};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         cur_binary = ops[i];
-        int positive = ops[i] == DT_BINARY_POW || ops[i] == DT_BINARY_DIV;
+        /* floordiv and floormod jump where a / b is an integer: the positive domain keeps
+         * the finite differences away from a jump */
+        int positive = ops[i] == DT_BINARY_POW || ops[i] == DT_BINARY_DIV ||
+                       ops[i] == DT_BINARY_FLOORDIV || ops[i] == DT_BINARY_FLOORMOD;
         gcase same = {dt_binary_op_name(ops[i]),
                       2,
                       {2, 2},

@@ -161,6 +161,7 @@ Test(runtime, calls_before_init)
     cr_expect_eq(dt_device_memory(DT_DEVICE_CPU, 0, NULL, NULL), DT_ERR_STATE);
     cr_expect_eq(dt_devices_print(stdout), DT_ERR_STATE);
     cr_expect_eq(dt_print_ordered(stdout, "x"), DT_ERR_STATE);
+    cr_expect_eq(dt_client_allgather("x", 1, (char[1]){0}), DT_ERR_STATE);
     dt_layout l = {0};
     dt_tensor *t = NULL;
     cr_expect_eq(dt_tensor_from_host(&l, DT_DTYPE_F32, 0, NULL, NULL, 0, &t), DT_ERR_STATE);
@@ -247,6 +248,19 @@ Test(runtime, devices_print_mentions_every_device)
         cr_expect(strstr(text, dev), "no \"%s\" in:\n%s", dev, text);
     }
     free(text);
+    finalize();
+}
+
+Test(runtime, client_allgather_single_client)
+{
+    init_devices(1);
+    const int64_t mine[3] = {3, -1, 7};
+    int64_t all[3] = {0};
+    cr_assert_eq(dt_client_allgather(mine, sizeof mine, all), DT_OK, "%s", dt_last_error());
+    cr_expect_arr_eq(all, mine, sizeof mine);
+    cr_expect_eq(dt_client_allgather(NULL, 0, NULL), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(dt_client_allgather(NULL, 8, all), DT_ERR_ARG);
+    cr_expect(strstr(dt_last_error(), "client 0 passed NULL buffers"), "%s", dt_last_error());
     finalize();
 }
 

@@ -20,6 +20,10 @@ documented as collective must be made by every client in the same order. Every f
 
 import atexit
 import builtins as _builtins
+import contextlib as _contextlib
+import json as _json
+import re as _re
+import threading as _threading
 import weakref
 
 import numpy as np
@@ -43,6 +47,8 @@ __all__ = [
     "Adam", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
     "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
+    "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
+    "floordiv", "floormod", "mod",
 ]
 
 UNSHARDED = "unsharded"
@@ -171,20 +177,55 @@ def print_ordered(text):
     _c.print_ordered(text)
 
 
+def _allgather_json(value):
+    """Every client's JSON-able value, in client order (collective): lengths first, then the
+    texts padded to the longest (the C exchange needs one length on every client)."""
+    data = _json.dumps(value).encode()
+    longest = max(int.from_bytes(b, "little")
+                  for b in _c.client_allgather(len(data).to_bytes(8, "little")))
+    return [_json.loads(b) for b in _c.client_allgather(data.ljust(longest))]
+
+
+_ERRORS = {"TypeError": TypeError, "ValueError": ValueError}
+
+
+def _agree(error, payload=None):
+    """Agree on local checks before a collective (collective): when any client's ``error`` (an
+    exception or None) is set, every client raises, a failing client its own error and the
+    others the first failing client's, naming it; otherwise every client's ``payload``, in
+    client order."""
+    verdicts = _allgather_json([None if error is None else [type(error).__name__, str(error)],
+                                payload])
+    for c, (err, _) in enumerate(verdicts):
+        if err is not None:
+            if error is not None:
+                raise error
+            raise _ERRORS.get(err[0], DTensorError)(f"client {c}: {err[1]}")
+    return [p for _, p in verdicts]
+
+
 # ---- mesh ------------------------------------------------------------------------------------
 
 class Mesh:
     """Devices on named axes, in row-major order. Create with :func:`create_mesh`."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, device_ids=None, name=""):
         self._handle = handle
         info = _c.mesh_info(handle)
         self._names = tuple(info["names"])
         self._sizes = tuple(info["sizes"])
-        self._local_ids = tuple(info["local_ids"])
+        self._local_ids = tuple(info["local_ids"])  # mesh ids of this client's devices
         self._device_type = "GPU" if info["device_type"] == "CUDA" else "CPU"
+        # the runtime's global device id of each mesh device, in row-major order
+        self._device_ids = tuple(_builtins.range(int(np.prod(self._sizes)))
+                                 if device_ids is None else device_ids)
+        self._name = name
         self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
+        _meshes[self._key()] = self
+
+    def _key(self):
+        return (self._names, self._sizes, self._device_type, self._device_ids)
 
     @property
     def dim_names(self):
@@ -212,10 +253,65 @@ class Mesh:
         return len(self._local_ids)
 
     def local_devices(self):
-        return [f"{self._device_type}:{i}" for i in self._local_ids]
+        """This client's devices of the mesh as "CPU:<global device id>"."""
+        return [f"{self._device_type}:{self._device_ids[i]}" for i in self._local_ids]
 
     def global_device_ids(self):
-        return np.arange(self.size).reshape(self._sizes)
+        """The global device id of every mesh device, shaped as the mesh."""
+        return np.array(self._device_ids).reshape(self._sizes)
+
+    @property
+    def name(self):
+        return self._name
+
+    def to_string(self):
+        """TensorFlow's text form, ``name|x=3,y=2|ids|local ids|local devices``: the third
+        field holds the runtime's global device id of each mesh device (0..n-1 for a mesh over
+        every device, as TensorFlow writes it), so :meth:`from_string` rebuilds the same
+        placement; the local devices are this client's, by TensorFlow's device names."""
+        dims = ",".join(f"{n}={s}" for n, s in zip(self._names, self._sizes))
+        first = _c.global_device_id(_DEVICE_TYPES[self._device_type], 0)
+        job = "localhost" if num_clients() == 1 else "worker"
+        local = [f"/job:{job}/replica:0/task:{client_id()}/device:{self._device_type}:"
+                 f"{self._device_ids[i] - first}" for i in self._local_ids]
+        return "|".join([self._name, dims, ",".join(map(str, self._device_ids)),
+                         ",".join(map(str, self._local_ids)), ",".join(local)])
+
+    @staticmethod
+    def from_string(mesh_str):
+        """The mesh of a :meth:`to_string` text (TensorFlow's form; ``|x=2|*CPU`` means every
+        CPU device). A live mesh with the same axes, type and devices is returned as is;
+        otherwise one is created, which is collective."""
+        fields = mesh_str.strip().split("|")
+        if len(fields) < 3:
+            raise ValueError(f"cannot parse mesh {mesh_str!r}: expected "
+                             f"'name|x=2,y=3|device ids|local ids|local devices'")
+        dims = []
+        for d in fields[1].split(","):
+            n, eq, size = d.partition("=")
+            if not eq or not size.strip().isdigit():
+                raise ValueError(f"cannot parse mesh dimension {d!r} in {mesh_str!r}")
+            dims.append((n.strip(), int(size)))
+        ids_text = fields[2].strip()
+        if ids_text.startswith("*"):
+            kind, ids = ids_text[1:].upper() or "CPU", None
+        else:
+            found = _re.findall(r"device:([A-Za-z]+):", "|".join(fields[4:]))
+            kind = found[0].upper() if found else "CPU"
+            try:
+                ids = tuple(int(i) for i in ids_text.split(","))
+            except ValueError:
+                raise ValueError(f"cannot parse device ids {ids_text!r} in {mesh_str!r}") \
+                    from None
+        if kind not in _DEVICE_TYPES:
+            raise ValueError(f"device type {kind!r} in {mesh_str!r} is not CPU or GPU")
+        kind = "GPU" if _DEVICE_TYPES[kind] == _c.DEVICE_CUDA else "CPU"
+        key_ids = ids if ids is not None else tuple(
+            _builtins.range(int(np.prod([s for _, s in dims]))))
+        mesh = _meshes.get((tuple(n for n, _ in dims), tuple(s for _, s in dims), kind, key_ids))
+        if mesh is not None:
+            return mesh
+        return _make_mesh(dims, kind, ids, fields[0])
 
     def __contains__(self, dim_name):
         return dim_name in self._names
@@ -231,35 +327,99 @@ class Mesh:
         return f"Mesh({dims}, {self._device_type}:{self.size})"
 
 
+_meshes = weakref.WeakValueDictionary()  # (names, sizes, type, device ids) -> live Mesh
+
+
+def _make_mesh(dims, kind, device_ids=None, name=""):
+    """A Mesh over every device of the type, or over ``device_ids`` (collective)."""
+    names = [str(n) for n, _ in dims]
+    sizes = [int(s) for _, s in dims]
+    ids = None if device_ids is None else list(device_ids)
+    return Mesh(_c.mesh_create(names, sizes, _DEVICE_TYPES[kind], ids), ids, name)
+
+
+def _device_index(device, kind):
+    """The device number of "CPU:3", "/device:CPU:3" or "/job:w/replica:0/task:1/device:CPU:3"
+    and its task (None without one)."""
+    m = _re.fullmatch(r"(?:.*/)?(?:device:)?([A-Za-z]+):(\d+)", str(device).strip())
+    if not m or m.group(1).upper() not in _DEVICE_TYPES or \
+            _DEVICE_TYPES[m.group(1).upper()] != _DEVICE_TYPES[kind]:
+        raise ValueError(f"device {device!r} is not a {kind} device name like '{kind}:0'")
+    task = _re.search(r"/task:(\d+)", str(device))
+    return int(m.group(2)), None if task is None else int(task.group(1))
+
+
+def _mesh_args(mesh_dims, device_type):
+    _ensure_init()
+    if mesh_dims is None:
+        raise ValueError("mesh_dims is required, e.g. [('x', 6)]")
+    kind = (device_type or "CPU").upper()
+    if kind not in _DEVICE_TYPES:
+        raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
+    return list(mesh_dims.items()) if isinstance(mesh_dims, dict) else list(mesh_dims), kind
+
+
+def _check_order(devices, ids):
+    if any(b <= a for a, b in zip(ids, ids[1:])):
+        raise ValueError(
+            f"devices {list(devices)} (global ids {list(ids)}) must be in increasing order "
+            f"without repeats: each client's devices are one contiguous block of the mesh, so "
+            f"another order cannot be honoured (list them in increasing order)")
+
+
 def create_mesh(mesh_dims=None, mesh_name="", devices=None, device_type=None,
                 use_xla_spmd=False):
     """A mesh over every device of the type on every client (collective).
 
-    ``mesh_dims``: a list of ``(name, size)`` pairs or a dict. ``devices``, when given, must
-    list every device in order (``"CPU:0"``, ...): meshes over device subsets are not
-    supported. ``mesh_name`` and ``use_xla_spmd`` are accepted for compatibility."""
-    _ensure_init()
-    if mesh_dims is None:
-        raise ValueError("mesh_dims is required, e.g. [('x', 6)]")
-    dims = list(mesh_dims.items()) if isinstance(mesh_dims, dict) else list(mesh_dims)
-    kind = (device_type or "CPU").upper()
-    if kind not in _DEVICE_TYPES:
-        raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
-    if devices is not None:
-        want = [f"{kind}:{i}" for i in _builtins.range(num_global_devices(kind))]
-        got = [d.split("device:")[-1].upper() for d in devices]
-        if got != want and len(got) != num_local_devices(kind):
-            raise ValueError(f"devices {devices} must be every {kind} device in order ({want})")
-    names = [str(n) for n, _ in dims]
-    sizes = [int(s) for _, s in dims]
-    return Mesh(_c.mesh_create(names, sizes, _DEVICE_TYPES[kind]))
+    ``mesh_dims``: a list of ``(name, size)`` pairs or a dict. ``devices``, when given, lists
+    the mesh's devices in row-major order, as global ids (``"CPU:3"``) or TensorFlow names with
+    a task (``"/job:worker/replica:0/task:1/device:CPU:0"``: client 1's first device): a subset
+    of the devices is fine; the order must be increasing (another order raises ValueError
+    naming the devices, it is never silently replaced). ``use_xla_spmd`` is accepted for
+    compatibility."""
+    dims, kind = _mesh_args(mesh_dims, device_type)
+    if devices is None:
+        return _make_mesh(dims, kind, name=mesh_name)
+    # a task's devices start at the sum of the earlier clients' device counts
+    counts = _allgather_json(num_local_devices(kind))
+    firsts = [sum(counts[:c]) for c in _builtins.range(len(counts))]
+    ids, error = [], None
+    try:
+        for d in devices:
+            i, task = _device_index(d, kind)
+            if task is not None and not 0 <= task < len(firsts):
+                raise ValueError(f"device {d!r}: task {task} is not one of the "
+                                 f"{len(firsts)} clients")
+            ids.append(i if task is None else firsts[task] + i)
+        _check_order(devices, ids)
+    except ValueError as e:
+        error = e
+    _agree(error)
+    return _make_mesh(dims, kind, ids, mesh_name)
 
 
 def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_type=None,
                             use_xla_spmd=False):
-    """A mesh spanning every client's devices (collective); the same as :func:`create_mesh`,
-    which already spans all clients."""
-    return create_mesh(mesh_dims, mesh_name=mesh_name, device_type=device_type)
+    """A mesh spanning the clients (collective). ``local_devices``, when given, lists this
+    client's devices of the mesh by local number (``"CPU:0"`` is this client's first device);
+    the mesh takes every client's list in client order (a client may list none), each in
+    increasing order; without it, every device of every client."""
+    if local_devices is None:
+        return create_mesh(mesh_dims, mesh_name=mesh_name, device_type=device_type)
+    dims, kind = _mesh_args(mesh_dims, device_type)
+    ids, error = [], None
+    try:
+        local = [_device_index(d, kind)[0] for d in local_devices]
+        for d, i in zip(local_devices, local):
+            if not 0 <= i < num_local_devices(kind):
+                raise ValueError(f"local device {d!r} is not one of this client's "
+                                 f"{num_local_devices(kind)} {kind} devices")
+        ids = [_c.global_device_id(_DEVICE_TYPES[kind], i) for i in local]
+        _check_order(local_devices, ids)
+    except ValueError as e:
+        error = e
+    every = [i for client_ids in _agree(error, ids) for i in client_ids]
+    return _make_mesh(dims, kind, every, mesh_name)
 
 
 # ---- layout ----------------------------------------------------------------------------------
@@ -290,6 +450,10 @@ class Layout:
         return cls([UNSHARDED] * rank, mesh)
 
     @classmethod
+    def fully_replicated(cls, mesh, rank):
+        return cls.replicated(mesh, rank)
+
+    @classmethod
     def batch_sharded(cls, mesh, batch_dim, rank, axis=0):
         specs = [UNSHARDED] * rank
         specs[axis] = batch_dim
@@ -300,9 +464,22 @@ class Layout:
         return cls.batch_sharded(mesh, inner_dim, rank, axis=rank - 1)
 
     @classmethod
-    def from_string(cls, layout_str, mesh):
-        """Parse ``"x,unsharded"`` (optionally ``";partial_sum=y"``) on ``mesh``."""
-        text, _, partial = layout_str.replace(" ", "").partition(";")
+    def from_string(cls, layout_str, mesh=None):
+        """Parse TensorFlow's form ``"sharding_specs:x,unsharded, mesh:|x=2|0,1|0,1|..."``
+        (the mesh is found among the live meshes, or created: see :meth:`Mesh.from_string`),
+        or the short form ``"x,unsharded"`` (optionally ``";partial_sum=y"``) on ``mesh``."""
+        text = layout_str.strip()
+        if text.startswith("sharding_specs:"):
+            specs, sep, mesh_str = text[len("sharding_specs:"):].partition(", mesh:")
+            if not sep:
+                raise ValueError(f"cannot parse layout {layout_str!r}: no ', mesh:'")
+            carried = Mesh.from_string(mesh_str)
+            if mesh is not None and mesh is not carried:
+                raise ValueError(f"layout {layout_str!r} is on {carried}, not on {mesh}")
+            mesh, text = carried, specs
+        if mesh is None:
+            raise ValueError(f"layout {layout_str!r} carries no mesh: pass mesh=")
+        text, _, partial = text.replace(" ", "").partition(";")
         specs = text.split(",") if text else []
         parts = {}
         if partial:
@@ -313,6 +490,12 @@ class Layout:
         return cls(specs, mesh, partial=parts)
 
     def to_string(self):
+        """TensorFlow's form: ``"sharding_specs:x,unsharded, mesh:<Mesh.to_string()>"`` (partial
+        axes, an extension, follow the specs as in the short form)."""
+        return f"sharding_specs:{self._text}, mesh:{self._mesh.to_string()}"
+
+    def short_string(self):
+        """The short form ``"x,unsharded"`` (``";partial_sum=y"`` for partial axes)."""
         return self._text
 
     @property
@@ -363,7 +546,7 @@ class DTensor:
         self._handle = handle
         self._shape = shape
         self._dtype = _NUMPY[dtype]
-        self._layout = layout if layout.to_string() == text else \
+        self._layout = layout if layout._text == text else \
             _layout_of(text, layout.mesh)
         _live.add(self)
 
@@ -396,7 +579,7 @@ class DTensor:
         if not self._layout.is_fully_replicated():
             raise DTensorError(
                 f"numpy() needs a fully replicated DTensor, this one has layout "
-                f"{self._layout.to_string()!r}: use dtensor.gather(t) or dtensor.unpack(t)")
+                f"{self._layout._text!r}: use dtensor.gather(t) or dtensor.unpack(t)")
         out = np.empty(self._shape, dtype=self._dtype)
         _c.tensor_to_host(self._handle, 0, out)
         return out
@@ -409,44 +592,150 @@ class DTensor:
         """Release the device memory now (otherwise when garbage collected)."""
         self._handle.free()
 
+    @property
+    def T(self):  # noqa: N802 (numpy's name)
+        return transpose(self)
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a scalar DTensor")
+        return self._shape[0]
+
+    def __getitem__(self, key):
+        """Integers and slices of step 1 per axis, through the slice op (an integer drops its
+        axis, as numpy and TensorFlow)."""
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > len(self._shape):
+            raise IndexError(f"{len(key)} indices for a tensor of rank {len(self._shape)}")
+        begin, size, keep = [], [], []
+        for axis, n in enumerate(self._shape):
+            k = key[axis] if axis < len(key) else _builtins.slice(None)
+            if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+                i = int(k) + n if k < 0 else int(k)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {int(k)} is out of range for axis {axis} of "
+                                     f"extent {n}")
+                begin.append(i)
+                size.append(1)
+            elif isinstance(k, _builtins.slice):
+                start, stop, step = k.indices(n)
+                if step != 1:
+                    raise ValueError(f"slice {k} of axis {axis}: only step 1 is supported")
+                begin.append(start)
+                size.append(max(0, stop - start))
+                keep.append(axis)
+            else:
+                raise TypeError(f"index {k!r} of axis {axis}: only integers and slices")
+        out = slice(self, begin, size)
+        if len(keep) < len(self._shape):
+            # the dropped axes (extent 1) unsharded first: reshape keeps the others' sharding
+            specs = [s if a in keep else UNSHARDED
+                     for a, s in enumerate(out.layout.sharding_specs)]
+            out = reshape(relayout(out, Layout(specs, out.layout.mesh)),
+                          [size[a] for a in keep])
+        return out
+
+    def _format(self, values):
+        return (f"DTensor({np.array2string(values, separator=', ')}, "
+                f"layout={self._layout._text!r}, shape={self._shape}, dtype={self._dtype})")
+
+    def __str__(self):
+        """The values: read locally when fully replicated, else gathered, so that printing a
+        sharded DTensor is collective (every client prints it), an explicit request as
+        dtensor.gather is; a symbolic tensor shows its metadata."""
+        if self._local_shapes is None:
+            return repr(self)
+        return self._format(self.numpy() if self._layout.is_fully_replicated() else gather(self))
+
     def __repr__(self):
+        """The values when this client can read them alone (fully replicated); otherwise the
+        metadata (repr is never collective: use print or dtensor.gather for the values)."""
+        if self._local_shapes is not None and self._layout.is_fully_replicated():
+            return self._format(self.numpy())
         return (f"DTensor(shape={list(self._shape)}, dtype={self._dtype}, "
-                f"layout={self._layout.to_string()!r}, mesh={self._layout.mesh})")
+                f"layout={self._layout._text!r}, mesh={self._layout.mesh})")
 
 
 def dtensor_from_array(arr, layout, shape=None, dtype=None):
     """A DTensor from a full array that every client passes; each device keeps its slice."""
-    a = np.ascontiguousarray(arr, dtype=dtype)
+    a = np.asarray(arr, dtype=dtype, order="C")  # ascontiguousarray makes scalars 1-d
     if shape is not None:
         a = a.reshape(shape)
-    handle = _c.tensor_from_host(layout.mesh._handle, layout.to_string(), _code(a.dtype),
+    handle = _c.tensor_from_host(layout.mesh._handle, layout._text, _code(a.dtype),
                                  list(a.shape), a)
     return DTensor(handle, layout)
 
 
 def pack(tensors, layout, shape=None):
-    """A DTensor from one component per local device (in local device order); each must have
-    the local shape the layout gives its device. The global shape is ``shape`` or, as in
-    TensorFlow, each component extent times the number of shards (even splits); pass
-    ``shape`` for uneven splits."""
-    comps = [np.ascontiguousarray(t) for t in tensors]
-    if len(comps) != layout.mesh.num_local_devices():
-        raise ValueError(f"pack needs {layout.mesh.num_local_devices()} components (one per "
-                         f"local device), got {len(comps)}")
-    dtype = comps[0].dtype
-    if any(c.dtype != dtype for c in comps):
-        raise TypeError(f"components differ in dtype: {sorted({str(c.dtype) for c in comps})}")
-    if any(c.ndim != layout.rank for c in comps):
-        raise ValueError(f"components must have rank {layout.rank} like the layout")
+    """A DTensor from one component per local device of the mesh (in local device order); each
+    must have the local shape the layout gives its device. The global shape is ``shape`` or,
+    as in TensorFlow, each component extent times the number of shards, which every client
+    must infer alike: the clients exchange their inferences (collective), and uneven shards
+    (which imply different shapes) raise ValueError on every client asking for ``shape=``.
+    Any client's bad component raises on every client."""
+    comps, dtype, guess, error = [], None, None, None
+    try:
+        comps = [np.ascontiguousarray(t) for t in tensors]
+        devices = layout.mesh.local_device_ids()
+        if len(comps) != len(devices):
+            raise ValueError(f"pack needs {len(devices)} components (one per local device of "
+                             f"the mesh), got {len(comps)}")
+        dtypes = sorted({str(c.dtype) for c in comps})
+        if len(dtypes) > 1:
+            raise TypeError(f"components differ in dtype: {dtypes}")
+        dtype = dtypes[0] if dtypes else None
+        if dtype is not None:
+            _code(dtype)
+        if any(c.ndim != layout.rank for c in comps):
+            raise ValueError(f"components have ranks {[c.ndim for c in comps]}, the layout "
+                             f"{layout._text!r} rank {layout.rank}")
+        if shape is not None:
+            shape = [int(n) for n in shape]
+            if len(shape) != layout.rank:
+                raise ValueError(f"shape {shape} has rank {len(shape)}, the layout "
+                                 f"{layout._text!r} rank {layout.rank}")
+            for d, c in zip(devices, comps):
+                want = tuple(layout.local_shape(shape, d)[0])
+                if c.shape != want:
+                    raise ValueError(f"the component of device {d} has shape {c.shape}; the "
+                                     f"layout {layout._text!r} gives it {want} of {shape}")
+        else:
+            # each component's extent times the shards: one shape when the split is even
+            guesses = sorted({tuple(c.shape[a] * layout.num_shards(a)
+                                    for a in _builtins.range(layout.rank)) for c in comps})
+            if len(guesses) > 1:
+                raise ValueError(f"components {[c.shape for c in comps]} imply global shapes "
+                                 f"{guesses} (uneven shards): pass shape=")
+            guess = list(guesses[0]) if guesses else None
+    except (TypeError, ValueError) as e:
+        error = e
+    # every client checks the same verdicts, so all agree on the shape or all raise
+    verdicts = _agree(error, [dtype, guess])
+    dtypes = {d for d, _ in verdicts if d is not None}
+    if len(dtypes) > 1:
+        raise TypeError("pack: clients pass components of different dtypes: " + ", ".join(
+            f"client {c} {d}" for c, (d, _) in enumerate(verdicts) if d is not None))
     if shape is None:
-        shape = [comps[0].shape[a] * layout.num_shards(a) for a in _builtins.range(layout.rank)]
-    handle = _c.tensor_pack(layout.mesh._handle, layout.to_string(), _code(dtype), list(shape),
+        guesses = {tuple(g) for _, g in verdicts if g is not None}
+        if len(guesses) != 1:
+            raise ValueError("pack: the clients' components imply different global shapes ("
+                             + ", ".join(f"client {c} {tuple(g)}" for c, (_, g) in
+                                         enumerate(verdicts) if g is not None)
+                             + "): the shards are uneven, pass shape=")
+        shape = list(guesses.pop())
+    return _from_components(comps, layout, shape, dtypes.pop())
+
+
+def _from_components(comps, layout, shape, dtype):
+    """A DTensor from components already checked against the layout."""
+    handle = _c.tensor_pack(layout.mesh._handle, layout._text, _code(dtype), list(shape),
                             comps, [list(c.shape) for c in comps])
     return DTensor(handle, layout)
 
 
 def unpack(tensor):
     """This client's components, one numpy array per local device."""
+    tensor = _value(tensor)
     if tensor._local_shapes is None:
         raise DTensorError("unpack: the tensor is symbolic (recorded in a function being "
                            "traced); call the function to get values")
@@ -461,6 +750,7 @@ def unpack(tensor):
 def gather(tensor):
     """The global value as one numpy array on every client (collective; pending partial sums
     are reduced). The only call that materialises a global tensor."""
+    tensor = _value(tensor)
     out = np.empty(tensor.shape, dtype=tensor.dtype)
     _c.tensor_to_host(tensor._handle, -1, out)
     return out
@@ -481,10 +771,7 @@ def check_layout(tensor, layout):
 # Every op is collective (every client calls it in the same order) and returns a DTensor. The
 # engine chooses the result's layout by its cost model unless one is requested with
 # call_with_layout (a hard constraint, as in TensorFlow). Creation ops need a mesh: they take it
-# from the requested layout.
-
-import contextlib as _contextlib
-import threading as _threading
+# from the requested layout, else from default_mesh / run_on (replicated).
 
 _state = _threading.local()
 
@@ -531,17 +818,36 @@ def _result(value, mesh):
     return t
 
 
+@_contextlib.contextmanager
+def default_mesh(mesh):
+    """Inside this block, creation ops without a layout make replicated tensors on ``mesh``
+    (tf.experimental.dtensor.default_mesh)."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"default_mesh needs a dtensor.Mesh, got {type(mesh).__name__}")
+    old = getattr(_state, "mesh", None)
+    _state.mesh = mesh
+    try:
+        yield mesh
+    finally:
+        _state.mesh = old
+
+
+run_on = default_mesh  # tf.experimental.dtensor.run_on: the same scope
+
+
 def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
     layout = layout or _requested()
+    if layout is None and getattr(_state, "mesh", None) is not None:
+        layout = Layout.replicated(_state.mesh, len(shape))
     if layout is None:
         raise ValueError(f"{kind}: no layout: call it through dtensor.call_with_layout(fn, "
-                         f"layout, ...) or pass layout=")
+                         f"layout, ...), pass layout= or run it inside dtensor.default_mesh")
     shape = [int(s) for s in shape]
     if layout.rank != len(shape):
         # Inside call_with_layout a composite function may create tensors of other ranks:
         # those are replicated on the requested mesh (the result is relayouted at the end).
         layout = Layout.replicated(layout.mesh, len(shape))
-    h = _c.create(kind, layout.mesh._handle, layout.to_string(), _code(dtype), shape,
+    h = _c.create(kind, layout.mesh._handle, layout._text, _code(dtype), shape,
                   float(a), float(b), int(seed), int(key), _show_programs())
     return _result(h, layout.mesh)
 
@@ -557,6 +863,39 @@ def ones(shape, dtype=np.float32, layout=None):
 def zeros(shape, dtype=np.float32, layout=None):
     return _create("fill", shape, dtype, layout, a=0.0)
 
+
+def _like(value, tensor, dtype):
+    t = _value(tensor)
+    layout = Layout(t.layout.sharding_specs, t.layout.mesh)  # pending sums are not kept
+    return fill(t.shape, value, t.dtype if dtype is None else dtype, layout=layout)
+
+
+def zeros_like(input, dtype=None):  # noqa: A002 (tf.zeros_like)
+    """Zeros of the tensor's shape, in its layout (and its dtype unless given)."""
+    return _like(0.0, input, dtype)
+
+
+def ones_like(input, dtype=None):  # noqa: A002 (tf.ones_like)
+    return _like(1.0, input, dtype)
+
+
+def is_dtensor(tensor):
+    """True for a DTensor or a DVariable."""
+    return isinstance(tensor, (DTensor, DVariable))
+
+
+def cast(x, dtype):
+    """tf.cast: the same tensor in another dtype, in its layout. Each device converts its own
+    component (numpy's conversion: floats to integers truncate), no communication; not
+    available inside a traced function."""
+    x = _value(x)
+    dt = np.dtype(dtype)
+    _code(dt)
+    if dt == x.dtype:
+        return x
+    if x._local_shapes is None:
+        raise DTensorError("cast: not supported inside a traced dtensor.function")
+    return _from_components([c.astype(dt) for c in unpack(x)], x.layout, x.shape, dt)
 
 def range(start, limit=None, delta=1, dtype=np.int64, layout=None):  # noqa: A001 (tf.range)
     """Like tf.range: [start, limit) by delta, or [0, start) with one argument."""
@@ -592,7 +931,13 @@ class _Random:
 random = _Random()
 
 
+def _value(x):
+    """A DVariable's current value; anything else as it is."""
+    return x.value() if isinstance(x, DVariable) else x
+
+
 def _apply(op, tensors, *attrs):
+    tensors = [_value(t) for t in tensors]
     mesh = tensors[0]._layout._mesh
     requested = getattr(_state, "layout", None)
     if requested is not None and requested._mesh is mesh:
@@ -606,8 +951,8 @@ def _apply(op, tensors, *attrs):
 
 def _as_dtensor(x, like):
     """Scalars and arrays next to a DTensor become replicated DTensors on its mesh."""
-    if isinstance(x, DTensor):
-        return x
+    if isinstance(x, (DTensor, DVariable)):
+        return _value(x)
     a = np.asarray(x, dtype=like.dtype)
     rep = Layout.replicated(like.layout.mesh, a.ndim)
     if a.ndim == 0:
@@ -652,7 +997,9 @@ def _binary(code):
 add = _binary(_c.BINARY_ADD)
 subtract = _binary(_c.BINARY_SUB)
 multiply = _binary(_c.BINARY_MUL)
-divide = _binary(_c.BINARY_DIV)
+_divide = _binary(_c.BINARY_DIV)  # integers truncate
+floordiv = _binary(_c.BINARY_FLOORDIV)
+floormod = mod = _binary(_c.BINARY_FLOORMOD)
 maximum = _binary(_c.BINARY_MAX)
 minimum = _binary(_c.BINARY_MIN)
 pow = _binary(_c.BINARY_POW)  # noqa: A001 (tf.pow)
@@ -678,8 +1025,32 @@ def _reduce(code):
     return op
 
 
+def truediv(x, y):
+    """x / y as TensorFlow's truediv: integer operands are converted to float64 first (so
+    7 / 2 is 3.5); floats divide in their dtype."""
+    x, y = (v if isinstance(v, (DTensor, DVariable)) else _as_dtensor(v, w)
+            for v, w in ((x, y), (y, x)))
+    if np.issubdtype(x.dtype, np.integer):
+        x, y = cast(x, np.float64), cast(y, np.float64)
+    return _divide(x, y)
+
+
+divide = truediv
+
 reduce_sum = _reduce(_c.REDUCE_SUM)
-reduce_mean = _reduce(_c.REDUCE_MEAN)
+_reduce_mean = _reduce(_c.REDUCE_MEAN)
+
+
+def reduce_mean(input_tensor, axis=None, keepdims=False):
+    """The mean; of an integer tensor, the integer sum divided by the count, truncated as
+    TensorFlow's integer mean."""
+    x = _value(input_tensor)
+    if not np.issubdtype(x.dtype, np.integer):
+        return _reduce_mean(x, axis, keepdims)
+    axes = _builtins.range(x.ndim) if axis is None else \
+        (axis if isinstance(axis, (list, tuple)) else [axis])
+    count = int(np.prod([x.shape[int(a)] for a in axes], dtype=np.int64))
+    return _divide(reduce_sum(x, axis, keepdims), count)
 reduce_max = _reduce(_c.REDUCE_MAX)
 reduce_min = _reduce(_c.REDUCE_MIN)
 
@@ -706,14 +1077,14 @@ def concat(values, axis):
 
 def relayout(tensor, layout):
     """The same global tensor in ``layout`` (the minimal transition per mesh axis)."""
-    h = _c.apply("relayout", [tensor._handle], layout.mesh._handle, layout.to_string(),
+    h = _c.apply("relayout", [tensor._handle], layout.mesh._handle, layout._text,
                  _show_programs())
     return _result(h, layout.mesh)
 
 
 def copy_to_mesh(tensor, layout):
     """The same global tensor on another mesh over the same devices, in ``layout``."""
-    h = _c.apply("copy_to_mesh", [tensor._handle], layout.mesh._handle, layout.to_string(),
+    h = _c.apply("copy_to_mesh", [tensor._handle], layout.mesh._handle, layout._text,
                  _show_programs())
     return _result(h, layout.mesh)
 
@@ -735,14 +1106,15 @@ def call_with_layout(fn, layout, *args, **kwargs):
 
 def _install_operators():
     ops = {
-        "__add__": add, "__sub__": subtract, "__mul__": multiply, "__truediv__": divide,
-        "__pow__": pow, "__matmul__": matmul, "__lt__": less, "__le__": less_equal,
-        "__gt__": greater, "__ge__": greater_equal,
+        "__add__": add, "__sub__": subtract, "__mul__": multiply, "__truediv__": truediv,
+        "__floordiv__": floordiv, "__mod__": floormod, "__pow__": pow, "__matmul__": matmul,
+        "__lt__": less, "__le__": less_equal, "__gt__": greater, "__ge__": greater_equal,
     }
     for name, fn in ops.items():
         setattr(DTensor, name, lambda self, other, fn=fn: fn(self, other))
     for name, fn in {"__radd__": add, "__rsub__": subtract, "__rmul__": multiply,
-                     "__rtruediv__": divide, "__rpow__": pow}.items():
+                     "__rtruediv__": truediv, "__rfloordiv__": floordiv, "__rmod__": floormod,
+                     "__rpow__": pow, "__rmatmul__": matmul}.items():
         setattr(DTensor, name, lambda self, other, fn=fn: fn(_as_dtensor(other, self), self))
     DTensor.__neg__ = lambda self: neg(self)
     DTensor.__abs__ = lambda self: abs(self)
@@ -754,15 +1126,39 @@ _install_operators()
 # ---- variables -------------------------------------------------------------------------------
 
 class DVariable:
-    """A variable whose layout is fixed at creation (tf.experimental.dtensor.DVariable).
-    Assigning a value of another layout raises; relayout it first."""
+    """A variable whose layout is fixed at creation (tf.experimental.dtensor.DVariable), used as
+    a tf.Variable: operators, ``value()``, ``read_value()``, ``assign*``, ``numpy()``.
 
-    def __init__(self, initial_value):
-        if not isinstance(initial_value, DTensor):
-            raise TypeError("DVariable needs a DTensor initial value (use call_with_layout)")
-        self._handle = _c.variable_create(initial_value._handle)
-        self._layout = initial_value.layout
-        self._shape, self._dtype = initial_value.shape, initial_value.dtype
+    ``initial_value``: a DTensor (relayouted to ``layout`` when one is given), or a numpy value
+    or Python number (or a callable returning one) placed in ``layout``, or replicated on the
+    ``default_mesh``. Assigning a value of another layout raises; relayout it first. Creation,
+    reads and assignments are collective."""
+
+    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
+        if callable(initial_value):
+            initial_value = initial_value()
+        if isinstance(initial_value, (DTensor, DVariable)):
+            value = _value(initial_value)
+            if dtype is not None and np.dtype(dtype) != value.dtype:
+                value = cast(value, dtype)
+            if layout is not None and value.layout != layout:
+                value = relayout(value, layout)
+        else:
+            a = np.asarray(initial_value, dtype=dtype)
+            if a.dtype == np.float64 and dtype is None and not isinstance(initial_value,
+                                                                            np.ndarray):
+                a = a.astype(np.float32)  # Python floats become float32, as in TensorFlow
+            if layout is None and getattr(_state, "mesh", None) is not None:
+                layout = Layout.replicated(_state.mesh, a.ndim)
+            if layout is None:
+                raise ValueError("DVariable: a non-DTensor initial value needs layout= (or a "
+                                 "dtensor.default_mesh scope)")
+            value = dtensor_from_array(a, layout)
+        self._handle = _c.variable_create(value._handle)
+        self._layout = value.layout
+        self._shape, self._dtype = value.shape, value.dtype
+        self.trainable = trainable
+        self.name = name or "Variable"
         _live.add(self)
 
     @property
@@ -777,28 +1173,63 @@ class DVariable:
     def dtype(self):
         return self._dtype
 
+    @property
+    def ndim(self):
+        return len(self._shape)
+
     def read_value(self):
         """A copy of the current value (collective)."""
         return DTensor(_c.variable_read(self._handle), self._layout)
 
+    value = read_value
+
     def numpy(self):
+        """The value when fully replicated; raises for a sharded variable (as DTensor.numpy)."""
         return self.read_value().numpy()
 
-    def assign(self, value):
-        _c.variable_assign(self._handle, _as_dtensor(value, self.read_value())._handle, 0)
+    def __array__(self, dtype=None, copy=None):
+        return self.read_value().__array__(dtype)
+
+    def _assign(self, value, mode):
+        """A DTensor must have the variable's layout; a numpy value or number is placed in it
+        (broadcast to the variable's shape)."""
+        if not isinstance(value, (DTensor, DVariable)):
+            a = np.broadcast_to(np.asarray(value, dtype=self._dtype), self._shape)
+            value = dtensor_from_array(a, self._layout)
+        _c.variable_assign(self._handle, _value(value)._handle, mode)
         return self
+
+    def assign(self, value):
+        return self._assign(value, 0)
 
     def assign_add(self, delta):
-        _c.variable_assign(self._handle, _as_dtensor(delta, self.read_value())._handle, 1)
-        return self
+        return self._assign(delta, 1)
 
     def assign_sub(self, delta):
-        _c.variable_assign(self._handle, _as_dtensor(delta, self.read_value())._handle, 2)
-        return self
+        return self._assign(delta, 2)
+
+    def __str__(self):
+        return str(self.read_value())
 
     def __repr__(self):
-        return (f"DVariable(shape={list(self._shape)}, dtype={self._dtype}, "
-                f"layout={self._layout.to_string()!r})")
+        """Metadata only: reading the value is an op every client must run (print shows it)."""
+        return (f"<dtensor.DVariable '{self.name}' shape={self._shape} dtype={self._dtype} "
+                f"layout={self._layout._text!r}>")
+
+
+def _install_variable_operators():
+    """A DVariable in an expression reads as its value (a DTensor), as a tf.Variable does."""
+    names = ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+             "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+             "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
+             "__neg__", "__abs__", "__getitem__", "__len__"]
+    for name in names:
+        setattr(DVariable, name,
+                lambda self, *args, name=name: getattr(self.read_value(), name)(*args))
+    DVariable.T = property(lambda self: self.read_value().T)
+
+
+_install_variable_operators()
 
 
 # ---- functions (tf.function) -----------------------------------------------------------------
@@ -815,7 +1246,7 @@ class Function:
 
     @staticmethod
     def _signature(args):
-        return tuple((a.layout.to_string(), id(a.layout.mesh._handle), str(a.dtype), a.shape)
+        return tuple((a.layout._text, id(a.layout.mesh._handle), str(a.dtype), a.shape)
                      for a in args)
 
     def _trace(self, args):
@@ -824,7 +1255,7 @@ class Function:
             return self._traces[sig]
         f = _c.function_begin()
         try:
-            inputs = [DTensor(_c.function_input(f, a.layout.mesh._handle, a.layout.to_string(),
+            inputs = [DTensor(_c.function_input(f, a.layout.mesh._handle, a.layout._text,
                                                 _code(a.dtype), list(a.shape)), a.layout)
                       for a in args]
             out = self._fn(*inputs)
@@ -1069,9 +1500,9 @@ class Strategy:
         its input layout (collective when fn is)."""
         for a in args:
             if isinstance(a, DTensor) and a.layout != self.input_layout(a.ndim):
-                raise DTensorError(f"strategy.run: input has layout {a.layout.to_string()!r}, "
+                raise DTensorError(f"strategy.run: input has layout {a.layout._text!r}, "
                                    f"the strategy's input layout is "
-                                   f"{self.input_layout(a.ndim).to_string()!r} (distribute it)")
+                                   f"{self.input_layout(a.ndim)._text!r} (distribute it)")
         with self.scope():
             return fn(*args, **(kwargs or {}))
 

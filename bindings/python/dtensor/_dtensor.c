@@ -219,6 +219,38 @@ static PyObject *py_barrier(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_client_allgather(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    char *send;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &send, &n) < 0)
+        return NULL;
+    int clients = dt_num_clients();
+    PyObject *all = PyBytes_FromStringAndSize(NULL, n * clients);
+    if (!all)
+        return NULL;
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = dt_client_allgather(send, (size_t)n, PyBytes_AS_STRING(all));
+    Py_END_ALLOW_THREADS;
+    if (s != DT_OK) {
+        Py_DECREF(all);
+        return raise_status(s);
+    }
+    PyObject *out = PyList_New(clients);
+    for (int c = 0; out && c < clients; c++) {
+        PyObject *one = PyBytes_FromStringAndSize(PyBytes_AS_STRING(all) + c * n, n);
+        if (!one) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, c, one);
+    }
+    Py_DECREF(all);
+    return out;
+}
+
 static PyObject *py_devices_report(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -244,9 +276,9 @@ static PyObject *py_devices_report(PyObject *self, PyObject *unused)
 static PyObject *py_mesh_create(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *names_o, *sizes_o;
+    PyObject *names_o, *sizes_o, *ids_o = Py_None;
     int type;
-    if (!PyArg_ParseTuple(args, "OOi", &names_o, &sizes_o, &type))
+    if (!PyArg_ParseTuple(args, "OOi|O", &names_o, &sizes_o, &type, &ids_o))
         return NULL;
     Py_ssize_t n = PySequence_Size(names_o);
     if (n < 0 || PySequence_Size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
@@ -258,6 +290,22 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
     int sizes[DT_MAX_MESH_AXES];
     PyObject *keep[DT_MAX_MESH_AXES] = {0};
     PyObject *result = NULL;
+    /* ids: the global device ids of a mesh over a subset of the devices (None: all) */
+    Py_ssize_t num_ids = ids_o == Py_None ? -1 : PySequence_Size(ids_o);
+    int *ids = num_ids > 0 ? PyMem_Calloc((size_t)num_ids, sizeof *ids) : NULL;
+    if (ids_o != Py_None && (num_ids < 1 || num_ids > INT32_MAX || !ids)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "mesh: %zd device ids", num_ids);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < num_ids; i++) {
+        PyObject *id = PySequence_GetItem(ids_o, i);
+        long v = id ? PyLong_AsLong(id) : -1;
+        Py_XDECREF(id);
+        if (PyErr_Occurred())
+            goto done;
+        ids[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         keep[i] = PySequence_GetItem(names_o, i);
         PyObject *size = PySequence_GetItem(sizes_o, i);
@@ -271,7 +319,9 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
     dt_mesh *m = NULL;
     dt_status s;
     Py_BEGIN_ALLOW_THREADS;
-    s = dt_mesh_create((int)n, names, sizes, (dt_device_type)type, &m);
+    s = ids ? dt_mesh_create_on_devices((int)n, names, sizes, (dt_device_type)type, (int)num_ids,
+                                        ids, &m)
+            : dt_mesh_create((int)n, names, sizes, (dt_device_type)type, &m);
     Py_END_ALLOW_THREADS;
     if (s != DT_OK) {
         raise_status(s);
@@ -281,6 +331,7 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
 done:
     for (Py_ssize_t i = 0; i < n; i++)
         Py_XDECREF(keep[i]);
+    PyMem_Free(ids);
     return result;
 }
 
@@ -1418,7 +1469,10 @@ static PyMethodDef methods[] = {
      "Global id of a local device, -1 when out of range."},
     {"barrier", py_barrier, METH_NOARGS, "Wait for every client. Collective."},
     {"devices_report", py_devices_report, METH_NOARGS, "Topology and devices of this client."},
-    {"mesh_create", py_mesh_create, METH_VARARGS, "mesh_create(names, sizes, type). Collective."},
+    {"client_allgather", py_client_allgather, METH_O,
+     "Every client's bytes (the same length everywhere), in client order. Collective."},
+    {"mesh_create", py_mesh_create, METH_VARARGS,
+     "mesh_create(names, sizes, type, device_ids=None). Collective."},
     {"mesh_info", py_mesh_info, METH_O, "Axes, sizes and local device ids of a mesh."},
     {"layout_check", py_layout_check, METH_VARARGS, "Canonical text and rank of a layout."},
     {"layout_local_shape", py_layout_local_shape, METH_VARARGS,

@@ -76,7 +76,7 @@ def test_mesh_errors(runtime):
 
 def test_layout(mesh_2d):
     l = dtensor.Layout(["x", dtensor.UNSHARDED], mesh_2d)
-    assert l.to_string() == "x,unsharded"
+    assert l.short_string() == "x,unsharded"
     assert l.sharding_specs == ["x", "unsharded"] and l.rank == 2 and l.mesh == mesh_2d
     assert dtensor.Layout.from_string("x, unsharded", mesh_2d) == l
     assert dtensor.Layout.replicated(mesh_2d, 2).is_fully_replicated()
@@ -85,8 +85,9 @@ def test_layout(mesh_2d):
     assert dtensor.Layout.inner_sharded(mesh_2d, "x", 2).sharding_specs == ["unsharded", "x"]
     assert l.num_shards(0) == 3 and l.num_shards(1) == 1
     p = dtensor.Layout(["x", dtensor.UNSHARDED], mesh_2d, partial={"y": "sum"})
-    assert p.to_string() == "x,unsharded;partial_sum=y"
-    assert dtensor.Layout.from_string(p.to_string(), mesh_2d) == p
+    assert p.short_string() == "x,unsharded;partial_sum=y"
+    assert dtensor.Layout.from_string(p.short_string(), mesh_2d) == p
+    assert dtensor.Layout.from_string(p.to_string()) == p
     assert p != l and not p.is_fully_replicated()
 
 
@@ -184,9 +185,9 @@ def test_pack_errors(mesh_2d):
     n = DEVICES // CLIENTS
     with pytest.raises(ValueError):
         dtensor.pack([np.zeros((1, 1))] * (n + 1), layout)
-    with pytest.raises(dtensor.DTensorError) as e:
+    with pytest.raises(ValueError) as e:
         dtensor.pack([np.zeros((2, 1))] * n, layout, shape=(3, 2))
-    assert e.value.status == "DT_ERR_SHAPE" and "[2,1]" in str(e.value)
+    assert "(2, 1)" in str(e.value) and "(1, 1)" in str(e.value)
     with pytest.raises(TypeError):
         dtensor.dtensor_from_array(np.zeros((3, 2), dtype=np.complex64), layout)
 
