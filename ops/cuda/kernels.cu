@@ -210,6 +210,40 @@ template <typename T> __global__ void unary_k(const T *x, T *o, int64_t n, int o
         o[i] = unary_one(op, x[i]);
 }
 
+/* numpy's divmod, as the CPU's floor_divmod: the quotient rounded towards minus infinity and
+ * the remainder with the divisor's sign; floats through fmod; an integer divisor of 0 gives 0
+ * and 0. */
+template <typename T> __device__ T floor_divmod(T a, T b, T *mod)
+{
+    if constexpr (!std::is_floating_point<T>::value) {
+        if (b == 0) {
+            *mod = 0;
+            return 0;
+        }
+        T q = b == (T)-1 ? wsub((T)0, a) : (T)(a / b);
+        T r = wsub(a, wmul(q, b));
+        bool fix = r != 0 && (r < 0) != (b < 0);
+        *mod = fix ? wadd(r, b) : r;
+        return fix ? wsub(q, (T)1) : q;
+    } else {
+        T m = (T)fmod((double)a, (double)b);
+        if (b == 0) {
+            *mod = m;
+            return (T)(a / b);
+        }
+        T div = (T)((a - m) / b);
+        if (m != 0 && (b < 0) != (m < 0)) {
+            m = (T)(m + b);
+            div = (T)(div - (T)1);
+        }
+        *mod = m != 0 ? m : (T)copysign(0.0, (double)b);
+        if (div == 0)
+            return (T)copysign(0.0, (double)(a / b));
+        T fl = (T)floor((double)div);
+        return div - fl > (T)0.5 ? (T)(fl + (T)1) : fl;
+    }
+}
+
 template <typename T> __device__ T binary_one(int op, T a, T b)
 {
     switch ((dt_binary_op)op) {
@@ -242,6 +276,11 @@ template <typename T> __device__ T binary_one(int op, T a, T b)
         return (T)(a > b);
     case DT_BINARY_GE:
         return (T)(a >= b);
+    case DT_BINARY_FLOORDIV:
+    case DT_BINARY_FLOORMOD: {
+        T mod, div = floor_divmod(a, b, &mod);
+        return op == DT_BINARY_FLOORDIV ? div : mod;
+    }
     default:
         return a;
     }
