@@ -465,8 +465,9 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!r)
         return dt__fail(DT_ERR_NOMEM, "collective: out of memory");
     r->t0 = now();
-    r->blocking =
-        blocking_next && dt__rt.clients_on_host * (m->num_local ? m->num_local : 1) <= dt__rt.cores;
+    /* Agreed at dt_init: a client's own count of local devices would differ between clients
+     * (a mesh over a subset of devices), and a blocking call never matches a nonblocking one. */
+    r->blocking = blocking_next && dt__rt.all_fit;
     r->m = m;
     r->c = *c;
     r->es = dt__dtype_valid(c->dtype) ? dt_dtype_size(c->dtype) : 1;

@@ -134,6 +134,55 @@ static void check_copy(void)
     free(back);
 }
 
+/* Collectives on a mesh over devices 1..3, where clients hold different numbers of its
+ * devices (at -n 2 x 2: one and two): a sum over the sharded axis and a matmul contracting it
+ * give the host's answer on every client. They used to hang: each client chose blocking or
+ * nonblocking MPI from its own device count, and the two never match. */
+static void check_uneven_collectives(void)
+{
+    const char *names[1] = {"x"};
+    int three = 3;
+    dt_mesh *m = NULL;
+    dt_status s =
+        dt_mesh_create_on_devices(1, names, &three, DT_DEVICE_CPU, 3, (int[]){1, 2, 3}, &m);
+    tap_check(s == DT_OK, "mesh over devices 1, 2, 3: %s", s ? dt_last_error() : "ok");
+    if (s != DT_OK)
+        return;
+    dt_layout l, lr;
+    dt_layout_parse(m, "x", &l);
+    dt_layout_parse(m, "x,unsharded", &lr);
+    float h[7] = {1, 2, 3, 4, 5, 6, 7}, sum = 0, dot[4] = {0};
+    int64_t n = 7;
+    dt_tensor *t = NULL, *r = NULL, *b = NULL, *c = NULL;
+    s = dt_tensor_from_host(&l, DT_DTYPE_F32, 1, &n, h, sizeof h, &t);
+    if (s == DT_OK)
+        s = dt_reduce(DT_REDUCE_SUM, t, 1, (int[]){0}, 0, NULL, &r);
+    if (s == DT_OK)
+        s = dt_tensor_read(r, &sum, sizeof sum);
+    tap_check(s == DT_OK && sum == 28, "sum over the sharded axis: %g (%s)", sum,
+              s ? dt_last_error() : "ok");
+    /* [1,7] @ [7,1]: the contracting axis on x, then an all-reduce */
+    float bh[7] = {1, 1, 1, 1, 1, 1, 2};
+    dt_tensor *a2 = NULL;
+    dt_layout la;
+    dt_layout_parse(m, "unsharded,x", &la);
+    s = dt_tensor_from_host(&la, DT_DTYPE_F32, 2, (int64_t[]){1, 7}, h, sizeof h, &a2);
+    if (s == DT_OK)
+        s = dt_tensor_from_host(&lr, DT_DTYPE_F32, 2, (int64_t[]){7, 1}, bh, sizeof bh, &b);
+    if (s == DT_OK)
+        s = dt_matmul(a2, b, NULL, &c);
+    if (s == DT_OK)
+        s = dt_tensor_read(c, dot, sizeof(float));
+    tap_check(s == DT_OK && dot[0] == 35, "matmul contracting the sharded axis: %g (%s)", dot[0],
+              s ? dt_last_error() : "ok");
+    dt_tensor_free(t);
+    dt_tensor_free(r);
+    dt_tensor_free(a2);
+    dt_tensor_free(b);
+    dt_tensor_free(c);
+    dt_mesh_free(m);
+}
+
 int main(void)
 {
     if (dt_init(NULL) != DT_OK) {
@@ -144,6 +193,7 @@ int main(void)
     global_ = dt_num_global_devices(DT_DEVICE_CPU);
     check_errors();
     check_copy();
+    check_uneven_collectives();
     int rc = tap_done();
     dt_finalize();
     return rc;

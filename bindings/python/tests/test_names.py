@@ -58,6 +58,10 @@ def test_create_mesh_subset_of_devices(runtime):
     arr = np.arange(9.0).reshape(3, 3)
     t = dtensor.dtensor_from_array(arr, dtensor.Layout(["x", dtensor.UNSHARDED], mesh))
     np.testing.assert_array_equal(dtensor.gather(t * 2 + t), arr * 3)
+    # collectives over devices that clients hold in different numbers
+    np.testing.assert_array_equal(dtensor.gather(dtensor.reduce_sum(t, axis=0)), arr.sum(axis=0))
+    np.testing.assert_allclose(dtensor.gather(dtensor.matmul(dtensor.transpose(t), t)),
+                               arr.T @ arr)
 
 
 def test_create_mesh_with_task_names(runtime):
