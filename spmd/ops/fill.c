@@ -10,10 +10,12 @@ dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out)
                         (int)a->dtype);
     if (a->rank < 0 || a->rank > DT_MAX_RANK)
         return dt__fail(DT_ERR_SHAPE, "%s: rank %d outside 0..%d", name, a->rank, DT_MAX_RANK);
-    if (dt__num_elements(a->rank, a->shape) < 0) {
+    int64_t n = dt__num_elements(a->rank, a->shape);
+    if (n < 0 || (uint64_t)n > (uint64_t)INT64_MAX / dt_dtype_size(a->dtype)) {
         char sb[DT__SHAPE_STR_MAX];
-        return dt__fail(DT_ERR_SHAPE, "%s: shape %s has a negative extent or overflows", name,
-                        dt__shape_str(sb, sizeof sb, a->rank, a->shape));
+        return dt__fail(DT_ERR_SHAPE,
+                        "%s: shape %s of %s has a negative extent or more bytes than 2^63", name,
+                        dt__shape_str(sb, sizeof sb, a->rank, a->shape), dt_dtype_name(a->dtype));
     }
     out->dtype = a->dtype;
     out->rank = a->rank;

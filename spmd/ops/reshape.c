@@ -26,7 +26,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
         if (a->shape[i] < 0)
             return dt__fail(DT_ERR_SHAPE, "reshape: %s -> %s: extent %lld", sx, sy,
                             (long long)a->shape[i]);
-        known *= a->shape[i];
+        if (__builtin_mul_overflow(known, a->shape[i], &known))
+            return dt__fail(DT_ERR_SHAPE, "reshape: %s -> %s: the extents overflow 2^63 elements",
+                            sx, sy);
     }
     int64_t total = dt__num_elements(x->rank, x->shape);
     memcpy(out->shape, a->shape, sizeof out->shape);

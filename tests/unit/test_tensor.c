@@ -718,3 +718,27 @@ Test(tensor, wait)
     dt_tensor_free(t);
     teardown(m);
 }
+
+/* Byte counts that overflow are shape errors naming the shape, never a short buffer written
+ * past its end (f64 [2^61] is 2^64 bytes) nor a wrapped element count. */
+Test(tensor, sizes_that_overflow_are_errors)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "x", &l), DT_OK);
+    dt_op_options o = {.layout = &l};
+    dt_tensor *t = NULL;
+    int64_t huge = (int64_t)1 << 61;
+    cr_expect_eq(dt_fill(DT_DTYPE_F64, 1, &huge, 1.0, &o, &t), DT_ERR_SHAPE);
+    EXPECT_MSG("[2305843009213693952]");
+    cr_expect_null(t);
+    int64_t half = (int64_t)1 << 60; /* 2^63 bytes of f64: one more than fits */
+    cr_expect_eq(dt_fill(DT_DTYPE_F64, 1, &half, 1.0, &o, &t), DT_ERR_SHAPE);
+    dt_tensor *x = NULL;
+    cr_assert_eq(dt_ones(DT_DTYPE_F32, 1, (int64_t[]){4}, &o, &x), DT_OK);
+    cr_expect_eq(dt_reshape(x, 2, (int64_t[]){((int64_t)1 << 62) + 1, 4}, NULL, &t), DT_ERR_SHAPE);
+    EXPECT_MSG("overflow");
+    cr_expect_null(t);
+    dt_tensor_free(x);
+    teardown(m);
+}
