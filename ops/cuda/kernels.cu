@@ -696,17 +696,27 @@ dt_status gemm(const dt__kctx *x, const dt__kargs *k, const void *const in[], vo
         int lda = (int)(k->ta ? m : kk), ldb = (int)(k->tb ? kk : n);
         const T one = 1, zero = 0;
         const T *A = (const T *)in[0], *B = (const T *)in[1];
-        cublasStatus_t s;
-        if constexpr (std::is_same<T, float>::value)
-            s = cublasGemmStridedBatchedEx(
-                h, opb, opa, (int)n, (int)m, (int)kk, &one, B, CUDA_R_32F, ldb, k->b_batch_stride,
-                A, CUDA_R_32F, lda, k->a_batch_stride, &zero, out, CUDA_R_32F, (int)n, m * n,
-                (int)k->batch, x->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                CUBLAS_GEMM_DEFAULT);
-        else
-            s = cublasDgemmStridedBatched(h, opb, opa, (int)n, (int)m, (int)kk, &one, B, ldb,
-                                          k->b_batch_stride, A, lda, k->a_batch_stride, &zero,
-                                          (T *)out, (int)n, m * n, (int)k->batch);
+        T *C = (T *)out;
+        /* cuBLAS does not document a batch stride of 0: an operand broadcast over the batch
+         * takes one call per matrix instead of one strided-batched call. */
+        bool bcast = k->batch > 1 && (k->a_batch_stride == 0 || k->b_batch_stride == 0);
+        int64_t calls = bcast ? k->batch : 1, per = bcast ? 1 : k->batch;
+        cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+        for (int64_t c = 0; c < calls && s == CUBLAS_STATUS_SUCCESS; c++) {
+            const T *a = A + c * k->a_batch_stride, *b = B + c * k->b_batch_stride;
+            T *cc = C + c * m * n;
+            if constexpr (std::is_same<T, float>::value)
+                s = cublasGemmStridedBatchedEx(
+                    h, opb, opa, (int)n, (int)m, (int)kk, &one, b, CUDA_R_32F, ldb,
+                    k->b_batch_stride, a, CUDA_R_32F, lda, k->a_batch_stride, &zero, cc, CUDA_R_32F,
+                    (int)n, m * n, (int)per,
+                    x->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT);
+            else
+                s = cublasDgemmStridedBatched(h, opb, opa, (int)n, (int)m, (int)kk, &one, b, ldb,
+                                              k->b_batch_stride, a, lda, k->a_batch_stride, &zero,
+                                              cc, (int)n, m * n, (int)per);
+        }
         if (s != CUBLAS_STATUS_SUCCESS)
             return dt__fail(DT_ERR_DEVICE, "CUDA:%d (GPU %d): cuBLAS gemm for %s failed: %s",
                             x->index, x->ordinal, dt_dtype_name(dtype_of<T>()),
