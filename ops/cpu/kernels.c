@@ -2,6 +2,7 @@
  * Kernels see local shapes only (plus global offsets for index-dependent values). */
 #include "dt.h"
 #include "philox.h"
+#include "unary.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -41,36 +42,6 @@ static void strides_of(int rank, const int64_t shape[], int64_t st[])
 }
 
 /* ---- typed kernels ----------------------------------------------------------------------- */
-
-static double unary_f(int op, double x)
-{
-    switch ((dt_unary_op)op) {
-    case DT_UNARY_NEG:
-        return -x;
-    case DT_UNARY_ABS:
-        return fabs(x);
-    case DT_UNARY_EXP:
-        return exp(x);
-    case DT_UNARY_LOG:
-        return log(x);
-    case DT_UNARY_SQRT:
-        return sqrt(x);
-    case DT_UNARY_RELU:
-        return x > 0 ? x : 0;
-    case DT_UNARY_TANH:
-        return tanh(x);
-    case DT_UNARY_SIGMOID:
-        return 1.0 / (1.0 + exp(-x));
-    case DT_UNARY_SQUARE:
-        return x * x;
-    case DT_UNARY_SIN:
-        return sin(x);
-    case DT_UNARY_COS:
-        return cos(x);
-    default:
-        return x;
-    }
-}
 
 #define DEFINE_KERNELS(T, NAME, IS_FLOAT, LOWEST, HIGHEST)                                         \
     static void fill_##NAME(const dt__kargs *k, const void *const in[], void *out)                 \
@@ -136,7 +107,7 @@ static double unary_f(int op, double x)
             break;                                                                                 \
         default:                                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = (T)unary_f(k->op, (double)x[i]);                                            \
+                o[i] = (T)dt__unary_f(k->op, (double)x[i]);                                        \
         }                                                                                          \
     }                                                                                              \
     /* numpy's divmod: the quotient rounded towards minus infinity and the remainder with the      \

@@ -16,6 +16,7 @@
  * be checked against the CPU kernels on a machine without a GPU. */
 #include "kernels.h"
 #include "philox.h"
+#include "unary.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -309,37 +310,6 @@ template <typename T> __global__ void random_k(T *o, int64_t n, RandArgs r)
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
-/* The CPU's unary_f, in double. */
-HD double unary_f(int op, double x)
-{
-    switch ((dt_unary_op)op) {
-    case DT_UNARY_NEG:
-        return -x;
-    case DT_UNARY_ABS:
-        return fabs(x);
-    case DT_UNARY_EXP:
-        return exp(x);
-    case DT_UNARY_LOG:
-        return log(x);
-    case DT_UNARY_SQRT:
-        return sqrt(x);
-    case DT_UNARY_RELU:
-        return x > 0 ? x : 0;
-    case DT_UNARY_TANH:
-        return tanh(x);
-    case DT_UNARY_SIGMOID:
-        return 1.0 / (1.0 + exp(-x));
-    case DT_UNARY_SQUARE:
-        return x * x;
-    case DT_UNARY_SIN:
-        return sin(x);
-    case DT_UNARY_COS:
-        return cos(x);
-    default:
-        return x;
-    }
-}
-
 /* NEG, ABS, RELU, SQUARE in T (integers wrap); the rest through double, as the CPU. */
 template <typename T> HD T unary_one(int op, T x)
 {
@@ -353,7 +323,7 @@ template <typename T> HD T unary_one(int op, T x)
     case DT_UNARY_SQUARE:
         return wmul(x, x);
     default:
-        return to_elem<T>(unary_f(op, (double)x));
+        return to_elem<T>(dt__unary_f(op, (double)x));
     }
 }
 
