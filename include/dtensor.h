@@ -265,6 +265,12 @@ dt_status dt_mesh_create(int num_axes, const char *const names[], const int size
 dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], const int sizes[],
                                     dt_device_type type, int num_devices, const int device_ids[],
                                     dt_mesh **out);
+/* A mesh over this client's own devices first_local .. first_local + size - 1 (local indices),
+ * e.g. one replica's device: the other clients take no part in it, so its ops and collectives
+ * involve this client alone, and a client may run them while the others do something else.
+ * Names and sizes are checked as for dt_mesh_create. Not collective. */
+dt_status dt_mesh_create_local(int num_axes, const char *const names[], const int sizes[],
+                               dt_device_type type, int first_local, dt_mesh **out);
 /* Same as dt_mesh_create, from "x=3,y=2". Collective. */
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out);
 /* Release the caller's reference; tensors keep the mesh alive until they are freed.

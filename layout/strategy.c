@@ -31,7 +31,7 @@ dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out)
         return dt__fail(DT_ERR_MESH, "local mesh: this client has no %s device",
                         dt_device_type_name(type));
     const char *names[1] = {"batch"};
-    return dt__mesh_build(1, names, &n, type, NULL, true, out);
+    return dt_mesh_create_local(1, names, &n, type, 0, out);
 }
 
 /* ---- scope -------------------------------------------------------------------------------- */

@@ -164,7 +164,7 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
         m->size *= sizes[a];
     }
     for (int i = 0; i < size; i++)
-        gids[i] = client_local ? rt_first[me] + i : ids ? ids[i] : i;
+        gids[i] = ids ? ids[i] : client_local ? rt_first[me] + i : i;
     /* client c owns the mesh ids whose global ids fall in its block (ids increase, so each
      * client's devices are one contiguous run of mesh ids); a client-local mesh gives every
      * device to this client */
@@ -276,6 +276,36 @@ dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], con
 {
     return create("dt_mesh_create_on_devices", num_axes, names, sizes, type,
                   num_devices < 0 ? 0 : num_devices, device_ids, out);
+}
+
+dt_status dt_mesh_create_local(int num_axes, const char *const names[], const int sizes[],
+                               dt_device_type type, int first_local, dt_mesh **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_mesh_create_local: out is NULL");
+    *out = NULL;
+    DT_TRY(dt__require_init("dt_mesh_create_local"));
+    char desc[DT_STRING_MAX];
+    describe(desc, sizeof desc, num_axes, names, sizes, type);
+    DT_TRY(validate(num_axes, names, sizes, type, desc, false));
+    int64_t total = 1;
+    for (int a = 0; a < num_axes; a++)
+        total *= sizes[a];
+    int have = dt__rt.num_devices[type];
+    if (first_local < 0 || first_local >= have || total > have - first_local)
+        return dt__fail(DT_ERR_MESH,
+                        "dt_mesh_create_local: %s over local devices %d..%lld, but this client "
+                        "has %d %s devices (0..%d)",
+                        desc, first_local, (long long)first_local + total - 1, have,
+                        dt_device_type_name(type), have - 1);
+    int *ids = malloc((size_t)total * sizeof *ids);
+    if (!ids)
+        return dt__fail(DT_ERR_NOMEM, "dt_mesh_create_local: out of memory");
+    for (int i = 0; i < (int)total; i++)
+        ids[i] = dt__rt.client_first[type][dt__rt.client] + first_local + i;
+    dt_status s = dt__mesh_build(num_axes, names, sizes, type, ids, true, out);
+    free(ids);
+    return s;
 }
 
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)

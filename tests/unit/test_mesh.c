@@ -462,6 +462,40 @@ Test(mesh, longest_name)
     finalize();
 }
 
+Test(mesh, local_mesh_over_some_devices)
+{
+    init_devices(4);
+    const char *name = "r";
+    dt_mesh *m = NULL;
+    cr_assert_eq(dt_mesh_create_local(1, &name, (int[]){2}, DT_DEVICE_CPU, 1, &m), DT_OK, "%s",
+                 dt_last_error());
+    cr_expect_eq(dt_mesh_size(m), 2);
+    cr_expect_eq(dt_mesh_num_local_devices(m), 2);
+    /* a replicated tensor on local devices 1 and 2: ops run, values as on any mesh */
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "r", &l), DT_OK, "%s", dt_last_error());
+    float host[4] = {1, 2, 3, 4}, out[1] = {0};
+    dt_tensor *t = NULL, *sum = NULL;
+    cr_assert_eq(dt_tensor_from_host(&l, DT_DTYPE_F32, 1, (int64_t[]){4}, host, sizeof host, &t),
+                 DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, t, 0, NULL, 0, NULL, &sum), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_tensor_read(sum, out, sizeof out), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(out[0], 10.0f);
+    dt_tensor_free(sum);
+    dt_tensor_free(t);
+    dt_mesh_free(m);
+    /* devices past this client's, a bad first index and bad names are refused, naming them */
+    cr_expect_eq(dt_mesh_create_local(1, &name, (int[]){2}, DT_DEVICE_CPU, 3, &m), DT_ERR_MESH);
+    EXPECT_MSG("local devices 3..4, but this client has 4 CPU devices (0..3)");
+    cr_expect_null(m);
+    cr_expect_eq(dt_mesh_create_local(1, &name, (int[]){1}, DT_DEVICE_CPU, -1, &m), DT_ERR_MESH);
+    const char *bad = "1x";
+    cr_expect_eq(dt_mesh_create_local(1, &bad, (int[]){1}, DT_DEVICE_CPU, 0, &m), DT_ERR_MESH);
+    EXPECT_MSG("\"1x\"");
+    cr_expect_eq(dt_mesh_create_local(1, &name, (int[]){1}, DT_DEVICE_CPU, 0, NULL), DT_ERR_ARG);
+    finalize();
+}
+
 Test(mesh, many_meshes_on_the_same_devices)
 {
     init_devices(4);
