@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from . import _dtensor as _c
+from . import _replicas, _tape
 from ._dtensor import DTensorError
 
 __all__ = [
@@ -48,7 +49,9 @@ __all__ = [
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
     "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
-    "floordiv", "floormod", "mod",
+    "floordiv", "floormod", "mod", "GradientTape", "PerReplica", "ReplicaContext",
+    "InputContext", "get_replica_context", "in_cross_replica_context", "Optimizer", "data",
+    "keras",
 ]
 
 UNSHARDED = "unsharded"
@@ -209,7 +212,7 @@ def _agree(error, payload=None):
 class Mesh:
     """Devices on named axes, in row-major order. Create with :func:`create_mesh`."""
 
-    def __init__(self, handle, device_ids=None, name=""):
+    def __init__(self, handle, device_ids=None, name="", local=False):
         self._handle = handle
         info = _c.mesh_info(handle)
         self._names = tuple(info["names"])
@@ -222,7 +225,8 @@ class Mesh:
         self._name = name
         self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
-        _meshes[self._key()] = self
+        if not local:  # a client-local mesh (one replica's device) is no global mesh's twin
+            _meshes[self._key()] = self
 
     def _key(self):
         return (self._names, self._sizes, self._device_type, self._device_ids)
@@ -584,6 +588,19 @@ class DTensor:
         _c.tensor_to_host(self._handle, 0, out)
         return out
 
+    def __float__(self):
+        """A replicated one-element tensor as a Python float (tf's float(t))."""
+        if int(np.prod(self._shape)) != 1:
+            raise TypeError(f"float() needs a one-element DTensor, this one has shape "
+                            f"{self._shape}")
+        return float(self.numpy().reshape(()))
+
+    def __int__(self):
+        return int(float(self))
+
+    def __format__(self, spec):
+        return format(float(self), spec) if spec else str(self)
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
@@ -936,17 +953,22 @@ def _value(x):
     return x.value() if isinstance(x, DVariable) else x
 
 
+def _op(op, tensors, mesh, mesh_handle, text, *attrs):
+    """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it."""
+    h = _c.apply(op, [t._handle for t in tensors], mesh_handle, text, _show_programs(), *attrs)
+    out = _result(h, mesh)
+    if _tape._tapes():
+        _tape.record(op, tensors, mesh_handle, text, attrs, out)
+    return out
+
+
 def _apply(op, tensors, *attrs):
     tensors = [_value(t) for t in tensors]
     mesh = tensors[0]._layout._mesh
     requested = getattr(_state, "layout", None)
     if requested is not None and requested._mesh is mesh:
-        mesh_h, text = mesh._handle, requested._text
-    else:
-        mesh_h, text = None, None
-    h = _c.apply(op, [t._handle for t in tensors], mesh_h, text,
-                 getattr(_state, "programs", False), *attrs)
-    return _result(h, mesh)
+        return _op(op, tensors, mesh, mesh._handle, requested._text, *attrs)
+    return _op(op, tensors, mesh, None, None, *attrs)
 
 
 def _as_dtensor(x, like):
@@ -1077,16 +1099,12 @@ def concat(values, axis):
 
 def relayout(tensor, layout):
     """The same global tensor in ``layout`` (the minimal transition per mesh axis)."""
-    h = _c.apply("relayout", [tensor._handle], layout.mesh._handle, layout._text,
-                 _show_programs())
-    return _result(h, layout.mesh)
+    return _op("relayout", [_value(tensor)], layout.mesh, layout.mesh._handle, layout._text)
 
 
 def copy_to_mesh(tensor, layout):
     """The same global tensor on another mesh over the same devices, in ``layout``."""
-    h = _c.apply("copy_to_mesh", [tensor._handle], layout.mesh._handle, layout._text,
-                 _show_programs())
-    return _result(h, layout.mesh)
+    return _op("copy_to_mesh", [_value(tensor)], layout.mesh, layout.mesh._handle, layout._text)
 
 
 def call_with_layout(fn, layout, *args, **kwargs):
@@ -1159,6 +1177,8 @@ class DVariable:
         self._shape, self._dtype = value.shape, value.dtype
         self.trainable = trainable
         self.name = name or "Variable"
+        self._version = 0  # bumped by every update: replicas' cached copies go stale
+        self._replicas = {}  # (mesh serial, replica) -> (version, DTensor on its device)
         _live.add(self)
 
     @property
@@ -1178,8 +1198,16 @@ class DVariable:
         return len(self._shape)
 
     def read_value(self):
-        """A copy of the current value (collective)."""
-        return DTensor(_c.variable_read(self._handle), self._layout)
+        """A copy of the current value (collective); inside ``strategy.run``, the replica's
+        own copy, on its device."""
+        ctx = _replicas.current()
+        if ctx is not None:
+            t = ctx.strategy._variable_replica(self, ctx._local)
+        else:
+            t = DTensor(_c.variable_read(self._handle), self._layout)
+        if _tape._tapes():
+            _tape.note_read(self, t)
+        return t
 
     value = read_value
 
@@ -1193,10 +1221,16 @@ class DVariable:
     def _assign(self, value, mode):
         """A DTensor must have the variable's layout; a numpy value or number is placed in it
         (broadcast to the variable's shape)."""
+        if _replicas.current() is not None:
+            raise DTensorError(
+                f"variable {self.name!r}: assigning a mirrored variable inside strategy.run "
+                f"would leave its replicas different; update it with "
+                f"optimizer.apply_gradients or in ReplicaContext.merge_call")
         if not isinstance(value, (DTensor, DVariable)):
             a = np.broadcast_to(np.asarray(value, dtype=self._dtype), self._shape)
             value = dtensor_from_array(a, self._layout)
         _c.variable_assign(self._handle, _value(value)._handle, mode)
+        self._version += 1
         return self
 
     def assign(self, value):
@@ -1271,9 +1305,13 @@ class Function:
             t.free()
         return trace
 
-    def __call__(self, *args):
-        if not all(isinstance(a, DTensor) for a in args):
-            raise TypeError(f"{self.__name__}: every argument must be a DTensor")
+    def __call__(self, *args, **kwargs):
+        # traced when every argument is a DTensor; otherwise (strategy.run inside, PerReplica
+        # or Python arguments) and under a GradientTape (which records the ops one by one)
+        # it runs eagerly, as the Python function it wraps
+        if kwargs or _tape._tapes() or _replicas.current() is not None or \
+                not all(isinstance(a, DTensor) for a in args):
+            return self._fn(*args, **kwargs)
         f, n, many, meshes = self._trace(args)
         results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in args], n),
                                                  meshes)]
@@ -1407,18 +1445,67 @@ class Sequential:
                              optimizer._handle, x._handle, y._handle)
 
 
-class SGD:
-    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
-        self._handle = _c.optimizer_create(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov,
-                                           0.0, 0.0, 0.0)
-        _live.add(self)
+class Optimizer:
+    """An optimizer over DVariables (the C dt_optimizer: slots kept per variable in its
+    layout). ``apply_gradients(zip(grads, variables))`` updates them; inside
+    ``strategy.run`` it first sums every replica's gradients (all-reduce, as TensorFlow's
+    MirroredStrategy does), then updates the mirrored variables once."""
 
-
-class Adam:
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-        self._handle = _c.optimizer_create(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1,
+    def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
+                 beta_2=0.0, epsilon=0.0):
+        self.learning_rate = float(learning_rate)
+        self._handle = _c.optimizer_create(kind, self.learning_rate, momentum, nesterov, beta_1,
                                            beta_2, epsilon)
+        self.iterations = 0
         _live.add(self)
+
+    def apply_gradients(self, grads_and_vars):
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        for g, v in pairs:
+            if not isinstance(v, DVariable):
+                raise TypeError(f"apply_gradients: {v!r} is not a DVariable")
+        ctx = _replicas.current()
+        if ctx is not None:
+            strategy = ctx.strategy
+
+            def merge(payloads):
+                summed = [_replicas._sum_replicas(strategy, [p[j] for p in payloads], "SUM")
+                          for j in _builtins.range(len(pairs))]
+                self._update([v for _, v in pairs], summed)
+                return [None] * len(payloads)
+            ctx._runner.sync(ctx._local, ("apply_gradients", id(self)), merge,
+                             [g for g, _ in pairs])
+        else:
+            self._update([v for _, v in pairs], [_value(g) for g, _ in pairs])
+        return self.iterations
+
+    def minimize(self, loss, var_list, tape):
+        """apply_gradients of tape.gradient(loss, var_list)."""
+        return self.apply_gradients(zip(tape.gradient(loss, var_list), var_list))
+
+    def _update(self, variables, grads):
+        fitted = []
+        for v, g in zip(variables, grads):
+            if g.layout.mesh is not v.layout.mesh:
+                g = copy_to_mesh(g, v.layout)
+            elif g.layout != v.layout:
+                g = relayout(g, v.layout)
+            fitted.append(g)
+        _c.optimizer_apply(self._handle, [v._handle for v in variables],
+                           [g._handle for g in fitted])
+        for v in variables:
+            v._version += 1
+        self.iterations += 1
+
+
+class SGD(Optimizer):
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
+        super().__init__(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov)
+
+
+class Adam(Optimizer):
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon)
 
 
 # ---- strategies (tf.distribute) --------------------------------------------------------------
@@ -1456,6 +1543,7 @@ class Strategy:
         if info["variable_mesh"] is not None:
             self.variable_mesh = Mesh(info["variable_mesh"])
             self.variable_mesh._owner = self
+        self._init_replicas()
         _live.add(self)
 
     @property
@@ -1481,43 +1569,142 @@ class Strategy:
         return _layout_of(_c.strategy_layouts(self._handle, rank)[0], self.variable_mesh)
 
     def distribute_batch(self, batch):
-        """A global batch (the full array, on every client) split into per-replica batches:
-        one DTensor in the input layout (collective)."""
+        """A global batch (the full array, on every client) as one DTensor in the input layout
+        (collective): each device keeps its rows; a batch that does not divide by the
+        replicas gives uneven shards. The SPMD form of a distributed batch (Model.fit's)."""
         a = np.ascontiguousarray(batch)
-        h = _c.strategy_distribute(self._handle, _code(a.dtype), list(a.shape), a)
-        return _result(h, self.mesh)
+        return dtensor_from_array(a, self.input_layout(a.ndim))
 
-    def experimental_distribute_dataset(self, dataset):
-        """Yield each batch of an iterable of numpy arrays (or tuples of them), distributed."""
-        for batch in dataset:
-            if isinstance(batch, (tuple, list)):
-                yield type(batch)(self.distribute_batch(b) for b in batch)
-            else:
-                yield self.distribute_batch(batch)
+    # ---- the replica contract (dtensor/_replicas.py) ----
+
+    def _init_replicas(self):
+        local = self.mesh.local_device_ids()
+        self._replica_meshes = {}
+        # mirrored and parameter-server meshes are each client's own: their reductions and
+        # metrics involve this client alone
+        self._client_local = num_clients() > 1 and self._kind in (
+            _c.STRATEGY_MIRRORED, _c.STRATEGY_PARAMETER_SERVER)
+        if self._kind == _c.STRATEGY_DEFAULT:  # one replica, computed alike by every client
+            self._local_replicas, self._first_replica = 1, 0
+            counts = [1]
+        else:
+            self._local_replicas = len(local)
+            self._first_replica = 0 if self._client_local or not local else local[0]
+            # a client-local mesh (mirrored, parameter server) is this client's alone
+            shared = num_clients() > 1 and not self._client_local
+            counts = _allgather_json(self._local_replicas) if shared else [self._local_replicas]
+        # the clients that own replicas each feed one input pipeline
+        owners = [c > 0 for c in counts]
+        missing = [c for c, own in enumerate(owners) if not own]
+        self._run_refusal = None  # why strategy.run cannot run here (the same on every client)
+        if missing:
+            self._run_refusal = (f"clients {missing} own no device of {type(self).__name__}'s "
+                                 f"mesh {self.mesh}, so they have no replica to run")
+        elif self.variable_mesh is not self.mesh and num_clients() > 1:
+            self._run_refusal = (f"the variables live on {self.variable_mesh}, of which "
+                                 f"clients other than 0 own no device to read them from")
+        self._num_clients_in_sync = max(1, sum(owners))
+        self._client_index = sum(owners[:client_id()]) if len(owners) > 1 else 0
+
+    def _replica_mesh(self, i):
+        """A client-local 1-device mesh over local replica i's device (not collective)."""
+        mesh = self._replica_meshes.get(i)
+        if mesh is None:
+            kind = self.mesh.device_type()
+            # a client-local mesh is over this client's devices from its first on
+            gid = _c.global_device_id(_DEVICE_TYPES[kind], i) if self._client_local else \
+                self.mesh._device_ids[self.mesh.local_device_ids()[i]]
+            index = gid - _c.global_device_id(_DEVICE_TYPES[kind], 0)
+            mesh = Mesh(_c.mesh_create_local(["replica"], [1], _DEVICE_TYPES[kind], index),
+                        (gid,), local=True)
+            self._replica_meshes[i] = mesh
+        return mesh
+
+    def _replica_tensor(self, array, i):
+        a = np.asarray(array)
+        return dtensor_from_array(a, Layout.replicated(self._replica_mesh(i), a.ndim))
+
+    def _to_replica(self, value, i):
+        """What replica i sees of a value: its part of a PerReplica, its component of a
+        DTensor on the strategy's mesh, a variable as it is (its reads give the replica's
+        copy), anything else unchanged."""
+        if isinstance(value, _replicas.PerReplica):
+            return value.values[i]
+        if isinstance(value, DTensor) and value.layout.mesh is self.mesh:
+            shape = value._local_shapes[i]
+            a = np.empty(shape, dtype=value.dtype)
+            _c.tensor_to_host(value._handle, i, a)
+            return self._replica_tensor(a, i)
+        return value
+
+    def _variable_replica(self, var, i):
+        """Replica i's copy of a variable, on its device, cached until the variable changes."""
+        key = (id(self), i)
+        cached = var._replicas.get(key)
+        if cached is not None and cached[0] == var._version:
+            return cached[1]
+        mesh = var.layout.mesh
+        if not var.layout.is_fully_replicated():
+            raise DTensorError(f"variable {var.name!r} has layout {var.layout._text!r}: "
+                               f"inside strategy.run a replica reads a whole copy, so the "
+                               f"variable must be replicated")
+        if mesh.num_local_devices() == 0:
+            raise DTensorError(f"variable {var.name!r} lives on {mesh}, of which this client "
+                               f"owns no device: its replicas cannot read it inside "
+                               f"strategy.run")
+        a = np.empty(var.shape, dtype=var.dtype)
+        own = mesh.local_device_ids()
+        _c.tensor_to_host(var._handle, i if mesh is self.mesh and i < len(own) else 0, a)
+        t = self._replica_tensor(a, i)
+        var._replicas[key] = (var._version, t)
+        return t
 
     def run(self, fn, args=(), kwargs=None):
-        """Call fn(*args, **kwargs) in this strategy's scope; distributed inputs must lie in
-        its input layout (collective when fn is)."""
-        for a in args:
-            if isinstance(a, DTensor) and a.layout != self.input_layout(a.ndim):
-                raise DTensorError(f"strategy.run: input has layout {a.layout._text!r}, "
-                                   f"the strategy's input layout is "
-                                   f"{self.input_layout(a.ndim)._text!r} (distribute it)")
-        with self.scope():
-            return fn(*args, **(kwargs or {}))
+        """tf.distribute's Strategy.run: ``fn(*args, **kwargs)`` once per local replica, with
+        the replica's part of each PerReplica argument (and of each DTensor on this
+        strategy's mesh); results come back as PerReplica values (in their structure).
+        Collective when fn makes cross-replica calls."""
+        return _replicas.run(self, fn, args, kwargs)
 
     def reduce(self, reduce_op, value, axis=None):
-        """A per-replica value [replicas, ...] reduced over the replicas (SUM or MEAN),
-        replicated (collective)."""
-        op = {"SUM": _c.REDUCE_SUM, "MEAN": _c.REDUCE_MEAN}.get(str(reduce_op).upper()
-                                                                .split(".")[-1])
-        if op is None:
-            raise ValueError(f"reduce_op must be ReduceOp.SUM or ReduceOp.MEAN, got {reduce_op!r}")
-        return _result(_c.strategy_reduce(self._handle, op, value._handle), self.mesh)
+        """SUM or MEAN over the replicas (collective), a replicated DTensor: of PerReplica
+        values (scalars or tensors of one shape; ``axis`` reduces along that axis of each
+        replica's value first, MEAN then dividing by the total extent, uneven batches
+        included); of a DTensor on the strategy's mesh with ``axis`` (along it, globally); a
+        value that is the same on every replica comes back for MEAN (SUM raises with more
+        than one replica), as TensorFlow's."""
+        return _replicas.reduce(self, reduce_op, value, axis)
 
     def experimental_local_results(self, value):
-        """This client's local replicas' parts of a distributed value (numpy arrays)."""
-        return unpack(value)
+        """This client's replicas' values: a tuple (a DTensor per replica; one item for a
+        value that is not per-replica)."""
+        if isinstance(value, _replicas.PerReplica):
+            return value.values
+        if isinstance(value, DTensor) and value.layout.mesh is self.mesh:
+            return tuple(self._to_replica(value, i) for i in _builtins.range(self._local_replicas))
+        return (value,)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """The dataset's global batches split over the replicas (auto-sharded: each client
+        keeps its replicas' rows); iterate it for PerReplica batches."""
+        return _replicas.DistributedDataset(self, dataset)
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """``dataset_fn(InputContext)`` called once on this client; its elements are
+        per-replica batches, one per local replica each step."""
+        return _replicas.DistributedDatasetFromFunction(self, dataset_fn)
+
+    def experimental_distribute_values_from_function(self, value_fn):
+        """PerReplica values ``value_fn(ValueContext)`` for each local replica."""
+        values = []
+        for i in _builtins.range(self._local_replicas):
+            v = value_fn(_replicas.ValueContext(self, i))
+            values.append(v if isinstance(v, DTensor) else self._replica_tensor(v, i))
+        return _replicas.PerReplica(values)
+
+    def make_experimental_numpy_dataset(self, numpy_input):
+        """A dataset of the rows of numpy arrays (a tuple of arrays: tuples of rows)."""
+        return data.Dataset.from_tensor_slices(numpy_input)
 
     def __repr__(self):
         return f"{type(self).__name__}(num_replicas_in_sync={self._replicas}, mesh={self.mesh})"
@@ -1615,6 +1802,26 @@ def get_strategy():
     return _default_strategy
 
 
+GradientTape = _tape.GradientTape
+PerReplica = _replicas.PerReplica
+ReplicaContext = _replicas.ReplicaContext
+InputContext = _replicas.InputContext
+
+
+def get_replica_context():
+    """The ReplicaContext inside ``strategy.run``; None in cross-replica context."""
+    return _replicas.current()
+
+
+def in_cross_replica_context():
+    return _replicas.current() is None
+
+
 def compute_average_loss(per_example_loss, global_batch_size):
     """tf.nn.compute_average_loss: sum(per_example) / global_batch_size."""
     return reduce_sum(per_example_loss) / float(global_batch_size)
+
+
+# ---- input pipelines and Keras-style models (modules built on the names above) --------------
+
+from . import data, keras  # noqa: E402 (they import the names defined above)

@@ -273,6 +273,34 @@ static PyObject *py_devices_report(PyObject *self, PyObject *unused)
 
 /* ---- mesh -------------------------------------------------------------------------------- */
 
+/* Axis names and sizes of a mesh from two Python sequences; the names stay valid while the
+ * references in keep[] (released by the caller, n of them) live. -1 with an exception set. */
+static Py_ssize_t parse_axes(PyObject *names_o, PyObject *sizes_o, const char *names[], int sizes[],
+                             PyObject *keep[])
+{
+    Py_ssize_t n = PySequence_Size(names_o);
+    if (n < 0 || PySequence_Size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "mesh: %zd names and %zd sizes (at most %d axes)", n,
+                         PySequence_Size(sizes_o), DT_MAX_MESH_AXES);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        keep[i] = PySequence_GetItem(names_o, i);
+        PyObject *size = PySequence_GetItem(sizes_o, i);
+        names[i] = keep[i] ? PyUnicode_AsUTF8(keep[i]) : NULL;
+        long v = size ? PyLong_AsLong(size) : -1;
+        Py_XDECREF(size);
+        if (!names[i] || PyErr_Occurred()) {
+            for (Py_ssize_t j = 0; j <= i; j++)
+                Py_CLEAR(keep[j]);
+            return -1;
+        }
+        sizes[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
+    }
+    return n;
+}
+
 static PyObject *py_mesh_create(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -280,15 +308,12 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
     int type;
     if (!PyArg_ParseTuple(args, "OOi|O", &names_o, &sizes_o, &type, &ids_o))
         return NULL;
-    Py_ssize_t n = PySequence_Size(names_o);
-    if (n < 0 || PySequence_Size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
-        PyErr_Format(PyExc_ValueError, "mesh: %zd names and %zd sizes (at most %d axes)", n,
-                     PySequence_Size(sizes_o), DT_MAX_MESH_AXES);
-        return NULL;
-    }
     const char *names[DT_MAX_MESH_AXES];
     int sizes[DT_MAX_MESH_AXES];
     PyObject *keep[DT_MAX_MESH_AXES] = {0};
+    Py_ssize_t n = parse_axes(names_o, sizes_o, names, sizes, keep);
+    if (n < 0)
+        return NULL;
     PyObject *result = NULL;
     /* ids: the global device ids of a mesh over a subset of the devices (None: all) */
     Py_ssize_t num_ids = ids_o == Py_None ? -1 : PySequence_Size(ids_o);
@@ -306,16 +331,6 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
             goto done;
         ids[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        keep[i] = PySequence_GetItem(names_o, i);
-        PyObject *size = PySequence_GetItem(sizes_o, i);
-        names[i] = keep[i] ? PyUnicode_AsUTF8(keep[i]) : NULL;
-        long v = size ? PyLong_AsLong(size) : -1;
-        Py_XDECREF(size);
-        if (!names[i] || PyErr_Occurred())
-            goto done;
-        sizes[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int)v;
-    }
     dt_mesh *m = NULL;
     dt_status s;
     Py_BEGIN_ALLOW_THREADS;
@@ -332,6 +347,34 @@ done:
     for (Py_ssize_t i = 0; i < n; i++)
         Py_XDECREF(keep[i]);
     PyMem_Free(ids);
+    return result;
+}
+
+/* mesh_create_local(names, sizes, type, first_local): a mesh over this client's devices only. */
+static PyObject *py_mesh_create_local(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *names_o, *sizes_o;
+    int type, first;
+    if (!PyArg_ParseTuple(args, "OOii", &names_o, &sizes_o, &type, &first))
+        return NULL;
+    const char *names[DT_MAX_MESH_AXES];
+    int sizes[DT_MAX_MESH_AXES];
+    PyObject *keep[DT_MAX_MESH_AXES] = {0};
+    Py_ssize_t n = parse_axes(names_o, sizes_o, names, sizes, keep);
+    if (n < 0)
+        return NULL;
+    PyObject *result = NULL;
+    dt_mesh *m = NULL;
+    dt_status s = dt_mesh_create_local((int)n, names, sizes, (dt_device_type)type, first, &m);
+    if (s != DT_OK) {
+        raise_status(s);
+        goto done;
+    }
+    result = wrap(KIND_MESH, m);
+done:
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(keep[i]);
     return result;
 }
 
@@ -577,8 +620,9 @@ static PyObject *py_tensor_meta(PyObject *self, PyObject *arg)
     return Py_BuildValue("(iNs)", (int)dt_tensor_dtype(t), shape, text);
 }
 
-/* tensor_to_host(tensor, i, writable buffer): local device i's component (i >= 0), or the
- * global array gathered from every client (i == -1, collective). */
+/* tensor_to_host(tensor or variable, i, writable buffer): local device i's component (i >= 0),
+ * or the global array gathered from every client (i == -1, collective). A variable's
+ * component is read in place (no op runs), as a replica reads its copy of a variable. */
 static PyObject *py_tensor_to_host(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -587,7 +631,9 @@ static PyObject *py_tensor_to_host(PyObject *self, PyObject *args)
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "Oiw*", &t_o, &i, &buf))
         return NULL;
-    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
+    bool variable = PyObject_TypeCheck(t_o, &HandleType) && ((Handle *)t_o)->kind == KIND_VARIABLE;
+    const dt_variable *v = variable ? unwrap(t_o, KIND_VARIABLE) : NULL;
+    const dt_tensor *t = variable ? (v ? dt_variable_value(v) : NULL) : unwrap(t_o, KIND_TENSOR);
     dt_status s = DT_OK;
     if (t) {
         Py_BEGIN_ALLOW_THREADS;
@@ -850,6 +896,9 @@ static PyObject *py_function_input(PyObject *self, PyObject *args)
     return wrap(KIND_TENSOR, t);
 }
 
+/* Most tensors a function's inputs or outputs (or an optimizer update) pass at once. */
+#define MAX_FN_TENSORS 1024
+
 static int collect_tensors(PyObject *seq, const dt_tensor **out, int max, int *n)
 {
     Py_ssize_t len = PySequence_Size(seq);
@@ -876,9 +925,9 @@ static PyObject *py_function_end(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO", &f_o, &outs_o))
         return NULL;
     dt_function *f = unwrap(f_o, KIND_FUNCTION);
-    const dt_tensor *outs[64];
+    const dt_tensor *outs[MAX_FN_TENSORS];
     int n;
-    if (!f || collect_tensors(outs_o, outs, 64, &n) < 0)
+    if (!f || collect_tensors(outs_o, outs, MAX_FN_TENSORS, &n) < 0)
         return NULL;
     CALL(dt_function_end(f, n, (dt_tensor *const *)outs));
     Py_RETURN_NONE;
@@ -893,15 +942,15 @@ static PyObject *py_function_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOi", &f_o, &ins_o, &nout))
         return NULL;
     const dt_function *f = unwrap(f_o, KIND_FUNCTION);
-    const dt_tensor *ins[64];
+    const dt_tensor *ins[MAX_FN_TENSORS];
     int nin;
-    if (!f || collect_tensors(ins_o, ins, 64, &nin) < 0)
+    if (!f || collect_tensors(ins_o, ins, MAX_FN_TENSORS, &nin) < 0)
         return NULL;
-    if (nout < 0 || nout > 64) {
-        PyErr_Format(PyExc_ValueError, "%d outputs", nout);
+    if (nout < 0 || nout > MAX_FN_TENSORS) {
+        PyErr_Format(PyExc_ValueError, "%d outputs, at most %d", nout, MAX_FN_TENSORS);
         return NULL;
     }
-    dt_tensor *outs[64] = {0};
+    dt_tensor *outs[MAX_FN_TENSORS] = {0};
     CALL(dt_function_run(f, nin, ins, nout, outs));
     PyObject *r = PyList_New(nout);
     for (int i = 0; i < nout; i++) {
@@ -1349,6 +1398,36 @@ static PyObject *py_train_step(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(value);
 }
 
+/* optimizer_apply(optimizer, [variables], [gradients]): one update. Collective. */
+static PyObject *py_optimizer_apply(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o_o, *vars_o, *grads_o;
+    if (!PyArg_ParseTuple(args, "OOO", &o_o, &vars_o, &grads_o))
+        return NULL;
+    dt_optimizer *o = unwrap(o_o, KIND_OPTIMIZER);
+    const dt_tensor *grads[MAX_FN_TENSORS];
+    dt_variable *vars[MAX_FN_TENSORS];
+    int n;
+    if (!o || collect_tensors(grads_o, grads, MAX_FN_TENSORS, &n) < 0)
+        return NULL;
+    if (PySequence_Size(vars_o) != n) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "optimizer: %zd variables and %d gradients",
+                         PySequence_Size(vars_o), n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *h = PySequence_GetItem(vars_o, i);
+        vars[i] = h ? unwrap(h, KIND_VARIABLE) : NULL;
+        Py_XDECREF(h);
+        if (!vars[i])
+            return NULL;
+    }
+    CALL(dt_optimizer_apply(o, n, vars, grads));
+    Py_RETURN_NONE;
+}
+
 /* A parameter-server step closure: calls the Python callable with the step number from the
  * worker's thread, holding the GIL only for the call. A Python exception becomes a failing
  * status (the chief reschedules the step elsewhere). */
@@ -1473,6 +1552,8 @@ static PyMethodDef methods[] = {
      "Every client's bytes (the same length everywhere), in client order. Collective."},
     {"mesh_create", py_mesh_create, METH_VARARGS,
      "mesh_create(names, sizes, type, device_ids=None). Collective."},
+    {"mesh_create_local", py_mesh_create_local, METH_VARARGS,
+     "mesh_create_local(names, sizes, type, first_local): this client's devices only."},
     {"mesh_info", py_mesh_info, METH_O, "Axes, sizes and local device ids of a mesh."},
     {"layout_check", py_layout_check, METH_VARARGS, "Canonical text and rank of a layout."},
     {"layout_local_shape", py_layout_local_shape, METH_VARARGS,
@@ -1513,6 +1594,7 @@ static PyMethodDef methods[] = {
     {"model_evaluate", py_model_evaluate, METH_VARARGS, "Mean loss. Collective."},
     {"optimizer_create", py_optimizer_create, METH_VARARGS, "SGD or Adam."},
     {"train_step", py_train_step, METH_VARARGS, "One training step. Collective."},
+    {"optimizer_apply", py_optimizer_apply, METH_VARARGS, "One update. Collective."},
     {"ps_coordinator_create", py_ps_coordinator_create, METH_VARARGS, "Collective."},
     {"ps_schedule", py_ps_schedule, METH_VARARGS, "Chief: queue a step."},
     {"remote_fetch", py_remote_fetch, METH_O, "Chief: wait for a step's value."},

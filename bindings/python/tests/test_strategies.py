@@ -1,7 +1,5 @@
 """Strategies from Python: the custom training loop under each strategy against a numpy
 re-implementation of the same steps, run/reduce/dataset semantics, the parameter server."""
-import os
-
 import numpy as np
 import pytest
 
@@ -56,29 +54,6 @@ def test_replicas_and_layouts():
     assert dtensor.get_strategy().num_replicas_in_sync == 1
     with mw.scope():
         assert dtensor.get_strategy() is mw
-
-
-def test_run_reduce_and_dataset():
-    s = dtensor.MultiWorkerMirroredStrategy()
-    r = s.num_replicas_in_sync
-    batches = [np.arange(2 * r * 3, dtype=np.float32).reshape(2 * r, 3) + k for k in (0, 100)]
-    seen = []
-    for batch in s.experimental_distribute_dataset(batches):
-        seen.append(dtensor.gather(s.run(lambda t: t * 2.0, args=(batch,))))
-    np.testing.assert_array_equal(seen, [2 * b for b in batches])
-    # A per-replica value [replicas, 2]: reduce over the replicas.
-    per_replica = s.distribute_batch(np.arange(2 * r, dtype=np.float64).reshape(r, 2))
-    total = dtensor.gather(s.reduce(dtensor.ReduceOp.SUM, per_replica))
-    np.testing.assert_array_equal(total, np.arange(2 * r).reshape(r, 2).sum(axis=0))
-    mean = dtensor.gather(s.reduce("MEAN", per_replica))
-    np.testing.assert_allclose(mean, np.arange(2 * r).reshape(r, 2).mean(axis=0))
-    locals_ = s.experimental_local_results(per_replica)
-    assert len(locals_) == dtensor.num_local_devices()
-    wrong = dtensor.relayout(per_replica, dtensor.Layout.replicated(s.mesh, 2))
-    with pytest.raises(dtensor.DTensorError):
-        s.run(lambda t: t, args=(wrong,))
-    with pytest.raises(ValueError):
-        s.reduce("MAX", per_replica)
 
 
 def test_gradient_function(mesh_2d):
