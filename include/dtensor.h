@@ -790,8 +790,9 @@ dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
 /* One training step of the custom training loop: per-example losses of model(x) against y,
  * per-replica loss = sum over the replica's examples / global batch + regularization /
  * replicas, gradients of their sum, one optimizer update; *loss (may be NULL) gets the SUM
- * over replicas. x and y must be laid out by dt_strategy_distribute_batch of s (the batch
- * divisible by the replicas); the model must have been created in s's scope (s NULL: the
+ * over replicas. x and y must be laid out by dt_strategy_distribute_batch of s (a batch that
+ * does not divide by the replicas gives uneven shards, as TensorFlow's rebatching gives
+ * unequal per-replica batches); the model must have been created in s's scope (s NULL: the
  * model's own default strategy). The traced gradient function is built once per (shapes,
  * loss) and cached in the model. Under the parameter-server strategy, run it on a worker
  * (inside a scheduled step): it pulls the variables from the ps tasks, computes and updates

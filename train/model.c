@@ -1,10 +1,10 @@
 /* A sequential model of dense layers, and the training step of the custom training loop.
  *
  * The step is traced once per (loss, x and y metadata): inputs x [B, in] and y [B, k] in the
- * strategy's input layout, then the variables in their layouts; outputs the step's loss
- * (scalar, the SUM over replicas of the per-replica losses) and the per-replica losses [R].
- * Per replica r: sum of its examples' losses / B + regularization / R (tf.nn.
- * compute_average_loss and scale_regularization_loss), so the SUM is mean + regularization.
+ * strategy's input layout, then the variables in their layouts; output the step's loss
+ * (scalar): the SUM over replicas of the per-replica losses, each the sum of its examples'
+ * losses / B + regularization / R (tf.nn.compute_average_loss and scale_regularization_loss),
+ * i.e. mean + regularization, for any split of the batch (uneven when B does not divide).
  * dt_function_gradient adds the variables' gradients, each in its variable's layout: with
  * batch-sharded x and replicated variables they come out partial and the expansion
  * all-reduces them. Under central storage the variables are inputs on their own 1-device mesh
@@ -275,52 +275,43 @@ dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x,
 
 /* ---- the training step -------------------------------------------------------------------- */
 
-/* Trace the step's loss (outputs: total, per-replica) on symbolic x, y and variables. */
+/* Trace the step's loss on symbolic x, y and variables: the sum of the per-example losses / B
+ * plus the regularization. That is the SUM over replicas of the per-replica losses of the
+ * custom training loop (sum of the replica's examples / B + regularization / R), whatever
+ * share of the batch each replica holds: a batch that does not divide gives uneven shards. */
 static dt_status trace_loss(const dt_model *m, dt_loss loss, const dt_tensor *x, const dt_tensor *y,
-                            const dt_tensor *const w[], dt_tensor **total, dt_tensor **per_replica)
+                            const dt_tensor *const w[], dt_tensor **total)
 {
-    int R = m->strategy->replicas;
     int64_t B = x->shape[0];
-    dt_tensor *p = NULL, *per = NULL, *rows = NULL, *pr = NULL, *reg = NULL, *t = NULL;
-    dt_status s = dt__model_forward(m, x, w, &p);
+    dt_tensor *p = NULL, *per = NULL, *sum = NULL, *avg = NULL, *reg = NULL, *c = NULL;
+    dt_layout sl;
+    dt_status s = dt_layout_replicated(x->mesh, 0, &sl);
+    dt_op_options so = {.layout = &sl};
+    if (s == DT_OK)
+        s = dt__model_forward(m, x, w, &p);
     if (s == DT_OK)
         s = dt_loss_per_example(loss, y, p, &per); /* [B], rows as x's */
-    /* [B] -> [R, B/R]: replica r's examples in row r (the batch shards lead the split) */
     if (s == DT_OK)
-        s = dt_reshape(per, 2, (int64_t[]){R, B / R}, NULL, &rows);
+        s = dt_reduce(DT_REDUCE_SUM, per, 0, NULL, 0, NULL, &sum);
+    if (s == DT_OK) /* as compute_average_loss with the global batch */
+        s = dt_fill(x->dtype, 0, (int64_t[]){1}, 1.0 / (double)B, &so, &c);
     if (s == DT_OK)
-        s = dt_reduce(DT_REDUCE_SUM, rows, 1, (int[]){1}, 0, NULL, &t); /* [R] */
-    if (s == DT_OK) {
-        /* per replica: (sum of its examples' losses) / B, as compute_average_loss */
-        dt_tensor *c = NULL;
-        dt_layout sl;
-        s = dt_layout_replicated(x->mesh, 0, &sl);
-        dt_op_options so = {.layout = &sl};
-        if (s == DT_OK)
-            s = dt_fill(x->dtype, 0, (int64_t[]){1}, 1.0 / (double)B, &so, &c);
-        if (s == DT_OK)
-            s = dt_binary(DT_BINARY_MUL, t, c, NULL, &pr); /* [R] */
-        dt_tensor_free(c);
-    }
-    dt_tensor_free(t);
-    t = NULL;
-    /* regularization: sum_l l2_l sum(kernel_l^2), scaled by 1 / R and added per replica */
+        s = dt_binary(DT_BINARY_MUL, sum, c, NULL, &avg);
+    dt_tensor_free(c);
+    /* regularization: sum_l l2_l sum(kernel_l^2) */
     for (int i = 0; s == DT_OK && i < m->nvars; i++) {
         double l2 = m->layers[m->var_layer[i]].l2;
         if (!m->var_is_kernel[i] || l2 == 0)
             continue;
-        dt_tensor *sq = NULL, *sum = NULL, *c = NULL, *term = NULL;
-        dt_layout sl;
-        s = dt_layout_replicated(x->mesh, 0, &sl);
-        dt_op_options so = {.layout = &sl};
+        dt_tensor *sq = NULL, *ssum = NULL, *term = NULL;
+        c = NULL;
+        s = dt_unary(DT_UNARY_SQUARE, w[i], NULL, &sq);
         if (s == DT_OK)
-            s = dt_unary(DT_UNARY_SQUARE, w[i], NULL, &sq);
-        if (s == DT_OK)
-            s = dt_reduce(DT_REDUCE_SUM, sq, 0, NULL, 0, NULL, &sum);
+            s = dt_reduce(DT_REDUCE_SUM, sq, 0, NULL, 0, NULL, &ssum);
         if (s == DT_OK)
             s = dt_fill(x->dtype, 0, (int64_t[]){1}, l2, &so, &c);
         if (s == DT_OK)
-            s = dt_binary(DT_BINARY_MUL, sum, c, NULL, &term);
+            s = dt_binary(DT_BINARY_MUL, ssum, c, NULL, &term);
         if (s == DT_OK && reg) {
             dt_tensor *r2;
             s = dt_binary(DT_BINARY_ADD, reg, term, NULL, &r2);
@@ -331,33 +322,21 @@ static dt_status trace_loss(const dt_model *m, dt_loss loss, const dt_tensor *x,
             reg = term;
         }
         dt_tensor_free(sq);
-        dt_tensor_free(sum);
+        dt_tensor_free(ssum);
         dt_tensor_free(c);
     }
     if (s == DT_OK && reg) {
-        dt_tensor *sc = NULL;
-        s = dt_scale_regularization_loss(reg, R, &sc);
-        if (s == DT_OK)
-            s = dt_binary(DT_BINARY_ADD, pr, sc, NULL, &t);
-        if (s == DT_OK) {
-            dt_tensor_free(pr);
-            pr = t;
-            t = NULL;
-        }
-        dt_tensor_free(sc);
+        s = dt_binary(DT_BINARY_ADD, avg, reg, NULL, total);
+    } else if (s == DT_OK) {
+        *total = avg;
+        avg = NULL;
     }
-    if (s == DT_OK)
-        s = dt_reduce(DT_REDUCE_SUM, pr, 0, NULL, 0, NULL, total); /* SUM over replicas */
     dt_tensor_free(p);
     dt_tensor_free(per);
-    dt_tensor_free(rows);
+    dt_tensor_free(sum);
+    dt_tensor_free(avg);
     dt_tensor_free(reg);
-    if (s != DT_OK) {
-        dt_tensor_free(pr);
-        return s;
-    }
-    *per_replica = pr;
-    return DT_OK;
+    return s;
 }
 
 static bool same_meta(const dt_model *m, dt_loss loss, const dt_tensor *x, const dt_tensor *y)
@@ -372,7 +351,7 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
 {
     dt_function *f = NULL;
     int n = m->nvars;
-    dt_tensor *xs = NULL, *ys = NULL, *ws[64] = {0}, *wc[64] = {0}, *outs[2] = {0};
+    dt_tensor *xs = NULL, *ys = NULL, *ws[64] = {0}, *wc[64] = {0}, *out = NULL;
     const dt_tensor *wx[64];
     int wrt[64];
     DT_TRY(dt_function_begin(&f));
@@ -388,9 +367,9 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
     if (s == DT_OK)
         s = vars_on_mesh(n, (const dt_tensor *const *)ws, x->mesh, wx, wc);
     if (s == DT_OK)
-        s = trace_loss(m, loss, xs, ys, wx, &outs[0], &outs[1]);
+        s = trace_loss(m, loss, xs, ys, wx, &out);
     if (s == DT_OK) {
-        s = dt_function_end(f, 2, outs);
+        s = dt_function_end(f, 1, &out);
     } else {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
@@ -404,8 +383,7 @@ static dt_status build_grad(dt_model *m, dt_loss loss, const dt_tensor *x, const
     dt_tensor_free(ys);
     free_all(n, ws);
     free_all(n, wc);
-    dt_tensor_free(outs[0]);
-    dt_tensor_free(outs[1]);
+    dt_tensor_free(out);
     dt_function_free(f);
     DT_TRY(s);
     dt_function_free(m->grad);
@@ -456,10 +434,6 @@ static dt_status check_step(dt_strategy *s, dt_model *m, dt_optimizer *opt, cons
                         dt__layout_str(&x->layout, la, sizeof la),
                         dt__layout_str(&xl, lb, sizeof lb));
     }
-    if (x->shape[0] % m->strategy->replicas)
-        return dt__fail(DT_ERR_SHAPE,
-                        "dt_model_train_step: global batch %lld is not divisible by %d replicas",
-                        (long long)x->shape[0], m->strategy->replicas);
     return DT_OK;
 }
 
@@ -513,7 +487,7 @@ static dt_status step_body(dt_model *m, dt_loss loss, dt_optimizer *opt, const d
 {
     if (!same_meta(m, loss, x, y))
         DT_TRY(build_grad(m, loss, x, y));
-    int n = m->nvars, nout = 2 + n;
+    int n = m->nvars, nout = 1 + n; /* the loss, then each variable's gradient */
     const dt_tensor *in[66];
     dt_tensor *res[66] = {0};
     in[0] = x;
@@ -525,7 +499,7 @@ static dt_status step_body(dt_model *m, dt_loss loss, dt_optimizer *opt, const d
     if (s == DT_OK)
         s = dt_strategy_read_scalar(m->strategy, res[0], &total);
     if (s == DT_OK)
-        s = dt_optimizer_apply(opt, n, m->vars, (const dt_tensor *const *)&res[2]);
+        s = dt_optimizer_apply(opt, n, m->vars, (const dt_tensor *const *)&res[1]);
     for (int i = 0; i < nout; i++)
         dt_tensor_free(res[i]);
     if (s == DT_OK && step_loss)

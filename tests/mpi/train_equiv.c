@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { IN = 4, HID = 8, OUT = 3, B = 16, ROWS = 64, STEPS = 50 };
+enum { IN = 4, HID = 8, OUT = 3, BMAX = 16, ROWS = 64, STEPS = 50 };
+/* The global batch: 16, then 7, which does not divide by the replicas (uneven shards). */
+static int B = BMAX;
 #define L2 1e-3
 #define LR 0.1
 #define MOM 0.9
@@ -152,16 +154,16 @@ static bool train(dt_strategy_kind kind, bool adam, int steps, double *losses, h
     if (ok)
         *replicas = dt_strategy_num_replicas_in_sync(s);
     for (int t = 0; ok && t < steps; t++) {
-        double xb[B][IN], yb[B][OUT];
+        double xb[BMAX][IN], yb[BMAX][OUT];
         for (int e = 0; e < B; e++) {
             memcpy(xb[e], X[(t * B + e) % ROWS], sizeof xb[e]);
             memcpy(yb[e], Y[(t * B + e) % ROWS], sizeof yb[e]);
         }
         dt_tensor *x = NULL, *y = NULL;
-        ok = dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, IN}, xb, sizeof xb,
-                                          &x) == DT_OK &&
-             dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, OUT}, yb, sizeof yb,
-                                          &y) == DT_OK &&
+        ok = dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, IN}, xb,
+                                          sizeof(double) * B * IN, &x) == DT_OK &&
+             dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){B, OUT}, yb,
+                                          sizeof(double) * B * OUT, &y) == DT_OK &&
              dt_model_train_step(s, m, DT_LOSS_SOFTMAX_CROSS_ENTROPY, o, x, y, &losses[t]) == DT_OK;
         dt_tensor_free(x);
         dt_tensor_free(y);
@@ -276,6 +278,21 @@ int main(void)
                   "and the host (%.2e)",
                   dt_strategy_kind_name(kinds[k]), rep, a, b);
     }
+    /* a global batch of 7: uneven shards over the replicas, the same losses as the host */
+    B = 7;
+    host_model init7;
+    ok = train(DT_STRATEGY_ONE_DEVICE, false, 10, one, &init7, &rep);
+    host_train(init7, false, 10, ref);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        ok = ok && train(kinds[k], false, 10, got, NULL, &rep);
+        r = max_rel(got, ref, 10);
+        tap_check(ok && r <= 1e-5,
+                  "%s (%d replicas): a global batch of 7 (uneven shards) matches the host (max "
+                  "rel %.2e)",
+                  dt_strategy_kind_name(kinds[k]), rep, r);
+    }
+    B = BMAX;
+
     /* placement: one device and central storage keep state on global device 0 alone;
      * multi-worker mirrored on every device (so the check can tell them apart) */
     check_placement(DT_STRATEGY_ONE_DEVICE, false);
