@@ -39,6 +39,11 @@ my_first_dtensor = dtensor.dtensor_from_array(np.array([0, 1], dtype=np.int32), 
 say("my_first_dtensor:", my_first_dtensor, my_first_dtensor.numpy().tolist())
 show_components(my_first_dtensor)
 
+# pack: the same DTensor from one component per local device (each client passes its own)
+packed = dtensor.pack([np.array([0, 1], dtype=np.int32)] * len(mesh_1d.local_device_ids()),
+                      layout)
+say("pack -> unpack:", [c.tolist() for c in dtensor.unpack(packed)][:1], "on every device")
+
 # Sharding a 3x2 tensor on the 3x2 mesh
 values = np.arange(6, dtype=np.int32).reshape(3, 2)
 for title, specs in [("fully sharded", ["x", "y"]),
@@ -47,6 +52,11 @@ for title, specs in [("fully sharded", ["x", "y"]),
     t = dtensor.dtensor_from_array(values, dtensor.Layout(specs, mesh_2d))
     say(f"{title}: {t.layout}")
     show_components(t)
+    if title == "fully sharded":  # numpy() of a sharded DTensor is an error, as in TensorFlow
+        try:
+            t.numpy()
+        except dtensor.DTensorError as e:
+            say("numpy() of a sharded DTensor:", e)
 
 # DTensor as operands: [[1,2,3],[4,5,6]] @ [[6,5],[4,3],[2,1]] under three layouts
 a_host = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
@@ -73,6 +83,14 @@ uniform = dtensor.call_with_layout(dtensor.random.stateless_uniform,
                                    shape=(3, 4), seed=(1, 2))
 say("stateless_uniform (the same global values under every layout):")
 say(np.round(dtensor.gather(uniform), 4))
+
+# A DVariable initialised from stateless_normal in its layout, used in an expression
+layout_v = dtensor.Layout(["x", "y"], mesh_2d)
+v = dtensor.DVariable(dtensor.call_with_layout(dtensor.random.stateless_normal, layout_v,
+                                               shape=(6, 4), seed=(1, 1)))
+a = dtensor.call_with_layout(dtensor.ones, layout_v, shape=(6, 4))
+b = v + a  # a DTensor in the variable's layout
+say("v + a:", b.layout, "first row", np.round(dtensor.gather(b)[0], 4).tolist())
 
 # A DVariable keeps its layout: assigning a value of another layout is an error
 v = dtensor.DVariable(ones)

@@ -961,7 +961,9 @@ dt_status dt_cluster_parse(const char *tf_config, const char *cluster_spec, int 
 /* The cluster from TF_CONFIG or DTENSOR_CLUSTER for this runtime (a single-task default:
  * every client a worker, the first the chief, when neither is set). Collective. */
 dt_status dt_cluster_resolve(dt_cluster *out);
-/* This client's task under a parameter-server strategy (DT_ERR_ARG for another strategy). */
+/* This client's task under a parameter-server or multi-worker mirrored strategy (DT_ERR_ARG
+ * for another strategy). Multi-worker mirrored resolves the cluster at creation as TensorFlow
+ * does from TF_CONFIG (worker and chief tasks, one per client; ps tasks are an error). */
 dt_status dt_strategy_cluster(const dt_strategy *s, dt_cluster *out);
 
 typedef struct dt_ps_coordinator dt_ps_coordinator;

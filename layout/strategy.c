@@ -142,6 +142,17 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
     default:
         break;
     }
+    /* MultiWorkerMirroredStrategy reads TF_CONFIG as TensorFlow's: one worker (or chief) task
+     * per client, this client's task the one its rank maps to; no ps tasks */
+    if (st == DT_OK && kind == DT_STRATEGY_MULTI_WORKER_MIRRORED) {
+        st = dt_cluster_resolve(&s->cluster);
+        if (st == DT_OK && s->cluster.num_tasks[DT_TASK_PS] > 0)
+            st = dt__fail(DT_ERR_ARG,
+                          "dt_strategy_create: the cluster has %d ps tasks; multi-worker mirrored "
+                          "training takes worker (and chief) tasks only (the parameter-server "
+                          "strategy takes ps tasks)",
+                          s->cluster.num_tasks[DT_TASK_PS]);
+    }
     if (st != DT_OK) {
         dt_mesh_free(s->var_mesh);
         dt_mesh_free(s->mesh);
@@ -304,8 +315,10 @@ dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, doub
 
 dt_status dt_strategy_cluster(const dt_strategy *s, dt_cluster *out)
 {
-    if (!s || !out || s->kind != DT_STRATEGY_PARAMETER_SERVER)
-        return dt__fail(DT_ERR_ARG, "dt_strategy_cluster: not a parameter-server strategy");
+    if (!s || !out ||
+        (s->kind != DT_STRATEGY_PARAMETER_SERVER && s->kind != DT_STRATEGY_MULTI_WORKER_MIRRORED))
+        return dt__fail(DT_ERR_ARG, "dt_strategy_cluster: not a parameter-server or multi-worker "
+                                    "mirrored strategy");
     *out = s->cluster;
     return DT_OK;
 }

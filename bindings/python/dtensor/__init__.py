@@ -24,6 +24,7 @@ import contextlib as _contextlib
 import json as _json
 import re as _re
 import threading as _threading
+import types as _types
 import weakref
 
 import numpy as np
@@ -1722,7 +1723,17 @@ class MirroredStrategy(Strategy):
 
 
 class MultiWorkerMirroredStrategy(Strategy):
+    """Replicas on every device of every client; the cluster comes from TF_CONFIG (one worker
+    or chief task per client, checked against the ranks) as in TensorFlow."""
+
     _kind = _c.STRATEGY_MULTI_WORKER_MIRRORED
+
+    @property
+    def cluster_resolver(self):
+        """This client's task: ``task_type``, ``task_id`` and the cluster's task counts."""
+        c = self._cluster
+        return _types.SimpleNamespace(task_type=c["task_type"], task_id=c["task_index"],
+                                      num_workers=c["workers"] + c["chief"])
 
 
 class CentralStorageStrategy(Strategy):

@@ -1164,8 +1164,7 @@ static PyObject *py_strategy_info(PyObject *self, PyObject *arg)
     }
     PyObject *cluster = Py_None;
     dt_cluster c;
-    if (dt_strategy_kind_of(st) == DT_STRATEGY_PARAMETER_SERVER &&
-        dt_strategy_cluster(st, &c) == DT_OK)
+    if (dt_strategy_cluster(st, &c) == DT_OK)
         cluster =
             Py_BuildValue("{s:s,s:i,s:i,s:i,s:i}", "task_type", dt_task_type_name(c.task_type),
                           "task_index", c.task_index, "workers", c.num_tasks[DT_TASK_WORKER], "ps",

@@ -2,6 +2,7 @@
 reduce, all_reduce and merge_call, distributed datasets with uneven batches, GradientTape,
 apply_gradients, the guide's custom training loop and Keras fit under every strategy, all
 against numpy references. Six devices in all (conftest), at 1, 2 and 3 clients."""
+import json
 import os
 import subprocess
 import sys
@@ -352,3 +353,50 @@ def test_custom_training_loop_example(launch):
         outs[strategy] = [line for line in r.stdout.splitlines() if line.startswith("Epoch")]
     assert len(set(map(tuple, outs.values()))) == 1, outs
     assert len(next(iter(outs.values()))) == 3
+
+
+def run_example(name, launch, extra_env=None):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(extra_env or {}))
+    for k in [k for k in env if k.startswith(("PMI_", "HYDRA_"))]:
+        env.pop(k)
+    r = subprocess.run(launch + [sys.executable, str(ROOT / "examples" / name)], env=env,
+                       check=True, capture_output=True, text=True, timeout=300)
+    return r.stdout
+
+
+@pytest.mark.skipif(CLIENTS != 1, reason="the examples start their own clients")
+def test_keras_fit_example_same_losses_under_every_strategy():
+    for launch in ([], ["mpiexec.mpich", "-n", "2"]):
+        out = run_example("keras_fit.py", launch)
+        losses = {line.split("loss ", 1)[1].split(",")[0] for line in out.splitlines()
+                  if "replicas): loss" in line}
+        first = [float(v) for v in next(iter(losses)).split()]
+        assert len(first) == 3 and first[-1] < first[0]
+        for other in losses:
+            np.testing.assert_allclose([float(v) for v in other.split()], first, rtol=1e-5)
+
+
+@pytest.mark.skipif(CLIENTS != 1, reason="the example starts its own clients")
+def test_multi_worker_example_with_tf_config():
+    outs = [run_example("multi_worker.py", ["mpiexec.mpich", "-n", str(n)]) for n in (1, 3)]
+    assert outs[0] == outs[1] and outs[0].count("epoch") == 4
+
+
+def test_multi_worker_tf_config_is_checked(monkeypatch):
+    rank = dtensor.client_id()
+    task = {"type": "worker", "index": (rank + 1) % CLIENTS}
+    wrong = {"cluster": {"worker": ["h:1"] * CLIENTS}, "task": task}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(wrong))
+    if CLIENTS > 1:  # every client names another's task: every client raises
+        with pytest.raises(dtensor.DTensorError):
+            dtensor.MultiWorkerMirroredStrategy()
+    if CLIENTS > 1:  # a cluster with a ps task: refused on every client, naming it
+        task = {"type": "worker", "index": rank} if rank < CLIENTS - 1 else \
+            {"type": "ps", "index": 0}
+        with_ps = {"cluster": {"worker": ["h:1"] * (CLIENTS - 1), "ps": ["h:2"]}, "task": task}
+        monkeypatch.setenv("TF_CONFIG", json.dumps(with_ps))
+        with pytest.raises(dtensor.DTensorError, match="1 ps tasks"):
+            dtensor.MultiWorkerMirroredStrategy()
+    ok = {"cluster": {"worker": ["h:1"] * CLIENTS}, "task": {"type": "worker", "index": rank}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(ok))
+    assert dtensor.MultiWorkerMirroredStrategy().cluster_resolver.task_id == rank
