@@ -285,6 +285,10 @@ struct dt_tensor {
      * the graph value they stand for. NULL for a concrete tensor. */
     struct dt_function *trace;
     int trace_value;
+    /* dt_tensor_wrap: the buffers are the caller's, handed back through release(ctx) when
+     * the tensor is freed (NULL: they came from the devices' allocators) */
+    dt_release_fn release;
+    void *release_ctx;
 };
 
 /* DT_ERR_STATE, naming fn, when t is symbolic (recorded in a function being traced: it has no

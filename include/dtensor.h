@@ -361,6 +361,32 @@ dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int
                          int num_components, const void *const components[],
                          const int64_t *const component_shapes[], dt_tensor **out);
 
+/* Zero-copy access to components, as DLPack needs (bindings/python: __dlpack__,
+ * dtensor.from_dlpack). A component is one contiguous row-major buffer of its local shape. */
+typedef struct dt_local_buffer {
+    void *data; /* device memory: host memory for CPU devices, a CUDA pointer for GPUs */
+    size_t bytes;
+    dt_device_type type;
+    int device_ordinal; /* CUDA: the physical GPU's ordinal (cudaSetDevice); CPU: 0 */
+} dt_local_buffer;
+
+/* Local device i's component buffer, borrowed: valid while t lives, and never to be written
+ * (tensors are values: other tensors may share nothing with it, but ops read it). On GPU
+ * devices call dt_tensor_wait first so that its values are computed. Not collective. */
+dt_status dt_tensor_local_buffer(const dt_tensor *t, int i, dt_local_buffer *out);
+
+typedef void (*dt_release_fn)(void *ctx);
+
+/* A tensor whose local components are the caller's buffers, without a copy: buffers[i] holds
+ * local device i's component (row-major, its local shape's bytes at least bytes[i], memory of
+ * that device: host memory for CPU devices, that GPU's memory for CUDA ones). The buffers
+ * must stay valid and unchanged until release(ctx) (may be NULL) is called, once, when the
+ * tensor is freed. Every client calls it with the same metadata; no communication. On error
+ * nothing is taken: release is not called and the caller still owns the buffers. */
+dt_status dt_tensor_wrap(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                         int num_buffers, void *const buffers[], const size_t bytes[],
+                         dt_release_fn release, void *ctx, dt_tensor **out);
+
 /* Copy local device i's component to host memory of `bytes` (at least its size). */
 dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes);
 

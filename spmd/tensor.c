@@ -65,10 +65,18 @@ static dt_status check_meta(const char *fn, const dt_layout *l, dt_dtype dtype, 
 
 /* ---- allocation -------------------------------------------------------------------------- */
 
+/* dt_tensor_wrap without a release function: the caller keeps the buffers' ownership. */
+static void no_release(void *ctx)
+{
+    (void)ctx;
+}
+
 static void release(dt_tensor *t)
 {
     dt__device *const *devs = dt__mesh_local_devices(t->mesh);
-    for (int i = 0; i < t->num_local; i++)
+    if (t->release)
+        t->release(t->release_ctx); /* the caller's buffers (dt_tensor_wrap) */
+    for (int i = 0; !t->release && i < t->num_local; i++)
         dt__device_free(devs[i], t->data[i], t->bytes[i]);
     free(t->data);
     free(t->bytes);
@@ -246,6 +254,81 @@ dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int
         }
     }
     *out = t;
+    return DT_OK;
+}
+
+dt_status dt_tensor_wrap(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
+                         int num_buffers, void *const buffers[], const size_t bytes[],
+                         dt_release_fn release, void *ctx, dt_tensor **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_wrap: out is NULL");
+    *out = NULL;
+    int64_t n;
+    DT_TRY(check_meta("dt_tensor_wrap", l, dtype, rank, shape, &n));
+    const dt_mesh *m = l->mesh;
+    if (num_buffers != m->num_local)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_tensor_wrap: %d buffers for the %d local devices of this "
+                        "client",
+                        num_buffers, m->num_local);
+    if (num_buffers && (!buffers || !bytes))
+        return dt__fail(DT_ERR_ARG, "dt_tensor_wrap: buffers or bytes is NULL");
+    for (int i = 0; i < num_buffers; i++) {
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(l, shape, m->first_local + i, local, NULL);
+        size_t need = (size_t)dt__num_elements(rank, local) * dt_dtype_size(dtype);
+        if (bytes[i] < need || (!buffers[i] && need)) {
+            char sb[DT__SHAPE_STR_MAX];
+            return dt__fail(DT_ERR_SHAPE,
+                            "dt_tensor_wrap: buffer %d (device %d) has %zu bytes%s; its %s "
+                            "component %s needs %zu",
+                            i, m->first_local + i, bytes[i], buffers[i] ? "" : " (NULL)",
+                            dt_dtype_name(dtype), dt__shape_str(sb, sizeof sb, rank, local), need);
+        }
+    }
+    dt_tensor *t = calloc(1, sizeof *t);
+    void **data = calloc((size_t)num_buffers + 1, sizeof *data);
+    size_t *sizes = calloc((size_t)num_buffers + 1, sizeof *sizes);
+    if (!t || !data || !sizes) {
+        free(t);
+        free(data);
+        free(sizes);
+        return dt__fail(DT_ERR_NOMEM, "dt_tensor_wrap: out of memory");
+    }
+    for (int i = 0; i < num_buffers; i++) {
+        data[i] = buffers[i];
+        sizes[i] = bytes[i];
+    }
+    t->data = data;
+    t->bytes = sizes;
+    t->mesh = dt__mesh_retain(m);
+    t->layout = *l;
+    t->dtype = dtype;
+    t->rank = rank;
+    for (int a = 0; a < rank; a++)
+        t->shape[a] = shape[a];
+    t->num_local = num_buffers;
+    t->release = release ? release : no_release;
+    t->release_ctx = ctx;
+    atomic_fetch_add(&dt__rt.live_tensors, 1);
+    *out = t;
+    return DT_OK;
+}
+
+dt_status dt_tensor_local_buffer(const dt_tensor *t, int i, dt_local_buffer *out)
+{
+    if (!t || !out)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_local_buffer: %s is NULL", t ? "out" : "tensor");
+    DT_TRY(dt__tensor_require_values(t, "dt_tensor_local_buffer"));
+    if (i < 0 || i >= t->num_local)
+        return dt__fail(DT_ERR_ARG, "dt_tensor_local_buffer: component %d, this client has 0..%d",
+                        i, t->num_local - 1);
+    const dt__device *d = dt__mesh_local_devices(t->mesh)[i];
+    *out = (dt_local_buffer){.data = t->data[i],
+                             .bytes = t->bytes[i],
+                             .type = d->type,
+                             .device_ordinal = d->type == DT_DEVICE_CUDA ? d->ordinal : 0};
     return DT_OK;
 }
 

@@ -742,3 +742,86 @@ Test(tensor, sizes_that_overflow_are_errors)
     dt_tensor_free(x);
     teardown(m);
 }
+
+/* ---- zero-copy: dt_tensor_wrap and dt_tensor_local_buffer --------------------------------- */
+
+static int released;
+
+static void count_release(void *ctx)
+{
+    released += *(int *)ctx;
+}
+
+Test(zero_copy, wrap_computes_on_the_callers_buffers_and_releases_once)
+{
+    dt_mesh *m = setup(1, (int[]){3});
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "x,unsharded", &l), DT_OK, "%s", dt_last_error());
+    /* [5, 2] over 3 devices: rows 2, 2, 1 (uneven), each component the caller's */
+    float c0[4] = {0, 1, 2, 3}, c1[4] = {4, 5, 6, 7}, c2[2] = {8, 9};
+    void *bufs[3] = {c0, c1, c2};
+    size_t bytes[3] = {sizeof c0, sizeof c1, sizeof c2};
+    int one = 1;
+    released = 0;
+    dt_tensor *t = NULL, *sum = NULL;
+    cr_assert_eq(dt_tensor_wrap(&l, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, 3, bufs, bytes,
+                                count_release, &one, &t),
+                 DT_OK, "%s", dt_last_error());
+    for (int i = 0; i < 3; i++) {
+        dt_local_buffer b;
+        cr_assert_eq(dt_tensor_local_buffer(t, i, &b), DT_OK, "%s", dt_last_error());
+        cr_expect_eq(b.data, bufs[i], "component %d is the caller's buffer", i);
+        cr_expect_eq(b.bytes, bytes[i]);
+        cr_expect_eq(b.type, DT_DEVICE_CPU);
+    }
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, t, 0, NULL, 0, NULL, &sum), DT_OK, "%s", dt_last_error());
+    float total = 0;
+    cr_assert_eq(dt_tensor_read(sum, &total, sizeof total), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(total, 45.0f); /* 0 + ... + 9 */
+    dt_tensor_free(sum);
+    cr_expect_eq(released, 0);
+    dt_tensor_free(t);
+    cr_expect_eq(released, 1, "release is called once, when the tensor is freed");
+    dt_local_buffer b;
+    dt_tensor *u = NULL;
+    /* errors take nothing: a short buffer, a wrong count, NULL arrays */
+    size_t short_bytes[3] = {sizeof c0, 4, sizeof c2};
+    cr_expect_eq(dt_tensor_wrap(&l, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, 3, bufs, short_bytes,
+                                count_release, &one, &u),
+                 DT_ERR_SHAPE);
+    cr_expect(strstr(dt_last_error(), "buffer 1 (device 1) has 4 bytes; its f32 component [2,2] "
+                                      "needs 16"),
+              "%s", dt_last_error());
+    cr_expect_eq(dt_tensor_wrap(&l, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, 2, bufs, bytes,
+                                count_release, &one, &u),
+                 DT_ERR_ARG);
+    cr_expect_eq(
+        dt_tensor_wrap(&l, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, 3, NULL, bytes, NULL, NULL, &u),
+        DT_ERR_ARG);
+    cr_expect_null(u);
+    cr_expect_eq(released, 1, "a failed wrap calls no release");
+    cr_expect_eq(dt_tensor_local_buffer(NULL, 0, &b), DT_ERR_ARG);
+    teardown(m);
+}
+
+Test(zero_copy, local_buffer_of_an_op_result)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "x", &l), DT_OK, "%s", dt_last_error());
+    const double host[4] = {1, 2, 3, 4};
+    dt_tensor *t = NULL;
+    cr_assert_eq(dt_tensor_from_host(&l, DT_DTYPE_F64, 1, (int64_t[]){4}, host, sizeof host, &t),
+                 DT_OK, "%s", dt_last_error());
+    for (int i = 0; i < 2; i++) {
+        dt_local_buffer b;
+        cr_assert_eq(dt_tensor_local_buffer(t, i, &b), DT_OK, "%s", dt_last_error());
+        cr_expect_eq(b.bytes, 2 * sizeof(double));
+        cr_expect(memcmp(b.data, host + 2 * i, b.bytes) == 0, "component %d in place", i);
+    }
+    dt_local_buffer b;
+    cr_expect_eq(dt_tensor_local_buffer(t, 2, &b), DT_ERR_ARG);
+    cr_expect(strstr(dt_last_error(), "component 2, this client has 0..1"), "%s", dt_last_error());
+    dt_tensor_free(t);
+    teardown(m);
+}

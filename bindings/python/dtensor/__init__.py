@@ -52,7 +52,7 @@ __all__ = [
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
     "floordiv", "floormod", "mod", "GradientTape", "PerReplica", "ReplicaContext",
     "InputContext", "get_replica_context", "in_cross_replica_context", "Optimizer", "data",
-    "keras",
+    "keras", "from_dlpack", "local_components",
 ]
 
 UNSHARDED = "unsharded"
@@ -95,13 +95,27 @@ def _code(dtype):
 
 # ---- runtime ---------------------------------------------------------------------------------
 
-def initialize_accelerator_system(device_type="CPU", num_logical_cpu_devices=None):
-    """Start the runtime (collective). ``num_logical_cpu_devices`` local CPU devices per client
-    (default: ``DTENSOR_CPU_DEVICES`` or 1). Under mpiexec each rank becomes a client."""
-    if device_type is not None and device_type.upper() not in _DEVICE_TYPES:
+def initialize_accelerator_system(device_type=None, num_logical_cpu_devices=None):
+    """Start the runtime (collective) and return the device type its meshes should use.
+    ``num_logical_cpu_devices`` local CPU devices per client (default: ``DTENSOR_CPU_DEVICES``
+    or 1). ``device_type`` "GPU" needs a GPU on every client (else ValueError on every client,
+    naming the clients without one, and the runtime is stopped again); None picks "GPU" when
+    every client has one, else "CPU", as TensorFlow. Under mpiexec each rank is a client."""
+    kind = None if device_type is None else str(device_type).upper()
+    if kind is not None and kind not in _DEVICE_TYPES:
         raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
     _c.init(int(num_logical_cpu_devices or 0))
-    return device_type or "CPU"
+    if kind == "CPU":
+        return "CPU"
+    gpus = _allgather_json(num_local_devices("GPU"))
+    missing = [c for c, n in enumerate(gpus) if n == 0]
+    if kind is None:
+        return "CPU" if missing else "GPU"
+    if missing:
+        shutdown_accelerator_system()
+        raise ValueError(f"initialize_accelerator_system('GPU'): clients {missing} have no GPU "
+                         f"(the CUDA runtime finds none, or dtensor was built without CUDA)")
+    return "GPU"
 
 
 def shutdown_accelerator_system():
@@ -589,6 +603,21 @@ class DTensor:
         _c.tensor_to_host(self._handle, 0, out)
         return out
 
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack of this client's one component (a DTensor on one local device, as each
+        replica's value in strategy.run): no copy. Several components: local_components."""
+        return self._one_component().__dlpack__(stream)
+
+    def __dlpack_device__(self):
+        return self._one_component().__dlpack_device__()
+
+    def _one_component(self):
+        comps = local_components(self)
+        if len(comps) != 1:
+            raise DTensorError(f"__dlpack__ needs a DTensor with one component on this client, "
+                               f"this one has {len(comps)}: use dtensor.local_components(t)")
+        return comps[0]
+
     def __float__(self):
         """A replicated one-element tensor as a Python float (tf's float(t))."""
         if int(np.prod(self._shape)) != 1:
@@ -691,39 +720,53 @@ def pack(tensors, layout, shape=None):
     must infer alike: the clients exchange their inferences (collective), and uneven shards
     (which imply different shapes) raise ValueError on every client asking for ``shape=``.
     Any client's bad component raises on every client."""
-    comps, dtype, guess, error = [], None, None, None
+    comps, error = [], None
     try:
         comps = [np.ascontiguousarray(t) for t in tensors]
+    except (TypeError, ValueError) as e:
+        error = e
+    shape, dtype = _agree_components([c.shape for c in comps], [str(c.dtype) for c in comps],
+                                     layout, shape, error)
+    return _from_components(comps, layout, shape, dtype)
+
+
+def _agree_components(shapes, dtypes, layout, shape, error=None):
+    """The global shape and dtype of per-device components (pack's rules), agreed by every
+    client (collective): any client's bad component raises on every client."""
+    dtype, guess = None, None
+    try:
+        if error is not None:
+            raise error
         devices = layout.mesh.local_device_ids()
-        if len(comps) != len(devices):
+        if len(shapes) != len(devices):
             raise ValueError(f"pack needs {len(devices)} components (one per local device of "
-                             f"the mesh), got {len(comps)}")
-        dtypes = sorted({str(c.dtype) for c in comps})
-        if len(dtypes) > 1:
-            raise TypeError(f"components differ in dtype: {dtypes}")
-        dtype = dtypes[0] if dtypes else None
+                             f"the mesh), got {len(shapes)}")
+        names = sorted(set(dtypes))
+        if len(names) > 1:
+            raise TypeError(f"components differ in dtype: {names}")
+        dtype = names[0] if names else None
         if dtype is not None:
             _code(dtype)
-        if any(c.ndim != layout.rank for c in comps):
-            raise ValueError(f"components have ranks {[c.ndim for c in comps]}, the layout "
+        if any(len(sh) != layout.rank for sh in shapes):
+            raise ValueError(f"components have ranks {[len(sh) for sh in shapes]}, the layout "
                              f"{layout._text!r} rank {layout.rank}")
         if shape is not None:
             shape = [int(n) for n in shape]
             if len(shape) != layout.rank:
                 raise ValueError(f"shape {shape} has rank {len(shape)}, the layout "
                                  f"{layout._text!r} rank {layout.rank}")
-            for d, c in zip(devices, comps):
+            for d, sh in zip(devices, shapes):
                 want = tuple(layout.local_shape(shape, d)[0])
-                if c.shape != want:
-                    raise ValueError(f"the component of device {d} has shape {c.shape}; the "
+                if tuple(sh) != want:
+                    raise ValueError(f"the component of device {d} has shape {tuple(sh)}; the "
                                      f"layout {layout._text!r} gives it {want} of {shape}")
         else:
             # each component's extent times the shards: one shape when the split is even
-            guesses = sorted({tuple(c.shape[a] * layout.num_shards(a)
-                                    for a in _builtins.range(layout.rank)) for c in comps})
+            guesses = sorted({tuple(sh[a] * layout.num_shards(a)
+                                    for a in _builtins.range(layout.rank)) for sh in shapes})
             if len(guesses) > 1:
-                raise ValueError(f"components {[c.shape for c in comps]} imply global shapes "
-                                 f"{guesses} (uneven shards): pass shape=")
+                raise ValueError(f"components {[tuple(sh) for sh in shapes]} imply global "
+                                 f"shapes {guesses} (uneven shards): pass shape=")
             guess = list(guesses[0]) if guesses else None
     except (TypeError, ValueError) as e:
         error = e
@@ -741,7 +784,55 @@ def pack(tensors, layout, shape=None):
                                          enumerate(verdicts) if g is not None)
                              + "): the shards are uneven, pass shape=")
         shape = list(guesses.pop())
-    return _from_components(comps, layout, shape, dtypes.pop())
+    return shape, dtypes.pop()
+
+
+def from_dlpack(components, layout, shape=None):
+    """A DTensor whose local components ARE the given arrays' memory, without a copy: one
+    object with ``__dlpack__`` per local device of the layout's mesh (numpy, PyTorch, CuPy
+    arrays; on the devices of the mesh's type), each contiguous with its device's local shape.
+    Shapes and dtypes are agreed as by :func:`pack` (collective). The arrays must not change
+    while the DTensor lives; it hands them back when freed."""
+    if not isinstance(components, (list, tuple)):
+        components = [components]
+    error, shapes, dtypes = None, [], []
+    try:
+        for c in components:
+            if not hasattr(c, "__dlpack__"):
+                raise TypeError(f"from_dlpack: {type(c).__name__} has no __dlpack__")
+            shapes.append(tuple(int(n) for n in c.shape))
+            dtypes.append(str(np.dtype(str(c.dtype).replace("torch.", ""))))
+    except (TypeError, ValueError) as e:
+        error = e
+    shape, dtype = _agree_components(shapes, dtypes, layout, shape, error)
+    caps = [c.__dlpack__() for c in components]
+    return DTensor(_c.tensor_from_dlpack(layout.mesh._handle, layout._text, _code(dtype),
+                                         list(shape), caps), layout)
+
+
+class _Component:
+    """Local device i's component of a DTensor, lent through DLPack (no copy)."""
+
+    def __init__(self, tensor, i):
+        self._tensor, self._i = tensor, i
+        self.shape = tensor._local_shapes[i]
+        self.dtype = tensor.dtype
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return _c.tensor_dlpack(self._tensor._handle, self._i)
+
+    def __dlpack_device__(self):
+        return _c.tensor_dlpack_device(self._tensor._handle, self._i)
+
+
+def local_components(tensor):
+    """This client's components as DLPack-capable objects, one per local device, lending the
+    DTensor's memory without a copy (``np.from_dlpack(c)``, ``torch.from_dlpack(c)``)."""
+    t = _value(tensor)
+    if t._local_shapes is None:
+        raise DTensorError("local_components: the tensor is symbolic (recorded in a function "
+                           "being traced)")
+    return [_Component(t, i) for i in _builtins.range(len(t._local_shapes))]
 
 
 def _from_components(comps, layout, shape, dtype):

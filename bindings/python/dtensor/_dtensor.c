@@ -62,6 +62,9 @@ enum {
 typedef struct {
     PyObject_HEAD int kind;
     void *ptr;
+    /* a tensor's components lent through DLPack: free() waits for the last one back */
+    int exports;
+    int free_pending;
 } Handle;
 
 static void free_object(int kind, void *ptr)
@@ -110,8 +113,13 @@ static void handle_release(Handle *h)
      * handle still set then belongs to a runtime that was never stopped. */
     if (!h->ptr || !dt_is_initialized())
         return;
+    if (h->exports) { /* DLPack consumers still read its memory: free when they are done */
+        h->free_pending = 1;
+        return;
+    }
     free_object(h->kind, h->ptr);
     h->ptr = NULL;
+    h->free_pending = 0;
 }
 
 static void handle_dealloc(Handle *h)
@@ -150,6 +158,8 @@ static PyObject *wrap(int kind, void *ptr)
     }
     h->kind = kind;
     h->ptr = ptr;
+    h->exports = 0;
+    h->free_pending = 0;
     return (PyObject *)h;
 }
 
@@ -162,7 +172,7 @@ static void *unwrap(PyObject *o, int kind)
         PyErr_Format(PyExc_TypeError, "expected a %s handle", kind_names[kind]);
         return NULL;
     }
-    if (!((Handle *)o)->ptr) {
+    if (!((Handle *)o)->ptr || ((Handle *)o)->free_pending) {
         PyErr_SetString(PyExc_ValueError, "the object was already freed");
         return NULL;
     }
@@ -660,6 +670,279 @@ static PyObject *py_print_ordered(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- DLPack: components lent and borrowed without a copy ---------------------------------- */
+
+/* The DLPack ABI (dlpack.h, version 0.8 "dltensor" capsules), written from its specification. */
+typedef struct {
+    int32_t device_type; /* 1 CPU, 2 CUDA */
+    int32_t device_id;
+} DLDevice;
+typedef struct {
+    uint8_t code; /* 0 int, 1 uint, 2 float */
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides; /* NULL: compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+enum { DL_CPU = 1, DL_CUDA = 2 };
+
+static int dl_dtype(dt_dtype t, DLDataType *out)
+{
+    switch (t) {
+    case DT_DTYPE_F32:
+        *out = (DLDataType){2, 32, 1};
+        return 0;
+    case DT_DTYPE_F64:
+        *out = (DLDataType){2, 64, 1};
+        return 0;
+    case DT_DTYPE_I32:
+        *out = (DLDataType){0, 32, 1};
+        return 0;
+    case DT_DTYPE_I64:
+        *out = (DLDataType){0, 64, 1};
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* What an exported component keeps: the DTensor's handle (its free waits) and the shape. */
+typedef struct {
+    DLManagedTensor managed;
+    Handle *owner;
+    int64_t shape[DT_MAX_RANK];
+} export_ctx;
+
+static void export_deleter(DLManagedTensor *m)
+{
+    export_ctx *e = (export_ctx *)m;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Handle *h = e->owner;
+    if (--h->exports == 0 && h->free_pending)
+        handle_release(h);
+    Py_DECREF(h);
+    PyMem_Free(e);
+    PyGILState_Release(g);
+}
+
+static void export_capsule_destructor(PyObject *cap)
+{
+    /* a capsule no consumer took ("used_dltensor" once taken) still owns its tensor */
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        m->deleter(m);
+    }
+}
+
+/* tensor_dlpack(tensor, i): local device i's component as a "dltensor" capsule, no copy. */
+static PyObject *py_tensor_dlpack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *t_o;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi", &t_o, &i))
+        return NULL;
+    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
+    if (!t)
+        return NULL;
+    dt_local_buffer b;
+    int64_t local[DT_MAX_RANK];
+    CALL(dt_tensor_local_buffer(t, i, &b));
+    CALL(dt_tensor_wait(t)); /* GPU: the values are computed before another library reads */
+    CALL(dt_tensor_local_shape(t, i, local));
+    export_ctx *e = PyMem_Calloc(1, sizeof *e);
+    if (!e)
+        return PyErr_NoMemory();
+    DLManagedTensor *m = &e->managed;
+    if (dl_dtype(dt_tensor_dtype(t), &m->dl_tensor.dtype) < 0) {
+        PyMem_Free(e);
+        PyErr_Format(PyExc_TypeError, "DLPack: dtype %s has no DLPack code",
+                     dt_dtype_name(dt_tensor_dtype(t)));
+        return NULL;
+    }
+    int rank = dt_tensor_rank(t);
+    memcpy(e->shape, local, sizeof(int64_t) * (size_t)rank);
+    m->dl_tensor.data = b.data;
+    m->dl_tensor.device = (DLDevice){b.type == DT_DEVICE_CUDA ? DL_CUDA : DL_CPU, b.device_ordinal};
+    m->dl_tensor.ndim = rank;
+    m->dl_tensor.shape = e->shape;
+    m->manager_ctx = e;
+    m->deleter = export_deleter;
+    e->owner = (Handle *)t_o;
+    PyObject *cap = PyCapsule_New(m, "dltensor", export_capsule_destructor);
+    if (!cap) {
+        PyMem_Free(e);
+        return NULL;
+    }
+    Py_INCREF(t_o);
+    e->owner->exports++;
+    return cap;
+}
+
+/* tensor_dlpack_device(tensor, i): (DLPack device type, device id) of component i. */
+static PyObject *py_tensor_dlpack_device(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *t_o;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi", &t_o, &i))
+        return NULL;
+    const dt_tensor *t = unwrap(t_o, KIND_TENSOR);
+    if (!t)
+        return NULL;
+    dt_local_buffer b;
+    CALL(dt_tensor_local_buffer(t, i, &b));
+    return Py_BuildValue("(ii)", b.type == DT_DEVICE_CUDA ? DL_CUDA : DL_CPU, b.device_ordinal);
+}
+
+/* The DLManagedTensors a wrapped DTensor borrowed: handed back when it is freed. */
+typedef struct {
+    int n;
+    int taken; /* 0 while the wrap may still be undone (the capsules keep their tensors) */
+    DLManagedTensor *managed[];
+} import_ctx;
+
+static void import_release(void *ctx)
+{
+    import_ctx *c = ctx;
+    PyGILState_STATE g = PyGILState_Ensure();
+    for (int i = 0; c->taken && i < c->n; i++)
+        if (c->managed[i]->deleter)
+            c->managed[i]->deleter(c->managed[i]);
+    PyMem_Free(c);
+    PyGILState_Release(g);
+}
+
+/* tensor_from_dlpack(mesh, layout_text, dtype, shape, [capsules]): a DTensor whose component
+ * i is capsule i's memory (taken: the capsules are marked used), no copy. */
+static PyObject *py_tensor_from_dlpack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o, *shape_o, *caps_o;
+    const char *text;
+    int dtype;
+    if (!PyArg_ParseTuple(args, "OsiOO", &mesh_o, &text, &dtype, &shape_o, &caps_o))
+        return NULL;
+    dt_layout l;
+    int64_t shape[DT_MAX_RANK];
+    if (parse_layout(mesh_o, text, &l) < 0 || parse_shape(shape_o, l.rank, shape) < 0)
+        return NULL;
+    Py_ssize_t n = PySequence_Size(caps_o);
+    if (n < 0 || n > INT32_MAX)
+        return NULL;
+    import_ctx *c = PyMem_Calloc(1, sizeof *c + (size_t)(n + 1) * sizeof c->managed[0]);
+    void **bufs = PyMem_Calloc((size_t)n + 1, sizeof *bufs);
+    size_t *bytes = PyMem_Calloc((size_t)n + 1, sizeof *bytes);
+    PyObject **caps = PyMem_Calloc((size_t)n + 1, sizeof *caps);
+    PyObject *result = NULL;
+    DLDataType want;
+    if (!c || !bufs || !bytes || !caps) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (dl_dtype((dt_dtype)dtype, &want) < 0) {
+        PyErr_Format(PyExc_TypeError, "from_dlpack: dtype %d has no DLPack code", dtype);
+        goto done;
+    }
+    c->n = (int)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        caps[i] = PySequence_GetItem(caps_o, i);
+        DLManagedTensor *m = caps[i] ? PyCapsule_GetPointer(caps[i], "dltensor") : NULL;
+        if (!m) {
+            if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_ValueError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "from_dlpack: component %zd is not an unused "
+                             "\"dltensor\" capsule",
+                             i);
+            }
+            goto done;
+        }
+        const DLTensor *d = &m->dl_tensor;
+        int64_t local[DT_MAX_RANK];
+        dt_layout_local_shape(&l, shape, dt_mesh_local_device_id(l.mesh, (int)i), local, NULL);
+        int want_type = dt_mesh_device_type(l.mesh) == DT_DEVICE_CUDA ? DL_CUDA : DL_CPU;
+        if (d->device.device_type != want_type) {
+            PyErr_Format(PyExc_ValueError,
+                         "from_dlpack: component %zd lives on DLPack device type %d, the mesh's "
+                         "devices are %s",
+                         i, (int)d->device.device_type, want_type == DL_CUDA ? "CUDA" : "CPU");
+            goto done;
+        }
+        if (d->dtype.code != want.code || d->dtype.bits != want.bits || d->dtype.lanes != 1) {
+            PyErr_Format(PyExc_TypeError,
+                         "from_dlpack: component %zd has DLPack dtype (code %d, %d bits, %d "
+                         "lanes), the tensor is %s",
+                         i, d->dtype.code, d->dtype.bits, d->dtype.lanes,
+                         dt_dtype_name((dt_dtype)dtype));
+            goto done;
+        }
+        int ok = d->ndim == l.rank;
+        int64_t expect = 1;
+        for (int a = l.rank - 1; ok && a >= 0; a--) {
+            ok = d->shape[a] == local[a] &&
+                 (!d->strides || local[a] == 1 || d->strides[a] == expect);
+            expect *= local[a];
+        }
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError,
+                         "from_dlpack: component %zd is not a contiguous row-major array of its "
+                         "device's local shape (rank %d; the layout gives rank %d)",
+                         i, (int)d->ndim, l.rank);
+            goto done;
+        }
+        bufs[i] = (char *)d->data + d->byte_offset;
+        bytes[i] = (size_t)expect * (size_t)(want.bits / 8);
+        c->managed[i] = m;
+    }
+    dt_tensor *t = NULL;
+    dt_status s = dt_tensor_wrap(&l, (dt_dtype)dtype, l.rank, shape, (int)n, bufs, bytes,
+                                 import_release, c, &t);
+    if (s != DT_OK) {
+        raise_status(s);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* a GPU component must be on its device's GPU */
+        dt_local_buffer b;
+        dt_tensor_local_buffer(t, (int)i, &b);
+        if (b.type == DT_DEVICE_CUDA &&
+            b.device_ordinal != c->managed[i]->dl_tensor.device.device_id) {
+            PyErr_Format(PyExc_ValueError,
+                         "from_dlpack: component %zd is on GPU %d, its device is on GPU %d", i,
+                         (int)c->managed[i]->dl_tensor.device.device_id, b.device_ordinal);
+            dt_tensor_free(t); /* releases c, taking nothing */
+            c = NULL;
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) /* taken: their deleters run when t is freed */
+        PyCapsule_SetName(caps[i], "used_dltensor");
+    c->taken = 1;
+    c = NULL;
+    result = wrap(KIND_TENSOR, t);
+done:
+    for (Py_ssize_t i = 0; caps && i < n; i++)
+        Py_XDECREF(caps[i]);
+    PyMem_Free(caps);
+    PyMem_Free(bufs);
+    PyMem_Free(bytes);
+    PyMem_Free(c);
+    return result;
+}
+
 /* ---- ops --------------------------------------------------------------------------------- */
 
 /* Optional requested layout: (mesh handle, text) or None. */
@@ -1136,6 +1419,8 @@ static PyObject *borrowed_mesh(const dt_mesh *m)
         return NULL;
     h->kind = KIND_BORROWED_MESH;
     h->ptr = (void *)m;
+    h->exports = 0;
+    h->free_pending = 0;
     return (PyObject *)h;
 }
 
@@ -1559,6 +1844,11 @@ static PyMethodDef methods[] = {
      "Local shape and offset of a device's shard."},
     {"tensor_from_host", py_tensor_from_host, METH_VARARGS, "A DTensor from a full array."},
     {"tensor_pack", py_tensor_pack, METH_VARARGS, "A DTensor from per-device components."},
+    {"tensor_dlpack", py_tensor_dlpack, METH_VARARGS, "A component as a DLPack capsule."},
+    {"tensor_dlpack_device", py_tensor_dlpack_device, METH_VARARGS,
+     "(DLPack device type, id) of a component."},
+    {"tensor_from_dlpack", py_tensor_from_dlpack, METH_VARARGS,
+     "A DTensor over DLPack capsules' memory, no copy."},
     {"tensor_info", py_tensor_info, METH_O, "dtype, shape, layout and local shapes."},
     {"tensor_meta", py_tensor_meta, METH_O, "(dtype, shape, layout text) of a tensor."},
     {"tensor_to_host", py_tensor_to_host, METH_VARARGS,
