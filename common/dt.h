@@ -213,13 +213,27 @@ dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, voi
  * message of a failure is taken from dt_last_error()). All return DT_OK, or all return the
  * first failing client's status and message, prefixed with the client. Collective. */
 dt_status dt__agree(MPI_Comm comm, dt_status local);
+/* The agreement of one op on a multi-client mesh: every client brings its status and a
+ * fingerprint of the op it runs (operator, attributes, operands' metadata, requested layout;
+ * 0 when it failed before knowing). One small all-reduce settles the common case (all DT_OK,
+ * one fingerprint); otherwise every client fails alike: with the first failure (a failing
+ * client keeps its own), or DT_ERR_MISMATCH naming two clients' ops, described by
+ * describe(ctx) (called only then). Collective over comm. */
+typedef void (*dt__describe_fn)(const void *ctx, char *buf, size_t size);
+dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
+                       dt__describe_fn describe, const void *ctx);
+/* FNV-1a style hash of bytes (a word at a time), continuing from h (start with
+ * DT__HASH_SEED). Not cryptographic: for caches and for telling clients' ops apart. */
+#define DT__HASH_SEED 1469598103934665603ull
+uint64_t dt__hash(uint64_t h, const void *p, size_t n);
 
 /* ---- mesh -------------------------------------------------------------------------------- */
 
 struct dt_mesh {
     atomic_int refs;
-    uint64_t serial; /* unique for the process's lifetime: caches key on it, never on the
-                        address, which a later mesh may reuse */
+    uint64_t serial;  /* unique for the process's lifetime: caches key on it, never on the
+                         address, which a later mesh may reuse */
+    uint64_t content; /* hash of axes, sizes, type and device ids: the same on every client */
     int num_axes;
     char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
     int sizes[DT_MAX_MESH_AXES];

@@ -431,6 +431,14 @@ dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]
  *   failure. Validation (shapes, dtypes, a layout on another mesh, an unknown axis, a reshape
  *   the layout cannot express) depends only on metadata every client shares and ends before
  *   the first collective, so every client fails alike with the same message and none hangs.
+ * - Clients that do not agree fail alike too: on a mesh spanning clients, every client brings
+ *   its verdict and a fingerprint of the op it runs (operator, attributes, operands' dtypes,
+ *   shapes and layouts, the requested layout, the meshes by content) to one small all-reduce
+ *   before the first collective. A client whose call fails (a bad shape, a NULL operand or
+ *   out-pointer, a function input or variable value that does not fit) fails every client,
+ *   which name it; clients running different ops all get DT_ERR_MISMATCH naming both. Then
+ *   the next op runs normally. (A client that skips an op altogether still leaves the others
+ *   waiting in it: nothing is there to agree with.)
  * - opts may be NULL. opts->layout is the requested layout of the result, a hard constraint
  *   (as dtensor.call_with_layout): the result has exactly that layout, which may be partial
  *   ("x,unsharded;partial_sum=y"). Without it the engine picks the cheapest valid expansion

@@ -165,6 +165,10 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
     }
     for (int i = 0; i < size; i++)
         gids[i] = ids ? ids[i] : client_local ? rt_first[me] + i : i;
+    m->content = dt__hash(DT__HASH_SEED, &type, sizeof type);
+    m->content = dt__hash(m->content, m->names, sizeof m->names[0] * (size_t)num_axes);
+    m->content = dt__hash(m->content, m->sizes, sizeof m->sizes[0] * (size_t)num_axes);
+    m->content = dt__hash(m->content, gids, sizeof *gids * (size_t)size);
     /* client c owns the mesh ids whose global ids fall in its block (ids increase, so each
      * client's devices are one contiguous run of mesh ids); a client-local mesh gives every
      * device to this client */

@@ -613,6 +613,79 @@ dt_status dt__agree(MPI_Comm comm, dt_status local)
     return s;
 }
 
+uint64_t dt__hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* a word at a time, mixed down */
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
+                       dt__describe_fn describe, const void *ctx)
+{
+    if (comm == MPI_COMM_NULL)
+        return local;
+    /* max over clients of (failed, fingerprint, ~fingerprint): all OK with one fingerprint
+     * iff the first is 0 and the second is the complement of the third */
+    uint64_t mine[3] = {local != DT_OK, fingerprint, ~fingerprint}, all[3];
+    MPI_Request req;
+    if (MPI_Iallreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, comm, &req) != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "op agreement: MPI_Iallreduce failed");
+    DT_TRY(dt__mpi_wait_all(1, &req));
+    if (all[0] == 0 && all[1] == ~all[2])
+        return local;
+    /* the rare path: every client's verdict, with its message or its op's description */
+    struct verdict {
+        int status;
+        uint64_t fingerprint;
+        char msg[480];
+    } me = {.status = local, .fingerprint = fingerprint}, *every;
+    if (local != DT_OK)
+        snprintf(me.msg, sizeof me.msg, "%s", dt_last_error());
+    else if (describe)
+        describe(ctx, me.msg, sizeof me.msg);
+    int n;
+    MPI_Comm_size(comm, &n);
+    every = malloc(sizeof *every * (size_t)n);
+    if (!every)
+        return dt__fail(DT_ERR_NOMEM, "cannot allocate the agreement of %d clients", n);
+    dt_status s = dt__allgather_bytes(comm, &me, sizeof me, every);
+    int first_failed = -1, other = -1;
+    for (int c = 0; s == DT_OK && c < n; c++) {
+        every[c].msg[sizeof every[c].msg - 1] = '\0'; /* bounded, whatever a peer sent */
+        if (every[c].status < 0 || every[c].status >= DT_STATUS_COUNT)
+            every[c].status = DT_ERR_COMM;
+        if (every[c].status != DT_OK && first_failed < 0)
+            first_failed = c;
+        if (every[c].fingerprint != every[0].fingerprint && other < 0)
+            other = c;
+    }
+    if (s == DT_OK && first_failed >= 0) {
+        if (local != DT_OK) {
+            s = local;
+            dt__set_error(me.msg);
+        } else {
+            s = dt__fail((dt_status)every[first_failed].status, "client %d: %s", first_failed,
+                         every[first_failed].msg);
+        }
+    } else if (s == DT_OK && other >= 0) {
+        s = dt__fail(DT_ERR_MISMATCH,
+                     "clients run different ops: client 0 runs %s; client %d "
+                     "runs %s",
+                     every[0].msg, other, every[other].msg);
+    }
+    free(every);
+    return s;
+}
+
 dt_status dt_barrier(void)
 {
     DT_TRY(dt__require_init("dt_barrier"));

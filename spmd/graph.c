@@ -312,22 +312,6 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static cache_entry *cache;
 static int cache_count;
 
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static void cache_clear_locked(void)
 {
     if (!cache)
@@ -470,13 +454,122 @@ static size_t build_key(cache_key *k, dt__op op, const dt__attrs *attrs, int nin
     return len;
 }
 
+/* ---- what the clients agree on before an op runs ----------------------------------------- */
+
+/* A layout as every client sees it: axes and partial sums, the mesh by content. */
+static uint64_t hash_layout(uint64_t h, const dt_layout *l)
+{
+    h = dt__hash(h, &l->rank, sizeof l->rank);
+    h = dt__hash(h, l->axes, sizeof l->axes[0] * (size_t)l->rank);
+    h = dt__hash(h, &l->partial, sizeof l->partial);
+    if (l->partial)
+        h = dt__hash(h, &l->partial_op, sizeof l->partial_op);
+    return l->mesh ? dt__hash(h, &l->mesh->content, sizeof l->mesh->content) : h;
+}
+
+static uint64_t hash_meta(uint64_t h, dt_dtype dtype, int rank, const int64_t shape[],
+                          const dt_layout *l)
+{
+    h = dt__hash(h, &dtype, sizeof dtype);
+    h = dt__hash(h, &rank, sizeof rank);
+    h = dt__hash(h, shape, sizeof *shape * (size_t)rank);
+    return hash_layout(h, l);
+}
+
+/* The op one client is about to run, as the others must run it too. */
+static uint64_t op_fingerprint(dt__op op, const dt__attrs *attrs, int nin,
+                               const dt_tensor *const in[], const dt_layout *want)
+{
+    uint64_t h = dt__hash(DT__HASH_SEED, &op, sizeof op);
+    h = dt__hash(h, attrs, sizeof *attrs); /* callers zero attrs before setting them */
+    for (int i = 0; i < nin; i++)
+        h = hash_meta(h, in[i]->dtype, in[i]->rank, in[i]->shape, &in[i]->layout);
+    return want ? hash_layout(dt__hash(h, "want", 4), want) : h;
+}
+
+typedef struct op_desc {
+    dt__op op;
+    const dt__attrs *attrs;
+    int nin;
+    const dt_tensor *const *in;
+    const dt_layout *want;
+} op_desc;
+
+/* "matmul(f32[4,2] \"x,unsharded\", f32[2,4] \"unsharded,x\") -> \"x,unsharded\" attrs #1a2b" */
+static void describe_op(const void *ctx, char *buf, size_t size)
+{
+    const op_desc *d = ctx;
+    size_t n = (size_t)snprintf(buf, size, "%s(", dt__op_get(d->op)->name);
+    for (int i = 0; i < d->nin && n < size; i++) {
+        char sh[DT__SHAPE_STR_MAX], la[DT_STRING_MAX];
+        const dt_tensor *t = d->in[i];
+        n += (size_t)snprintf(buf + n, size - n, "%s%s%s \"%s\"", i ? ", " : "",
+                              dt_dtype_name(t->dtype),
+                              dt__shape_str(sh, sizeof sh, t->rank, t->shape),
+                              dt__layout_str(&t->layout, la, sizeof la));
+    }
+    if (n < size)
+        n += (size_t)snprintf(buf + n, size - n, ")");
+    if (d->want && n < size) {
+        char la[DT_STRING_MAX];
+        n += (size_t)snprintf(buf + n, size - n, " -> \"%s\"",
+                              dt__layout_str(d->want, la, sizeof la));
+    }
+    if (n < size)
+        snprintf(buf + n, size - n, " attributes #%04x",
+                 (unsigned)(dt__hash(DT__HASH_SEED, d->attrs, sizeof *d->attrs) & 0xffff));
+}
+
+/* The mesh an op's clients agree over: its first operand's (the first one given, when a
+ * client passes NULL), else the requested layout's. */
+static MPI_Comm op_comm(int nin, const dt_tensor *const in[], const dt_layout *want)
+{
+    for (int i = 0; in && i < nin; i++)
+        if (in[i])
+            return in[i]->mesh->comm;
+    return want && want->mesh ? want->mesh->comm : MPI_COMM_NULL;
+}
+
 /* ---- functions (tracing) ----------------------------------------------------------------- */
 
 struct dt_function {
     dt__graph g;
     bool ended, failed;
     dt__program *prog;
+    uint64_t fingerprint; /* the traced graph, as every client must have traced it */
 };
+
+static uint64_t graph_fingerprint(const dt__graph *g)
+{
+    uint64_t h = DT__HASH_SEED;
+    for (int v = 0; v < g->nvals; v++) {
+        const dt__val *x = &g->vals[v];
+        dt_layout none = {.mesh = x->mesh};
+        h = hash_meta(h, x->dtype, x->rank, x->shape, x->has_layout ? &x->layout : &none);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const dt__node *n = &g->nodes[i];
+        h = dt__hash(h, &n->op, sizeof n->op);
+        h = dt__hash(h, &n->attrs, sizeof n->attrs);
+        h = dt__hash(h, n->in, sizeof n->in[0] * (size_t)n->nin);
+        h = dt__hash(h, &n->out, sizeof n->out);
+    }
+    return dt__hash(h, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
+}
+
+/* The mesh a function's clients agree over: its first input's, else its first output's. */
+static MPI_Comm function_comm(const dt__program *p)
+{
+    const dt_mesh *m = p->ninputs ? p->in[0].layout.mesh : p->out[0].layout.mesh;
+    return m->comm;
+}
+
+static void describe_function(const void *ctx, char *buf, size_t size)
+{
+    const dt_function *f = ctx;
+    snprintf(buf, size, "%s #%08llx", f->prog->title,
+             (unsigned long long)(f->fingerprint & 0xffffffffull));
+}
 
 static _Thread_local dt_function *tracing;
 
@@ -580,6 +673,7 @@ dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outp
     char title[64];
     snprintf(title, sizeof title, "function (%d ops)", f->g.nnodes);
     DT_TRY(compile(&f->g, title, &f->prog));
+    f->fingerprint = graph_fingerprint(&f->g);
     f->failed = false;
     return DT_OK;
 }
@@ -622,9 +716,14 @@ dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor 
         return dt__fail(DT_ERR_ARG,
                         "dt_function_run: %d inputs and %d results, the function has %d and %d",
                         num_inputs, num_outputs, f->prog->ninputs, f->prog->noutputs);
-    for (int i = 0; i < num_inputs; i++)
-        DT_TRY(check_bound("dt_function_run", i, inputs[i], &f->prog->in[i]));
-    return dt__program_run(f->prog, inputs, results);
+    /* an input that does not fit fails on every client, never leaving the others waiting */
+    dt__op_check chk = {function_comm(f->prog), f->fingerprint, describe_function, f};
+    for (int i = 0; i < num_inputs; i++) {
+        dt_status s = check_bound("dt_function_run", i, inputs[i], &f->prog->in[i]);
+        if (s != DT_OK)
+            return dt__agree_op(chk.comm, s, 0, NULL, NULL);
+    }
+    return dt__program_run(f->prog, inputs, results, &chk);
 }
 
 void dt_function_free(dt_function *f)
@@ -681,10 +780,12 @@ static dt_status record(dt__op op, const dt__attrs *attrs, int nin, const dt_ten
     return symbolic_tensor(f, v, out);
 }
 
-static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
-                       const dt_op_options *opts, dt_tensor **out)
+/* Validate, find or build the program: the part of an eager op that may fail before its
+ * agreement. */
+static dt_status eager_program(dt__op op, const dt__attrs *attrs, int nin,
+                               const dt_tensor *const in[], const dt_layout *want,
+                               dt__program **out)
 {
-    const dt_layout *want = opts ? opts->layout : NULL;
     const dt__op_def *def = dt__op_get(op);
     for (int i = 0; i < nin; i++)
         if (in[i]->trace)
@@ -701,7 +802,7 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
         DT_TRY(dt_layout_check(want));
     cache_key key;
     size_t len = build_key(&key, op, attrs, nin, in, want);
-    uint64_t h = hash_bytes(&key, len);
+    uint64_t h = dt__hash(DT__HASH_SEED, &key, len);
     dt__program *p = cache_find(&key, len, h);
     if (!p) {
         dt__graph g = {0};
@@ -731,9 +832,29 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
         DT_TRY(s);
         cache_insert(&key, len, h, p);
     }
+    *out = p;
+    return DT_OK;
+}
+
+/* Every client of a multi-client mesh agrees on the op before it runs: a client whose
+ * operands or options fail validation, or that runs another op (other shapes, layouts,
+ * attributes), fails every client instead of leaving them waiting or computing garbage. */
+static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
+                       const dt_op_options *opts, dt_tensor **out)
+{
+    const dt_layout *want = opts ? opts->layout : NULL;
+    MPI_Comm comm = op_comm(nin, in, want);
+    dt__program *p = NULL;
+    dt_status s = eager_program(op, attrs, nin, in, want, &p);
+    if (s != DT_OK)
+        return dt__agree_op(comm, s, 0, NULL, NULL);
+    op_desc d = {op, attrs, nin, in, want};
+    dt__op_check chk = {comm, 0, describe_op, &d};
+    if (comm != MPI_COMM_NULL)
+        chk.fingerprint = op_fingerprint(op, attrs, nin, in, want);
     if (opts && opts->program)
         dt__program_print(p, opts->program);
-    dt_status s = dt__program_run(p, in, out);
+    s = dt__program_run(p, in, out, &chk);
     dt__program_release(p);
     return s;
 }
@@ -742,16 +863,21 @@ dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *
                    const dt_op_options *opts, dt_tensor **out)
 {
     const dt__op_def *def = dt__op_get(op);
-    if (!out)
-        return dt__fail(DT_ERR_ARG, "%s: out is NULL", def->name);
-    *out = NULL;
     DT_TRY(dt__require_init(def->name));
-    if (nin > DT__MAX_INPUTS)
-        return dt__fail(DT_ERR_ARG, "%s: %d operands, at most %d", def->name, nin, DT__MAX_INPUTS);
-    for (int i = 0; i < nin; i++)
+    const dt_layout *want = opts ? opts->layout : NULL;
+    dt_status s = DT_OK;
+    if (!out)
+        s = dt__fail(DT_ERR_ARG, "%s: out is NULL", def->name);
+    else
+        *out = NULL;
+    if (s == DT_OK && nin > DT__MAX_INPUTS)
+        s = dt__fail(DT_ERR_ARG, "%s: %d operands, at most %d", def->name, nin, DT__MAX_INPUTS);
+    for (int i = 0; s == DT_OK && i < nin; i++)
         if (!in[i])
-            return dt__fail(DT_ERR_ARG, "%s: operand %d is NULL", def->name, i);
+            s = dt__fail(DT_ERR_ARG, "%s: operand %d is NULL", def->name, i);
     if (tracing)
-        return record(op, attrs, nin, in, opts ? opts->layout : NULL, out);
+        return s == DT_OK ? record(op, attrs, nin, in, want, out) : s;
+    if (s != DT_OK) /* the other clients, if this op is theirs too, fail with this client */
+        return dt__agree_op(op_comm(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s, 0, NULL, NULL);
     return eager(op, attrs, nin, in, opts, out);
 }

@@ -613,7 +613,8 @@ static dt_status alloc_temps(const dt__program *p, void ***bufs, arena **out, in
     return s;
 }
 
-dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[])
+dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[],
+                          const dt__op_check *chk)
 {
     for (int o = 0; o < p->noutputs; o++)
         out[o] = NULL;
@@ -639,8 +640,7 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
             bufs[i] = out[sl->output]->data;
     }
     const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
-    if (m0 && m0->comm != MPI_COMM_NULL)
-        s = dt__agree(m0->comm, s);
+    s = dt__agree_op(chk->comm, s, chk->fingerprint, chk->describe, chk->ctx);
     /* A failing kernel (a device error: CPU kernels cannot fail) stops the kernels of this
      * client, but its collectives still run, so that no client waits for one that left; on
      * devices whose kernels can fail, the clients then agree on the outcome (on every op, so
@@ -670,8 +670,8 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
     if (s == DT_OK)
         s = kernels;
     const dt__backend *be = m0 ? dt__backend_of(m0->type) : NULL;
-    if (be && !be->host_accessible && m0->comm != MPI_COMM_NULL)
-        s = dt__agree(m0->comm, s);
+    if (be && !be->host_accessible && chk->comm != MPI_COMM_NULL)
+        s = dt__agree(chk->comm, s);
     for (int i = 0; i < p->nslots; i++)
         if (is_temp(&p->slots[i]))
             free(bufs[i]);

@@ -20,18 +20,20 @@ dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
     *out = NULL;
     if (!initial)
         return dt__fail(DT_ERR_ARG, "dt_variable_create: initial value is NULL");
-    DT_TRY(dt__tensor_require_values(initial, "dt_variable_create"));
-    if (initial->layout.partial) {
+    dt_status s = dt__tensor_require_values(initial, "dt_variable_create");
+    if (s == DT_OK && initial->layout.partial) {
         char lb[DT_STRING_MAX];
-        return dt__fail(DT_ERR_LAYOUT,
-                        "dt_variable_create: initial value has partial layout \"%s\"; a "
-                        "variable's layout cannot be partial",
-                        dt__layout_str(&initial->layout, lb, sizeof lb));
+        s = dt__fail(DT_ERR_LAYOUT,
+                     "dt_variable_create: initial value has partial layout \"%s\"; a "
+                     "variable's layout cannot be partial",
+                     dt__layout_str(&initial->layout, lb, sizeof lb));
     }
+    if (s != DT_OK) /* the other clients are about to copy their initial values: fail them too */
+        return dt__agree_op(initial->mesh->comm, s, 0, NULL, NULL);
     dt_variable *v = calloc(1, sizeof *v);
     if (!v)
         return dt__fail(DT_ERR_NOMEM, "dt_variable_create: out of memory");
-    dt_status s = copy_of(initial, &v->value);
+    s = copy_of(initial, &v->value);
     if (s != DT_OK) {
         free(v);
         return s;
@@ -40,7 +42,7 @@ dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
     return DT_OK;
 }
 
-static dt_status check_value(const char *fn, const dt_variable *v, const dt_tensor *x)
+static dt_status fits(const char *fn, const dt_variable *v, const dt_tensor *x)
 {
     if (!v || !x)
         return dt__fail(DT_ERR_ARG, "%s: %s is NULL", fn, v ? "value" : "variable");
@@ -66,6 +68,15 @@ static dt_status check_value(const char *fn, const dt_variable *v, const dt_tens
                         dt__layout_str(&x->layout, lb, sizeof lb));
     }
     return DT_OK;
+}
+
+/* A value that does not fit fails on every client: the others, whose values fit, are about
+ * to run the assignment's op and agree on it with this client. */
+static dt_status check_value(const char *fn, const dt_variable *v, const dt_tensor *x)
+{
+    dt_status s = fits(fn, v, x);
+    const dt_tensor *on = v ? v->value : x;
+    return s == DT_OK || !on ? s : dt__agree_op(on->mesh->comm, s, 0, NULL, NULL);
 }
 
 static dt_status replace(dt_variable *v, dt_status s, dt_tensor *next)
