@@ -222,6 +222,10 @@ dt_status dt__agree(MPI_Comm comm, dt_status local);
 typedef void (*dt__describe_fn)(const void *ctx, char *buf, size_t size);
 dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
                        dt__describe_fn describe, const void *ctx);
+/* dt__agree_op over m's clients (those of its communicator; a client-local mesh has none and
+ * returns local). Collective over m's clients. */
+dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, uint64_t fingerprint,
+                         dt__describe_fn describe, const void *ctx);
 /* FNV-1a style hash of bytes (a word at a time), continuing from h (start with
  * DT__HASH_SEED). Not cryptographic: for caches and for telling clients' ops apart. */
 #define DT__HASH_SEED 1469598103934665603ull

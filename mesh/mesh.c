@@ -73,24 +73,51 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
     return DT_OK;
 }
 
-/* Every client sends its description; any difference fails on all, naming both. */
-static dt_status exchange(MPI_Comm comm, const char *desc)
+/* The whole description as structure (every name in full, every size, the type, every
+ * device id), hashed: what clients compare. Defensive about any input. */
+static uint64_t structure(int num_axes, const char *const names[], const int sizes[],
+                          dt_device_type type, int num_devices, const int ids[])
+{
+    uint64_t h = dt__hash(DT__HASH_SEED, &num_axes, sizeof num_axes);
+    h = dt__hash(h, &type, sizeof type);
+    for (int a = 0; names && sizes && a < num_axes && a <= DT_MAX_MESH_AXES; a++) {
+        size_t len = names[a] ? strnlen(names[a], 4096) : 0;
+        h = dt__hash(h, &len, sizeof len);
+        h = names[a] ? dt__hash(h, names[a], len) : h;
+        h = dt__hash(h, &sizes[a], sizeof sizes[a]);
+    }
+    h = dt__hash(h, &num_devices, sizeof num_devices);
+    if (ids && num_devices > 0 && num_devices <= 1 << 24)
+        h = dt__hash(h, ids, sizeof *ids * (size_t)num_devices);
+    return h;
+}
+
+/* Every client sends the structure's hash with its description (the text, possibly cut, is
+ * only for the message); any difference fails on all, naming both. */
+static dt_status exchange(MPI_Comm comm, const char *desc, uint64_t hash)
 {
     if (comm == MPI_COMM_NULL)
         return DT_OK;
     int n = dt__rt.num_clients;
-    char mine[DT_STRING_MAX] = {0};
-    snprintf(mine, sizeof mine, "%s", desc);
-    char *all = malloc((size_t)n * DT_STRING_MAX);
+    struct said {
+        uint64_t hash;
+        char desc[DT_STRING_MAX];
+    } mine = {.hash = hash}, *all = malloc(sizeof *all * (size_t)n);
     if (!all)
         return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
-    dt_status s = dt__allgather_bytes(comm, mine, DT_STRING_MAX, all);
+    snprintf(mine.desc, sizeof mine.desc, "%s", desc);
+    dt_status s = dt__allgather_bytes(comm, &mine, sizeof mine, all);
     for (int c = 1; s == DT_OK && c < n; c++)
-        if (strcmp(all, all + (size_t)c * DT_STRING_MAX) != 0)
+        if (all[c].hash != all[0].hash) {
+            all[0].desc[DT_STRING_MAX - 1] = all[c].desc[DT_STRING_MAX - 1] = '\0';
             s = dt__fail(DT_ERR_MISMATCH,
                          "dt_mesh_create: clients describe different meshes: client 0 says "
-                         "\"%s\", client %d says \"%s\"",
-                         all, c, all + (size_t)c * DT_STRING_MAX);
+                         "\"%s\", client %d says \"%s\"%s",
+                         all[0].desc, c, all[c].desc,
+                         strcmp(all[0].desc, all[c].desc) ? ""
+                                                          : " (they differ past what is shown, "
+                                                            "or in how the names split)");
+        }
     free(all);
     return s;
 }
@@ -100,7 +127,7 @@ static dt_status exchange(MPI_Comm comm, const char *desc)
 static dt_status no_out(const char *fn)
 {
     if (dt__rt.initialized)
-        exchange(dt__rt.world, "<out is NULL>");
+        exchange(dt__rt.world, "<out is NULL>", 0);
     return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
 }
 
@@ -210,6 +237,12 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
     return DT_OK;
 }
 
+dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, uint64_t fingerprint,
+                         dt__describe_fn describe, const void *ctx)
+{
+    return m ? dt__agree_op(m->comm, local, fingerprint, describe, ctx) : local;
+}
+
 bool dt__mesh_same_devices(const dt_mesh *a, const dt_mesh *b)
 {
     return a->type == b->type && a->size == b->size &&
@@ -257,7 +290,7 @@ static dt_status create(const char *fn, int num_axes, const char *const names[],
         if (n < sizeof desc)
             snprintf(desc + n, sizeof desc - n, "]");
     }
-    DT_TRY(exchange(dt__rt.world, desc));
+    DT_TRY(exchange(dt__rt.world, desc, structure(num_axes, names, sizes, type, num_devices, ids)));
     DT_TRY(validate(num_axes, names, sizes, type, desc, num_devices < 0));
     if (num_devices >= 0) {
         int64_t total = 1;
@@ -353,7 +386,7 @@ dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_m
     char desc[DT_STRING_MAX];
     snprintf(desc, sizeof desc, "unparsable \"%.400s\" %s", spec ? spec : "(null)",
              dt_device_type_name(type));
-    DT_TRY(exchange(dt__rt.world, desc));
+    DT_TRY(exchange(dt__rt.world, desc, dt__hash(DT__HASH_SEED, desc, strlen(desc))));
     return dt__fail(DT_ERR_MESH,
                     "dt_mesh_create_from_string: cannot parse \"%.400s\": expected "
                     "\"name=size,...\" with 1 to %d axes",

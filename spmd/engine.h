@@ -178,17 +178,17 @@ dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *i
 
 /* Run: inputs must match the program's input dists (checked by the caller); results get new
  * tensors in the output layouts. Collective. */
-/* How the clients agree on a program run (dt__agree_op): over `comm` (MPI_COMM_NULL: this
- * client alone), on `fingerprint`, describing the op by describe(ctx) when they differ. */
+/* How the clients agree on a program run (dt__mesh_agree): over `mesh`'s clients (none for a
+ * client-local mesh), on `fingerprint`, describing the op by describe(ctx) when they differ. */
 typedef struct dt__op_check {
-    MPI_Comm comm;
+    const dt_mesh *mesh;
     uint64_t fingerprint;
     dt__describe_fn describe;
     const void *ctx;
 } dt__op_check;
 
 /* Run p: allocate results and temporaries, agree (chk) on the outcome and on the op with the
- * other clients before the first collective, then run the steps. Collective over chk->comm. */
+ * other clients before the first collective, then run the steps. Collective over chk->mesh. */
 dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[],
                           const dt__op_check *chk);
 dt_status dt__program_print(const dt__program *p, FILE *f);

@@ -522,12 +522,12 @@ static void describe_op(const void *ctx, char *buf, size_t size)
 
 /* The mesh an op's clients agree over: its first operand's (the first one given, when a
  * client passes NULL), else the requested layout's. */
-static MPI_Comm op_comm(int nin, const dt_tensor *const in[], const dt_layout *want)
+static const dt_mesh *op_mesh(int nin, const dt_tensor *const in[], const dt_layout *want)
 {
     for (int i = 0; in && i < nin; i++)
         if (in[i])
-            return in[i]->mesh->comm;
-    return want && want->mesh ? want->mesh->comm : MPI_COMM_NULL;
+            return in[i]->mesh;
+    return want ? want->mesh : NULL;
 }
 
 /* ---- functions (tracing) ----------------------------------------------------------------- */
@@ -558,10 +558,9 @@ static uint64_t graph_fingerprint(const dt__graph *g)
 }
 
 /* The mesh a function's clients agree over: its first input's, else its first output's. */
-static MPI_Comm function_comm(const dt__program *p)
+static const dt_mesh *function_mesh(const dt__program *p)
 {
-    const dt_mesh *m = p->ninputs ? p->in[0].layout.mesh : p->out[0].layout.mesh;
-    return m->comm;
+    return p->ninputs ? p->in[0].layout.mesh : p->out[0].layout.mesh;
 }
 
 static void describe_function(const void *ctx, char *buf, size_t size)
@@ -717,11 +716,11 @@ dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor 
                         "dt_function_run: %d inputs and %d results, the function has %d and %d",
                         num_inputs, num_outputs, f->prog->ninputs, f->prog->noutputs);
     /* an input that does not fit fails on every client, never leaving the others waiting */
-    dt__op_check chk = {function_comm(f->prog), f->fingerprint, describe_function, f};
+    dt__op_check chk = {function_mesh(f->prog), f->fingerprint, describe_function, f};
     for (int i = 0; i < num_inputs; i++) {
         dt_status s = check_bound("dt_function_run", i, inputs[i], &f->prog->in[i]);
         if (s != DT_OK)
-            return dt__agree_op(chk.comm, s, 0, NULL, NULL);
+            return dt__mesh_agree(chk.mesh, s, 0, NULL, NULL);
     }
     return dt__program_run(f->prog, inputs, results, &chk);
 }
@@ -843,14 +842,14 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
                        const dt_op_options *opts, dt_tensor **out)
 {
     const dt_layout *want = opts ? opts->layout : NULL;
-    MPI_Comm comm = op_comm(nin, in, want);
+    const dt_mesh *mesh = op_mesh(nin, in, want);
     dt__program *p = NULL;
     dt_status s = eager_program(op, attrs, nin, in, want, &p);
     if (s != DT_OK)
-        return dt__agree_op(comm, s, 0, NULL, NULL);
+        return dt__mesh_agree(mesh, s, 0, NULL, NULL);
     op_desc d = {op, attrs, nin, in, want};
-    dt__op_check chk = {comm, 0, describe_op, &d};
-    if (comm != MPI_COMM_NULL)
+    dt__op_check chk = {mesh, 0, describe_op, &d};
+    if (mesh->comm != MPI_COMM_NULL)
         chk.fingerprint = op_fingerprint(op, attrs, nin, in, want);
     if (opts && opts->program)
         dt__program_print(p, opts->program);
@@ -878,6 +877,6 @@ dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *
     if (tracing)
         return s == DT_OK ? record(op, attrs, nin, in, want, out) : s;
     if (s != DT_OK) /* the other clients, if this op is theirs too, fail with this client */
-        return dt__agree_op(op_comm(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s, 0, NULL, NULL);
+        return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s, 0, NULL, NULL);
     return eager(op, attrs, nin, in, opts, out);
 }

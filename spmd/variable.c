@@ -29,7 +29,7 @@ dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
                      dt__layout_str(&initial->layout, lb, sizeof lb));
     }
     if (s != DT_OK) /* the other clients are about to copy their initial values: fail them too */
-        return dt__agree_op(initial->mesh->comm, s, 0, NULL, NULL);
+        return dt__mesh_agree(initial->mesh, s, 0, NULL, NULL);
     dt_variable *v = calloc(1, sizeof *v);
     if (!v)
         return dt__fail(DT_ERR_NOMEM, "dt_variable_create: out of memory");
@@ -76,7 +76,7 @@ static dt_status check_value(const char *fn, const dt_variable *v, const dt_tens
 {
     dt_status s = fits(fn, v, x);
     const dt_tensor *on = v ? v->value : x;
-    return s == DT_OK || !on ? s : dt__agree_op(on->mesh->comm, s, 0, NULL, NULL);
+    return s == DT_OK || !on ? s : dt__mesh_agree(on->mesh, s, 0, NULL, NULL);
 }
 
 static dt_status replace(dt_variable *v, dt_status s, dt_tensor *next)
