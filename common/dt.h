@@ -182,6 +182,7 @@ typedef struct dt__runtime {
     bool all_fit;     /* on every client's host each CPU worker has a core (agreed at dt_init): the
                          collectives may use MPICH's blocking calls, which spin */
     int blas_threads; /* threads of one OpenBLAS call */
+    int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;

@@ -171,6 +171,11 @@ typedef struct dt_init_options {
      * mantissa inputs, faster), 2 keeps exact FP32; 0: TF32 when DTENSOR_ALLOW_TF32=1, else
      * exact FP32 (the default, as in PyTorch's matmul). The program printer names the math. */
     int allow_tf32;
+    /* Seconds a wait for other clients may last before it gives up with DT_ERR_COMM (a client
+     * died or is stuck elsewhere). 0: the value of DTENSOR_TIMEOUT, else 600 (as PyTorch's
+     * gloo default). After such an error the collective is left pending (MPI cannot cancel
+     * it): report and stop; the runtime cannot be used further. */
+    int timeout_seconds;
 } dt_init_options;
 
 /* Start the runtime. opts may be NULL for defaults. Under a launcher (`mpiexec.mpich -n N`,
