@@ -70,11 +70,19 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
 {
     if (out)
         *out = NULL;
-    if (n < 1 || n > DT__MAX_INPUTS || !xs || !xs[0])
-        return dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d (non-NULL)", n,
-                        DT__MAX_INPUTS);
+    if (n < 1 || n > DT__MAX_INPUTS || !xs)
+        return dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d", n, DT__MAX_INPUTS);
     dt__attrs a;
     memset(&a, 0, sizeof a);
-    a.axis = axis < 0 ? axis + xs[0]->rank : axis;
+    a.axis = axis;
+    if (xs[0] && axis < 0) {
+        a.axis = axis + xs[0]->rank;
+        if (a.axis < 0) /* named as given; the other clients fail with this one */
+            return dt__mesh_agree(xs[0]->mesh,
+                                  dt__fail(DT_ERR_ARG,
+                                           "concat: axis %d is outside a tensor of rank %d", axis,
+                                           xs[0]->rank),
+                                  0, NULL, NULL);
+    }
     return dt__call(DT__OP_CONCAT, &a, n, xs, opts, out);
 }

@@ -945,6 +945,7 @@ run_on = default_mesh  # tf.experimental.dtensor.run_on: the same scope
 
 
 def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
+    explicit = layout is not None
     layout = layout or _requested()
     if layout is None and getattr(_state, "mesh", None) is not None:
         layout = Layout.replicated(_state.mesh, len(shape))
@@ -952,6 +953,9 @@ def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
         raise ValueError(f"{kind}: no layout: call it through dtensor.call_with_layout(fn, "
                          f"layout, ...), pass layout= or run it inside dtensor.default_mesh")
     shape = [int(s) for s in shape]
+    if layout.rank != len(shape) and explicit:
+        raise ValueError(f"{kind}: layout {layout._text!r} has rank {layout.rank}, the shape "
+                         f"{shape} rank {len(shape)}")
     if layout.rank != len(shape):
         # Inside call_with_layout a composite function may create tensors of other ranks:
         # those are replicated on the requested mesh (the result is relayouted at the end).
@@ -1180,8 +1184,11 @@ def reshape(tensor, shape):
 
 def slice(input_, begin, size):  # noqa: A001 (tf.slice)
     """input_[begin[i] : begin[i] + size[i]]; size -1 takes the rest of the axis."""
-    begin = [int(b) for b in begin]
-    size = [input_.shape[i] - begin[i] if int(s) == -1 else int(s) for i, s in enumerate(size)]
+    begin, size = [int(b) for b in begin], [int(s) for s in size]
+    if len(begin) != input_.ndim or len(size) != input_.ndim:
+        raise ValueError(f"slice: begin has {len(begin)} entries and size {len(size)}, the "
+                         f"tensor rank {input_.ndim}")
+    size = [input_.shape[i] - begin[i] if s == -1 else s for i, s in enumerate(size)]
     return _apply("slice", [input_], 0, begin, size)
 
 

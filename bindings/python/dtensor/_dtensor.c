@@ -298,9 +298,12 @@ static Py_ssize_t parse_axes(PyObject *names_o, PyObject *sizes_o, const char *n
     for (Py_ssize_t i = 0; i < n; i++) {
         keep[i] = PySequence_GetItem(names_o, i);
         PyObject *size = PySequence_GetItem(sizes_o, i);
-        names[i] = keep[i] ? PyUnicode_AsUTF8(keep[i]) : NULL;
+        Py_ssize_t len = 0;
+        names[i] = keep[i] ? PyUnicode_AsUTF8AndSize(keep[i], &len) : NULL;
         long v = size ? PyLong_AsLong(size) : -1;
         Py_XDECREF(size);
+        if (names[i] && (size_t)len != strlen(names[i]) && !PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "mesh axis name %R contains a NUL character", keep[i]);
         if (!names[i] || PyErr_Occurred()) {
             for (Py_ssize_t j = 0; j <= i; j++)
                 Py_CLEAR(keep[j]);
@@ -1110,6 +1113,21 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             else
                 flag = (int)x;
         }
+    }
+    /* transpose's perm and slice's begin and size name every axis: the C calls read rank
+     * entries, so shorter (or longer) lists are refused here */
+    bool per_axis = strcmp(op, "transpose") == 0 || strcmp(op, "slice") == 0;
+    int rank = n > 0 ? dt_tensor_rank(ts[0]) : 0;
+    if (per_axis && op[0] == 't' && atn[0] != rank) {
+        PyErr_Format(PyExc_ValueError, "transpose: perm has %d entries, the tensor rank %d", atn[0],
+                     rank);
+        return NULL;
+    }
+    if (per_axis && op[0] == 's' && (atn[0] != rank || atn[1] != rank)) {
+        PyErr_Format(PyExc_ValueError,
+                     "slice: begin has %d entries and size %d, the tensor rank %d", atn[0], atn[1],
+                     rank);
+        return NULL;
     }
     op_ctx c;
     if (ctx_open(&c, mesh_o, text, program) < 0)
