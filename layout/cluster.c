@@ -1,8 +1,9 @@
-/* Cluster description (TF_CONFIG JSON or DTENSOR_CLUSTER) mapped onto MPI ranks, with a small
- * JSON reader of its own: objects, arrays, strings, numbers, true/false/null. */
+/* Cluster description (TF_CONFIG JSON, read with jansson, or DTENSOR_CLUSTER) mapped onto MPI
+ * ranks and agreed across clients. */
 #include "../train/train.h"
 
-#include <ctype.h>
+#include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,198 +26,72 @@ static int task_of(const char *s, size_t n)
     return -1;
 }
 
-/* ---- JSON: a cursor over the text; each parse function skips one value ------------------- */
-
-typedef struct json {
-    const char *p;
-    const char *err; /* first error, or NULL */
-} json;
-
-static void ws(json *j)
-{
-    while (isspace((unsigned char)*j->p))
-        j->p++;
-}
-
-static bool fail(json *j, const char *what)
-{
-    if (!j->err)
-        j->err = what;
-    return false;
-}
-
-/* A string: its raw contents (escapes kept) as [*s, *s + *n). */
-static bool jstring(json *j, const char **s, size_t *n)
-{
-    ws(j);
-    if (*j->p != '"')
-        return fail(j, "expected a string");
-    const char *b = ++j->p;
-    while (*j->p && *j->p != '"')
-        j->p += *j->p == '\\' && j->p[1] ? 2 : 1;
-    if (*j->p != '"')
-        return fail(j, "unterminated string");
-    *s = b;
-    *n = (size_t)(j->p - b);
-    j->p++;
-    return true;
-}
-
-static bool jvalue(json *j);
-
-/* Iterate an object: call on each key with the cursor at its value; on must consume it. */
-typedef bool (*member_fn)(json *j, const char *key, size_t n, void *ctx);
-
-static bool jobject(json *j, member_fn on, void *ctx)
-{
-    ws(j);
-    if (*j->p != '{')
-        return fail(j, "expected an object");
-    j->p++;
-    ws(j);
-    if (*j->p == '}') {
-        j->p++;
-        return true;
-    }
-    for (;;) {
-        const char *k;
-        size_t n;
-        if (!jstring(j, &k, &n))
-            return false;
-        ws(j);
-        if (*j->p != ':')
-            return fail(j, "expected ':'");
-        j->p++;
-        if (!(on ? on(j, k, n, ctx) : jvalue(j)))
-            return false;
-        ws(j);
-        if (*j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (*j->p == '}') {
-            j->p++;
-            return true;
-        }
-        return fail(j, "expected ',' or '}'");
-    }
-}
-
-/* An array; *count gets its length. */
-static bool jarray(json *j, int *count)
-{
-    ws(j);
-    if (*j->p != '[')
-        return fail(j, "expected an array");
-    j->p++;
-    *count = 0;
-    ws(j);
-    if (*j->p == ']') {
-        j->p++;
-        return true;
-    }
-    for (;;) {
-        if (!jvalue(j))
-            return false;
-        (*count)++;
-        ws(j);
-        if (*j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (*j->p == ']') {
-            j->p++;
-            return true;
-        }
-        return fail(j, "expected ',' or ']'");
-    }
-}
-
-static bool jnumber(json *j, double *v)
-{
-    ws(j);
-    char *end;
-    *v = strtod(j->p, &end);
-    if (end == j->p)
-        return fail(j, "expected a number");
-    j->p = end;
-    return true;
-}
-
-static bool jvalue(json *j)
-{
-    ws(j);
-    const char *s;
-    size_t n;
-    int c;
-    double v;
-    switch (*j->p) {
-    case '{':
-        return jobject(j, NULL, NULL);
-    case '[':
-        return jarray(j, &c);
-    case '"':
-        return jstring(j, &s, &n);
-    default:
-        for (const char *w = "true\0false\0null\0"; *w; w += strlen(w) + 1)
-            if (strncmp(j->p, w, strlen(w)) == 0) {
-                j->p += strlen(w);
-                return true;
-            }
-        return jnumber(j, &v);
-    }
-}
-
 typedef struct tf_config {
     int counts[DT_TASK_COUNT];
     bool has_task;
     int task_type; /* -1: unknown name */
     char task_name[32];
     int task_index;
-    char bad_role[32];
 } tf_config;
 
-static bool on_cluster(json *j, const char *key, size_t n, void *ctx)
+/* TF_CONFIG through jansson: its parser bounds the nesting depth, and duplicate keys are
+ * refused; the types are checked strictly (role lists of address strings, a known task type,
+ * an integer index). */
+static dt_status parse_tf_config(const char *text, tf_config *c)
 {
-    tf_config *c = ctx;
-    int t = task_of(key, n);
-    if (t < 0) {
-        snprintf(c->bad_role, sizeof c->bad_role, "%.*s", (int)(n < 31 ? n : 31), key);
-        return fail(j, "unknown role in cluster");
+    json_error_t e;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &e);
+    if (!root)
+        return dt__fail(DT_ERR_ARG, "TF_CONFIG: %s at line %d, column %d of \"%.200s\"", e.text,
+                        e.line, e.column, text);
+    dt_status s = DT_OK;
+    json_t *cluster = json_object_get(root, "cluster"), *task = json_object_get(root, "task");
+    if (!json_is_object(root))
+        s = dt__fail(DT_ERR_ARG, "TF_CONFIG: not a JSON object: \"%.200s\"", text);
+    else if (cluster && !json_is_object(cluster))
+        s = dt__fail(DT_ERR_ARG, "TF_CONFIG: \"cluster\" is not an object");
+    else if (task && !json_is_object(task))
+        s = dt__fail(DT_ERR_ARG, "TF_CONFIG: \"task\" is not an object");
+    const char *key;
+    json_t *v;
+    if (s == DT_OK && cluster)
+        json_object_foreach(cluster, key, v)
+        {
+            int t = task_of(key, strlen(key));
+            if (t < 0) {
+                s = dt__fail(DT_ERR_ARG,
+                             "TF_CONFIG: unknown role \"%.40s\" in cluster (chief, worker, ps, "
+                             "evaluator)",
+                             key);
+                break;
+            }
+            size_t i;
+            json_t *addr;
+            bool strings = json_is_array(v);
+            json_array_foreach(v, i, addr) strings = strings && json_is_string(addr);
+            if (!strings) {
+                s = dt__fail(DT_ERR_ARG, "TF_CONFIG: cluster.%s is not an array of address strings",
+                             key);
+                break;
+            }
+            c->counts[t] = (int)json_array_size(v);
+        }
+    if (s == DT_OK && task) {
+        json_t *type = json_object_get(task, "type"), *index = json_object_get(task, "index");
+        if (!json_is_string(type))
+            s = dt__fail(DT_ERR_ARG, "TF_CONFIG: task.type is missing or not a string");
+        else if (index && (!json_is_integer(index) || json_integer_value(index) < 0 ||
+                           json_integer_value(index) > INT32_MAX))
+            s = dt__fail(DT_ERR_ARG, "TF_CONFIG: task.index is not a non-negative integer");
+        if (s == DT_OK) {
+            snprintf(c->task_name, sizeof c->task_name, "%.31s", json_string_value(type));
+            c->task_type = task_of(json_string_value(type), strlen(json_string_value(type)));
+            c->task_index = index ? (int)json_integer_value(index) : 0;
+            c->has_task = true;
+        }
     }
-    return jarray(j, &c->counts[t]);
-}
-
-static bool on_task(json *j, const char *key, size_t n, void *ctx)
-{
-    tf_config *c = ctx;
-    if (n == 4 && strncmp(key, "type", 4) == 0) {
-        const char *s;
-        size_t m;
-        if (!jstring(j, &s, &m))
-            return false;
-        snprintf(c->task_name, sizeof c->task_name, "%.*s", (int)(m < 31 ? m : 31), s);
-        c->task_type = task_of(s, m);
-        c->has_task = true;
-        return true;
-    }
-    if (n == 5 && strncmp(key, "index", 5) == 0) {
-        double v;
-        if (!jnumber(j, &v))
-            return false;
-        c->task_index = (int)v;
-        return true;
-    }
-    return jvalue(j);
-}
-
-static bool on_top(json *j, const char *key, size_t n, void *ctx)
-{
-    if (n == 7 && strncmp(key, "cluster", 7) == 0)
-        return jobject(j, on_cluster, ctx);
-    if (n == 4 && strncmp(key, "task", 4) == 0)
-        return jobject(j, on_task, ctx);
-    return jvalue(j);
+    json_decref(root);
+    return s;
 }
 
 /* "chief=1,worker=2,ps=1" */
@@ -253,16 +128,18 @@ dt_status dt_cluster_parse(const char *tf_config_text, const char *cluster_spec,
     memset(&c, 0, sizeof c);
     c.task_type = -1;
     const char *src = tf_config_text ? "TF_CONFIG" : "DTENSOR_CLUSTER";
+    if (num_clients < 1 || client < 0 || client >= num_clients)
+        return dt__fail(DT_ERR_ARG, "dt_cluster_parse: client %d of %d clients", client,
+                        num_clients);
     if (tf_config_text) {
-        json j = {.p = tf_config_text};
-        if (!jobject(&j, on_top, &c) || (ws(&j), *j.p))
-            return dt__fail(DT_ERR_ARG, "TF_CONFIG: %s%s%s at offset %d of \"%.200s\"",
-                            j.err ? j.err : "trailing text", c.bad_role[0] ? " " : "", c.bad_role,
-                            (int)(j.p - tf_config_text), tf_config_text);
+        DT_TRY(parse_tf_config(tf_config_text, &c));
         if (c.has_task && c.task_type < 0)
             return dt__fail(DT_ERR_ARG,
                             "TF_CONFIG: task type \"%s\" is not chief, worker, ps or evaluator",
                             c.task_name);
+        if (c.has_task && c.task_index >= c.counts[c.task_type])
+            return dt__fail(DT_ERR_ARG, "TF_CONFIG: task %s:%d, but the cluster has %d %s tasks",
+                            c.task_name, c.task_index, c.counts[c.task_type], c.task_name);
     } else if (cluster_spec) {
         DT_TRY(parse_spec(cluster_spec, &c));
     } else {
@@ -298,6 +175,14 @@ dt_status dt_cluster_parse(const char *tf_config_text, const char *cluster_spec,
     return DT_OK;
 }
 
+static void describe_cluster(const void *ctx, char *buf, size_t size)
+{
+    const dt_cluster *c = ctx;
+    snprintf(buf, size, "resolves the cluster chief=%d,worker=%d,ps=%d,evaluator=%d",
+             c->num_tasks[DT_TASK_CHIEF], c->num_tasks[DT_TASK_WORKER], c->num_tasks[DT_TASK_PS],
+             c->num_tasks[DT_TASK_EVALUATOR]);
+}
+
 dt_status dt_cluster_resolve(dt_cluster *out)
 {
     if (!out)
@@ -309,6 +194,8 @@ dt_status dt_cluster_resolve(dt_cluster *out)
     if (spec && !*spec)
         spec = NULL;
     dt_status s = dt_cluster_parse(tf, spec, dt__rt.client, dt__rt.num_clients, out);
-    /* every client fails alike, with the first failing client's message */
-    return dt__agree(dt__rt.world, s);
+    /* every client fails alike, with the first failing client's message; clients that resolve
+     * different clusters (another DTENSOR_CLUSTER) all fail, naming both */
+    uint64_t fp = dt__hash(DT__HASH_SEED, out->num_tasks, sizeof out->num_tasks);
+    return dt__agree_op(dt__rt.world, s, fp, describe_cluster, out);
 }

@@ -706,10 +706,8 @@ dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
                          every[first_failed].msg);
         }
     } else if (s == DT_OK && other >= 0) {
-        s = dt__fail(DT_ERR_MISMATCH,
-                     "clients run different ops: client 0 runs %s; client %d "
-                     "runs %s",
-                     every[0].msg, other, every[other].msg);
+        s = dt__fail(DT_ERR_MISMATCH, "clients differ: client 0 %s; client %d %s", every[0].msg,
+                     other, every[other].msg);
     }
     free(every);
     return s;

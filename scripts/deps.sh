@@ -2,7 +2,7 @@
 # Install the system packages dtensor needs (Debian 12, as root); a no-op when all are there.
 set -euo pipefail
 pkgs=(gcc libc6-dev meson ninja-build pkg-config libmpich-dev mpich libhwloc-dev hwloc
-      libcriterion-dev libopenblas-dev librandom123-dev python3-dev python3-venv
+      libcriterion-dev libopenblas-dev librandom123-dev libjansson-dev python3-dev python3-venv
       # ScaLAPACK baseline of benchmarks/ (optional there). It pulls in OpenMPI, which takes
       # the plain mpiexec/mpicc names; mpiexec.mpich and pkg-config mpich keep working.
       libscalapack-mpich-dev)

@@ -495,11 +495,12 @@ typedef struct op_desc {
     const dt_layout *want;
 } op_desc;
 
-/* "matmul(f32[4,2] \"x,unsharded\", f32[2,4] \"unsharded,x\") -> \"x,unsharded\" attrs #1a2b" */
+/* "runs matmul(f32[4,2] \"x,unsharded\", f32[2,4] \"unsharded,x\") -> \"x,unsharded\" attributes
+ * #1a2b" */
 static void describe_op(const void *ctx, char *buf, size_t size)
 {
     const op_desc *d = ctx;
-    size_t n = (size_t)snprintf(buf, size, "%s(", dt__op_get(d->op)->name);
+    size_t n = (size_t)snprintf(buf, size, "runs %s(", dt__op_get(d->op)->name);
     for (int i = 0; i < d->nin && n < size; i++) {
         char sh[DT__SHAPE_STR_MAX], la[DT_STRING_MAX];
         const dt_tensor *t = d->in[i];
@@ -566,7 +567,7 @@ static const dt_mesh *function_mesh(const dt__program *p)
 static void describe_function(const void *ctx, char *buf, size_t size)
 {
     const dt_function *f = ctx;
-    snprintf(buf, size, "%s #%08llx", f->prog->title,
+    snprintf(buf, size, "runs %s #%08llx", f->prog->title,
              (unsigned long long)(f->fingerprint & 0xffffffffull));
 }
 

@@ -49,11 +49,46 @@ int main(void)
         at += snprintf(buf + at, sizeof buf - (size_t)at, "%s\"b\"", i > 1 ? ", " : "");
     snprintf(buf + at, sizeof buf - (size_t)at,
              "]}, \"task\": {\"type\": \"worker\", \"index\": 0}}");
-    expect_error(buf, NULL, "TF_CONFIG: task worker:0, but MPI rank",
-                 "TF_CONFIG task disagreeing with the rank");
-    expect_error("{\"cluster\": {\"master\": [\"a\"]}}", NULL, "unknown role in cluster master",
+    expect_error(buf, NULL, "TF_CONFIG: task worker:0, but the cluster has 0 worker tasks",
+                 "TF_CONFIG naming a task the cluster lacks");
+    if (n > 1) { /* n workers; every rank claims the next rank's task */
+        at = snprintf(buf, sizeof buf, "{\"cluster\": {\"worker\": [");
+        for (int i = 0; i < n; i++)
+            at += snprintf(buf + at, sizeof buf - (size_t)at, "%s\"w\"", i ? ", " : "");
+        snprintf(buf + at, sizeof buf - (size_t)at,
+                 "]}, \"task\": {\"type\": \"worker\", \"index\": %d}}", (dt_client_id() + 1) % n);
+        expect_error(buf, NULL, "but MPI rank", "TF_CONFIG task disagreeing with the rank");
+    }
+    expect_error("{\"cluster\": {\"master\": [\"a\"]}}", NULL, "unknown role \"master\"",
                  "unknown role");
-    expect_error("{\"cluster\": {\"ps\": [\"a\"", NULL, "TF_CONFIG:", "truncated JSON");
+    /* strict JSON and types (jansson): nesting past its depth limit, a fractional or huge
+     * index, duplicate keys, trailing commas, addresses that are not strings */
+    static char deep[100001];
+    memset(deep, '[', sizeof deep - 1);
+    expect_error(deep, NULL, "TF_CONFIG:", "100 KB of nested brackets");
+    expect_error("{\"cluster\": {\"worker\": [\"a\"]}, \"task\": {\"type\": \"worker\", "
+                 "\"index\": 1.9}}",
+                 NULL, "task.index is not a non-negative integer", "a fractional index");
+    expect_error("{\"cluster\": {\"worker\": [\"a\"]}, \"task\": {\"type\": \"worker\", "
+                 "\"index\": 1e300}}",
+                 NULL, "task.index is not a non-negative integer", "an index of 1e300");
+    expect_error("{\"cluster\": {\"worker\": [\"a\"], \"worker\": [\"b\"]}}", NULL,
+                 "duplicate object key", "a duplicate key");
+    expect_error("{\"cluster\": {\"worker\": [\"a\",]}}", NULL, "TF_CONFIG:", "a trailing comma");
+    expect_error("{\"cluster\": {\"worker\": [1]}}", NULL, "not an array of address strings",
+                 "an address that is not a string");
+    /* clients resolving different clusters fail alike, naming both */
+    if (n > 1) {
+        snprintf(buf, sizeof buf, "chief=1,worker=%d,ps=%d", dt_client_id() ? n - 2 : n - 1,
+                 dt_client_id() ? 1 : 0);
+        unsetenv("TF_CONFIG");
+        setenv("DTENSOR_CLUSTER", buf, 1);
+        dt_cluster c;
+        dt_status st = dt_cluster_resolve(&c);
+        tap_check(st == DT_ERR_MISMATCH &&
+                      strstr(dt_last_error(), "clients differ: client 0 resolves the cluster"),
+                  "clients with different DTENSOR_CLUSTER fail alike: %s", dt_last_error());
+    }
     unsetenv("TF_CONFIG");
     unsetenv("DTENSOR_CLUSTER");
     /* strategies over devices of a type: an unknown type, and a type with no device here */
