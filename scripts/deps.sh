@@ -3,6 +3,8 @@
 set -euo pipefail
 pkgs=(gcc libc6-dev meson ninja-build pkg-config libmpich-dev mpich libhwloc-dev hwloc
       libcriterion-dev libopenblas-dev librandom123-dev libjansson-dev python3-dev python3-venv
+      # clang and its libFuzzer runtime for scripts/fuzz.sh
+      clang libclang-rt-14-dev
       # ScaLAPACK baseline of benchmarks/ (optional there). It pulls in OpenMPI, which takes
       # the plain mpiexec/mpicc names; mpiexec.mpich and pkg-config mpich keep working.
       libscalapack-mpich-dev)

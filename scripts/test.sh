@@ -19,6 +19,8 @@ for kind in plain asan; do
     meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
 scripts/pytest.sh || status=1
+# the parsers under libFuzzer for a bounded time (a crash fails the run; not counted as tests)
+scripts/fuzz.sh 20 || { echo "fuzzing found a failure"; status=1; }
 python3 - build build-asan <<'PY' || status=1
 import glob, json, os, sys
 import xml.etree.ElementTree as ET

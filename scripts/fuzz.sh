@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fuzz the parsers (layout text, mesh descriptions, TF_CONFIG / DTENSOR_CLUSTER) with libFuzzer
+# for a bounded time: scripts/fuzz.sh [seconds per target, default 20]. The library is built
+# with clang under AddressSanitizer, UndefinedBehaviorSanitizer and fuzzing coverage in
+# build-fuzz/; the seed corpora are tests/fuzz/corpus/*, grown in a scratch copy. A crash, a
+# sanitizer report, a leak or a timeout fails it (libFuzzer writes the input to build-fuzz/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-20}
+dir=build-fuzz
+if [ ! -f "$dir/build.ninja" ]; then
+    CC=clang meson setup "$dir" -Dcuda=disabled -Dpython=disabled -Dtests=false \
+        -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
+        -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
+fi
+ninja -C "$dir" libdtensor_core.a >/dev/null
+libs=$(pkg-config --libs mpich hwloc openblas jansson)
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export ASAN_OPTIONS="detect_leaks=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+export HWLOC_PLUGINS_BLACKLIST=hwloc_pci OPENBLAS_NUM_THREADS=1
+status=0
+for target in layout mesh cluster; do
+    exe="$dir/fuzz_$target"
+    # shellcheck disable=SC2086 # $libs is a list of flags
+    clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude "tests/fuzz/fuzz_$target.c" \
+        "$dir/libdtensor_core.a" $libs -lm -lpthread -o "$exe"
+    corpus=$(mktemp -d)
+    cp tests/fuzz/corpus/"$target"/* "$corpus"/
+    echo "== fuzz $target: $secs s"
+    if ! (cd "$dir" && "../$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 \
+              -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -4); then
+        status=1
+    fi
+    rm -rf "$corpus"
+done
+exit $status
