@@ -289,9 +289,12 @@ const char *dt_mesh_axis_name(const dt_mesh *m, int axis);  /* NULL when out of 
 int dt_mesh_axis_size(const dt_mesh *m, int axis);          /* 0 when out of range */
 int dt_mesh_axis_index(const dt_mesh *m, const char *name); /* -1 when unknown */
 int dt_mesh_num_local_devices(const dt_mesh *m);
-/* Global device id of this client's i-th device (ids count devices of the mesh's type over
- * all clients, client 0's first); -1 when out of range. */
+/* Mesh id (row-major index in the mesh) of this client's i-th device of the mesh; -1 when
+ * out of range. On a mesh over every device it is also the device's global id. */
 int dt_mesh_local_device_id(const dt_mesh *m, int i);
+/* Runtime global device id (devices of the mesh's type over all clients, client 0's first) of
+ * the mesh's device `mesh_id`; -1 when out of range. */
+int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id);
 /* Coordinates of a global device, one per mesh axis. */
 dt_status dt_mesh_device_coords(const dt_mesh *m, int device, int coords[]);
 /* Global device id at coordinates. */
@@ -894,6 +897,12 @@ typedef struct dt_strategy_options {
     /* The devices the strategy's meshes are made of (DT_DEVICE_CPU in a zeroed struct): the
      * same training program runs on GPU devices with DT_DEVICE_CUDA. */
     dt_device_type device_type;
+    /* ONE_DEVICE's device and CENTRAL_STORAGE's variable device: a global device id (0 in a
+     * zeroed struct), as tf.distribute.OneDeviceStrategy("/cpu:1"). */
+    int device;
+    /* MIRRORED over some of this client's devices (MirroredStrategy(devices=...)): local
+     * indices first_device .. first_device + num_devices - 1; num_devices 0: all of them. */
+    int first_device, num_devices;
 } dt_strategy_options;
 
 /* The strategy over this runtime's devices. PARAMETER_SERVER first resolves the cluster

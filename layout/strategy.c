@@ -98,9 +98,10 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
     }
     dt_status st = DT_OK;
     const char *names[1] = {"batch"};
+    int device = opts ? opts->device : 0; /* checked by the mesh over it */
     switch (kind) {
-    case DT_STRATEGY_ONE_DEVICE: /* global device 0 alone; other clients hold no component */
-        st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){0}, &s->mesh);
+    case DT_STRATEGY_ONE_DEVICE: /* one global device alone; other clients hold no component */
+        st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){device}, &s->mesh);
         s->replicas = 1;
         break;
     case DT_STRATEGY_DEFAULT:
@@ -111,11 +112,16 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
         s->shard_inputs = kind != DT_STRATEGY_DEFAULT;
         s->replicas = s->shard_inputs ? n : 1;
         if (st == DT_OK && kind == DT_STRATEGY_CENTRAL_STORAGE)
-            st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){0}, &s->var_mesh);
+            st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){device},
+                                           &s->var_mesh);
         break;
     }
     case DT_STRATEGY_MIRRORED:
-        st = dt__mesh_create_local(type, &s->mesh);
+        if (opts && opts->num_devices) /* a range of this client's devices */
+            st = dt_mesh_create_local(1, names, &opts->num_devices, type, opts->first_device,
+                                      &s->mesh);
+        else
+            st = dt__mesh_create_local(type, &s->mesh);
         s->shard_inputs = true;
         s->replicas = st == DT_OK ? s->mesh->size : 0;
         break;

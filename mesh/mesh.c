@@ -465,6 +465,11 @@ int dt_mesh_local_device_id(const dt_mesh *m, int i)
     return m && i >= 0 && i < m->num_local ? m->first_local + i : -1;
 }
 
+int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id)
+{
+    return m && mesh_id >= 0 && mesh_id < m->size ? m->global_ids[mesh_id] : -1;
+}
+
 static dt_status check_device(const dt_mesh *m, int device, const char *fn)
 {
     if (!m)

@@ -104,6 +104,33 @@ int main(void)
         tap_check(st != DT_OK && !s && strstr(dt_last_error(), "CUDA"),
                   "a strategy over CUDA devices without any: %s", dt_last_error());
     }
+    /* placement: one device anywhere (here the last global device), a range of local devices
+     * for mirrored, and devices that do not exist */
+    int g = dt_num_global_devices(DT_DEVICE_CPU), local = dt_num_local_devices(DT_DEVICE_CPU);
+    dt_strategy_options one = {.device = g - 1};
+    s = NULL;
+    st = dt_strategy_create(DT_STRATEGY_ONE_DEVICE, &one, &s);
+    const dt_mesh *sm = s ? dt_strategy_mesh(s) : NULL;
+    tap_check(st == DT_OK && dt_mesh_global_device_id(sm, 0) == g - 1 &&
+                  dt_mesh_num_local_devices(sm) == (dt_client_id() == n - 1),
+              "one_device on global device %d: %s", g - 1, st ? dt_last_error() : "");
+    dt_strategy_free(s);
+    one.device = g;
+    s = (dt_strategy *)1;
+    st = dt_strategy_create(DT_STRATEGY_ONE_DEVICE, &one, &s);
+    tap_check(st != DT_OK && !s && strstr(dt_last_error(), "device id"),
+              "one_device on a device that does not exist: %s", dt_last_error());
+    dt_strategy_options range = {.first_device = local - 1, .num_devices = 1};
+    s = NULL;
+    st = dt_strategy_create(DT_STRATEGY_MIRRORED, &range, &s);
+    tap_check(st == DT_OK && dt_strategy_num_replicas_in_sync(s) == 1,
+              "mirrored on this client's last device: %s", st ? dt_last_error() : "");
+    dt_strategy_free(s);
+    range = (dt_strategy_options){.first_device = local - 1, .num_devices = 2};
+    s = (dt_strategy *)1;
+    st = dt_strategy_create(DT_STRATEGY_MIRRORED, &range, &s);
+    tap_check(st != DT_OK && !s && strstr(dt_last_error(), "local devices"),
+              "mirrored past this client's devices: %s", dt_last_error());
     int rc = tap_done();
     dt_finalize();
     return rc;

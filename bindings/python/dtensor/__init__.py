@@ -52,7 +52,9 @@ __all__ = [
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
     "floordiv", "floormod", "mod", "GradientTape", "PerReplica", "ReplicaContext",
     "InputContext", "get_replica_context", "in_cross_replica_context", "Optimizer", "data",
-    "keras", "from_dlpack", "local_components",
+    "keras", "from_dlpack", "local_components", "CrossDeviceOps", "NcclAllReduce",
+    "HierarchicalCopyAllReduce", "ReductionToOneDevice", "CommunicationImplementation",
+    "CommunicationOptions",
 ]
 
 UNSHARDED = "unsharded"
@@ -235,8 +237,7 @@ class Mesh:
         self._local_ids = tuple(info["local_ids"])  # mesh ids of this client's devices
         self._device_type = "GPU" if info["device_type"] == "CUDA" else "CPU"
         # the runtime's global device id of each mesh device, in row-major order
-        self._device_ids = tuple(_builtins.range(int(np.prod(self._sizes)))
-                                 if device_ids is None else device_ids)
+        self._device_ids = tuple(info["device_ids"] if device_ids is None else device_ids)
         self._name = name
         self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
@@ -1628,10 +1629,12 @@ class Strategy:
 
     _kind = _c.STRATEGY_DEFAULT
 
-    def __init__(self, *, fixed_shards=0, min_shard_bytes=0, max_shards=0):
+    def __init__(self, *, fixed_shards=0, min_shard_bytes=0, max_shards=0, device_type="CPU",
+                 device=0, first_device=0, num_devices=0):
         _ensure_init()
         self._handle = _c.strategy_create(self._kind, int(fixed_shards), int(min_shard_bytes),
-                                          int(max_shards))
+                                          int(max_shards), _DEVICE_TYPES[device_type],
+                                          int(device), int(first_device), int(num_devices))
         info = _c.strategy_info(self._handle)
         self._replicas = info["replicas"]
         self._cluster = info["cluster"]
@@ -1710,9 +1713,7 @@ class Strategy:
         mesh = self._replica_meshes.get(i)
         if mesh is None:
             kind = self.mesh.device_type()
-            # a client-local mesh is over this client's devices from its first on
-            gid = _c.global_device_id(_DEVICE_TYPES[kind], i) if self._client_local else \
-                self.mesh._device_ids[self.mesh.local_device_ids()[i]]
+            gid = self.mesh._device_ids[self.mesh.local_device_ids()[i]]
             index = gid - _c.global_device_id(_DEVICE_TYPES[kind], 0)
             mesh = Mesh(_c.mesh_create_local(["replica"], [1], _DEVICE_TYPES[kind], index),
                         (gid,), local=True)
@@ -1809,15 +1810,119 @@ class Strategy:
         return f"{type(self).__name__}(num_replicas_in_sync={self._replicas}, mesh={self.mesh})"
 
 
+def _parse_device(device):
+    """("CPU" or "GPU", device number, task or None) of "/cpu:1", "GPU:0", "/job:w/replica:0/
+    task:1/device:CPU:2"."""
+    m = _re.fullmatch(r"(?:.*/)?(?:device:)?([A-Za-z]+):(\d+)", str(device).strip())
+    kind = m.group(1).upper() if m else None
+    if kind not in ("CPU", "GPU"):
+        raise ValueError(f"device {device!r} is not a device name like '/cpu:1' or 'GPU:0'")
+    task = _re.search(r"/task:(\d+)", str(device))
+    return kind, int(m.group(2)), None if task is None else int(task.group(1))
+
+
 class OneDeviceStrategy(Strategy):
+    """One replica on one device (tf.distribute.OneDeviceStrategy): "/cpu:1" or "CPU:1" is
+    global device 1, "/job:worker/replica:0/task:1/device:CPU:0" client 1's first device.
+    Collective; every client names the same device."""
+
     _kind = _c.STRATEGY_ONE_DEVICE
 
-    def __init__(self, device="CPU:0"):
-        super().__init__()
+    def __init__(self, device="/cpu:0"):
+        _ensure_init()
+        kind, index, task = _parse_device(device)
+        if task is not None:
+            counts = _allgather_json(num_local_devices(kind))
+            if task >= len(counts):
+                raise ValueError(f"device {device!r}: task {task} is not one of the "
+                                 f"{len(counts)} clients")
+            index += sum(counts[:task])
+        self.device = device
+        super().__init__(device_type=kind, device=index)
+
+
+class CrossDeviceOps:
+    """How a mirrored strategy's replicas exchange (tf.distribute.CrossDeviceOps): the
+    collective algorithm its mesh uses (set_collective_algorithm)."""
+
+    _algorithm = "auto"
+
+
+class NcclAllReduce(CrossDeviceOps):
+    """NCCL all-reduce: needs GPU devices (a CPU strategy refuses it at creation)."""
+
+    _algorithm = "nccl"
+
+    def __init__(self, num_packs=1):
+        self.num_packs = num_packs
+
+
+class HierarchicalCopyAllReduce(CrossDeviceOps):
+    """Reduce inside each client, one exchange across clients, copy back."""
+
+    _algorithm = "hierarchical_copy"
+
+    def __init__(self, num_packs=1):
+        self.num_packs = num_packs
+
+
+class ReductionToOneDevice(CrossDeviceOps):
+    """Reduce onto one device, then broadcast from it."""
+
+    _algorithm = "reduction_to_one_device"
+
+    def __init__(self, reduce_to_device=None, accumulation_fn=None):
+        self.reduce_to_device, self.accumulation_fn = reduce_to_device, accumulation_fn
 
 
 class MirroredStrategy(Strategy):
+    """Replicas on this client's devices, or on ``devices`` (consecutive local devices of one
+    type, e.g. ["/gpu:0", "/gpu:1"]); ``cross_device_ops`` picks the exchange. Collective."""
+
     _kind = _c.STRATEGY_MIRRORED
+
+    def __init__(self, devices=None, cross_device_ops=None):
+        _ensure_init()
+        kind, first, count = "CPU", 0, 0
+        if devices is not None:
+            parsed = [_parse_device(d) for d in devices]
+            kinds = {k for k, _, _ in parsed}
+            local = [i for _, i, _ in parsed]
+            if len(kinds) != 1 or local != list(_builtins.range(local[0], local[0] +
+                                                                len(local))):
+                raise ValueError(f"MirroredStrategy(devices={list(devices)}): consecutive "
+                                 f"local devices of one type, in increasing order")
+            kind, first, count = kinds.pop(), local[0], len(local)
+        super().__init__(device_type=kind, first_device=first, num_devices=count)
+        if cross_device_ops is not None:
+            if not isinstance(cross_device_ops, CrossDeviceOps):
+                raise TypeError(f"cross_device_ops must be a CrossDeviceOps, got "
+                                f"{type(cross_device_ops).__name__}")
+            set_collective_algorithm(self.mesh, cross_device_ops._algorithm)
+        self.cross_device_ops = cross_device_ops
+
+
+class CommunicationImplementation:
+    """tf.distribute.experimental.CommunicationImplementation."""
+
+    AUTO = "auto"
+    RING = "ring"
+    NCCL = "nccl"
+
+
+class CommunicationOptions:
+    """tf.distribute.experimental.CommunicationOptions: ``implementation`` picks the
+    collective algorithm of the strategy's mesh; ``timeout_seconds`` is the runtime's
+    (DTENSOR_TIMEOUT, set at initialisation) and ``bytes_per_pack`` is not used."""
+
+    def __init__(self, bytes_per_pack=0, timeout_seconds=None,
+                 implementation=CommunicationImplementation.AUTO):
+        impl = str(getattr(implementation, "value", implementation)).lower().split(".")[-1]
+        if impl not in ("auto", "ring", "nccl"):
+            raise ValueError(f"implementation must be AUTO, RING or NCCL, got "
+                             f"{implementation!r}")
+        self.bytes_per_pack, self.timeout_seconds, self.implementation = \
+            bytes_per_pack, timeout_seconds, impl
 
 
 class MultiWorkerMirroredStrategy(Strategy):
@@ -1825,6 +1930,12 @@ class MultiWorkerMirroredStrategy(Strategy):
     or chief task per client, checked against the ranks) as in TensorFlow."""
 
     _kind = _c.STRATEGY_MULTI_WORKER_MIRRORED
+
+    def __init__(self, cluster_resolver=None, communication_options=None):
+        super().__init__()
+        if communication_options is not None:
+            set_collective_algorithm(self.mesh, communication_options.implementation)
+        self.communication_options = communication_options
 
     @property
     def cluster_resolver(self):

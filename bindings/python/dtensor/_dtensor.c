@@ -397,23 +397,27 @@ static PyObject *py_mesh_info(PyObject *self, PyObject *arg)
     const dt_mesh *m = unwrap(arg, KIND_MESH);
     if (!m)
         return NULL;
-    int n = dt_mesh_num_axes(m), nl = dt_mesh_num_local_devices(m);
+    int n = dt_mesh_num_axes(m), nl = dt_mesh_num_local_devices(m), size = dt_mesh_size(m);
     PyObject *names = PyList_New(n), *sizes = PyList_New(n), *local = PyList_New(nl);
-    if (!names || !sizes || !local)
+    PyObject *ids = PyList_New(size);
+    if (!names || !sizes || !local || !ids)
         goto fail;
+    for (int d = 0; d < size; d++)
+        PyList_SET_ITEM(ids, d, PyLong_FromLong(dt_mesh_global_device_id(m, d)));
     for (int a = 0; a < n; a++) {
         PyList_SET_ITEM(names, a, PyUnicode_FromString(dt_mesh_axis_name(m, a)));
         PyList_SET_ITEM(sizes, a, PyLong_FromLong(dt_mesh_axis_size(m, a)));
     }
     for (int i = 0; i < nl; i++)
         PyList_SET_ITEM(local, i, PyLong_FromLong(dt_mesh_local_device_id(m, i)));
-    return Py_BuildValue("{s:N,s:N,s:N,s:i,s:s}", "names", names, "sizes", sizes, "local_ids",
-                         local, "size", dt_mesh_size(m), "device_type",
+    return Py_BuildValue("{s:N,s:N,s:N,s:N,s:i,s:s}", "names", names, "sizes", sizes, "local_ids",
+                         local, "device_ids", ids, "size", size, "device_type",
                          dt_device_type_name(dt_mesh_device_type(m)));
 fail:
     Py_XDECREF(names);
     Py_XDECREF(sizes);
     Py_XDECREF(local);
+    Py_XDECREF(ids);
     return NULL;
 }
 
@@ -1417,13 +1421,18 @@ static PyObject *py_function_gradient(PyObject *self, PyObject *args)
 static PyObject *py_strategy_create(PyObject *self, PyObject *args)
 {
     (void)self;
-    int kind, fixed, max_shards;
+    int kind, fixed, max_shards, type = 0, device = 0, first = 0, count = 0;
     long long min_bytes;
-    if (!PyArg_ParseTuple(args, "iiLi", &kind, &fixed, &min_bytes, &max_shards))
+    if (!PyArg_ParseTuple(args, "iiLi|iiii", &kind, &fixed, &min_bytes, &max_shards, &type, &device,
+                          &first, &count))
         return NULL;
     dt_strategy_options o = {.partitioner = {.fixed_shards = fixed,
                                              .min_shard_bytes = min_bytes,
-                                             .max_shards = max_shards}};
+                                             .max_shards = max_shards},
+                             .device_type = (dt_device_type)type,
+                             .device = device,
+                             .first_device = first,
+                             .num_devices = count};
     dt_strategy *st = NULL;
     CALL(dt_strategy_create((dt_strategy_kind)kind, &o, &st));
     return wrap(KIND_STRATEGY, st);

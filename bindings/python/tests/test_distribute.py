@@ -173,6 +173,7 @@ def numpy_classifier_losses(w1, b1, w2, b2, x, y, lr, batch, epochs):
 
 
 def custom_loop(strategy, x, y, global_batch, epochs):
+    keras.Layer._count = 0  # the same initial weights on every call
     with strategy.scope():
         model = keras.Sequential([keras.layers.Dense(5, activation="relu", input_shape=(4,)),
                                   keras.layers.Dense(3)])
@@ -400,3 +401,35 @@ def test_multi_worker_tf_config_is_checked(monkeypatch):
     ok = {"cluster": {"worker": ["h:1"] * CLIENTS}, "task": {"type": "worker", "index": rank}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(ok))
     assert dtensor.MultiWorkerMirroredStrategy().cluster_resolver.task_id == rank
+
+
+def test_placement_arguments():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(11, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=11).astype(np.int32)
+    ref = None
+    n = dtensor.num_local_devices()
+    strategies = [
+        dtensor.OneDeviceStrategy("/cpu:0"),
+        dtensor.OneDeviceStrategy(f"/job:worker/replica:0/task:{CLIENTS - 1}/device:CPU:{n - 1}"),
+        dtensor.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(1, n)] if n > 1 else None,
+                                 cross_device_ops=dtensor.HierarchicalCopyAllReduce()),
+        dtensor.MirroredStrategy(cross_device_ops=dtensor.ReductionToOneDevice()),
+        dtensor.MultiWorkerMirroredStrategy(communication_options=dtensor.CommunicationOptions(
+            implementation=dtensor.CommunicationImplementation.RING)),
+    ]
+    assert strategies[1].mesh._device_ids == (dtensor.num_global_devices() - 1,)
+    if n > 1:
+        assert strategies[2].num_replicas_in_sync == n - 1
+    for s in strategies:
+        if s._run_refusal:
+            continue
+        _, got = custom_loop(s, x, y, 5, 2)
+        ref = got if ref is None else ref
+        np.testing.assert_allclose(got, ref, rtol=2e-5)
+    with pytest.raises(dtensor.DTensorError, match="nccl needs CUDA"):
+        dtensor.MirroredStrategy(cross_device_ops=dtensor.NcclAllReduce())
+    with pytest.raises(ValueError, match="consecutive"):
+        dtensor.MirroredStrategy(devices=["/cpu:0", "/gpu:0"])
+    with pytest.raises(ValueError, match="implementation"):
+        dtensor.CommunicationOptions(implementation="carrier pigeon")
