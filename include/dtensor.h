@@ -883,13 +883,17 @@ typedef enum dt_strategy_kind {
 
 const char *dt_strategy_kind_name(dt_strategy_kind k);
 
-/* Variable partitioner of the parameter-server strategy: a variable is split along axis 0
- * into max(1, min(fixed_shards or rows, max_shards or rows, bytes / min_shard_bytes or rows,
- * rows)) shards, shard i on ps task i mod (ps tasks). All zero: one shard per ps task. */
+/* Variable partitioner of the parameter-server strategy, TensorFlow's three in one: a variable
+ * of `rows` rows (axis 0) and `bytes` bytes is split into n shards, shard i on ps task i mod
+ * (ps tasks), where n is fixed_shards (FixedShardsPartitioner), else ceil(bytes /
+ * max_shard_bytes) (MaxSizePartitioner: as few shards as keep each under the size), else
+ * floor(bytes / min_shard_bytes) (MinSizePartitioner: as many as keep each above it), else
+ * one per ps task; then at most max_shards (when > 0) and rows, and at least 1. */
 typedef struct dt_partitioner {
     int fixed_shards;
     int64_t min_shard_bytes;
     int max_shards;
+    int64_t max_shard_bytes;
 } dt_partitioner;
 
 typedef struct dt_strategy_options {
@@ -1033,6 +1037,30 @@ dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, 
 void dt_remote_value_free(dt_remote_value *v);
 /* Chief only: wait for every scheduled step. */
 dt_status dt_ps_join(dt_ps_coordinator *c);
+/* Chief only, without waiting: how many scheduled steps are queued or running. */
+dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending);
+/* Every client: the chief waits for every scheduled step while the workers run them and the ps
+ * tasks serve; then all return, and the coordinator goes on (schedule more, join again, shut
+ * down). What a program that every client runs calls where TensorFlow's coordinator joins.
+ * Collective. */
+dt_status dt_ps_join_all(dt_ps_coordinator *c);
+
+/* A variable of its own on the ps tasks (not a model's): `initial` (the same value on every
+ * client, on the strategy's mesh) split by the strategy's partitioner into shards held in MPI
+ * windows on the ps tasks. Reads and additions are one-sided (MPI_Get, MPI_Accumulate), so
+ * workers update it asynchronously. Collective to create and to free. */
+typedef struct dt_ps_variable dt_ps_variable;
+dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_variable **out);
+void dt_ps_variable_free(dt_ps_variable *v);
+/* The whole current value, row-major, into host (`bytes` at least its size). Not collective. */
+dt_status dt_ps_variable_read(const dt_ps_variable *v, void *host, size_t bytes);
+/* Add `delta` (the whole shape, row-major) to the value on the ps tasks, visible to every
+ * later read when it returns. Not collective. */
+dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t bytes);
+int dt_ps_variable_num_shards(const dt_ps_variable *v);
+/* Shard i: the ps task (index among the ps tasks) holding it and its rows [row0, row0+rows). */
+dt_status dt_ps_variable_shard(const dt_ps_variable *v, int i, int *ps_task, int64_t *row0,
+                               int64_t *rows);
 /* Collective: the chief joins and releases the workers and ps tasks; workers run scheduled
  * steps and ps tasks serve their windows until then. Every remote value must have been
  * freed. Then frees the coordinator. */

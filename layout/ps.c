@@ -47,20 +47,24 @@ static dt_status wait_gently(int n, MPI_Request reqs[])
 
 static MPI_Datatype mpi_type(dt_dtype d)
 {
-    return d == DT_DTYPE_F32 ? MPI_FLOAT : MPI_DOUBLE;
+    return d == DT_DTYPE_F32   ? MPI_FLOAT
+           : d == DT_DTYPE_F64 ? MPI_DOUBLE
+           : d == DT_DTYPE_I32 ? MPI_INT32_T
+                               : MPI_INT64_T;
 }
 
-/* Shards of `rows` rows of `row_bytes` by the partitioner. */
+/* Shards of `rows` rows of `row_bytes` by the partitioner (dt_partitioner's rule). */
 static int num_shards(const dt_partitioner *p, int64_t rows, int64_t row_bytes, int nps)
 {
-    int64_t n = p->fixed_shards > 0 ? p->fixed_shards : nps;
+    int64_t bytes = rows * row_bytes, n = nps;
+    if (p->fixed_shards > 0)
+        n = p->fixed_shards;
+    else if (p->max_shard_bytes > 0)
+        n = (bytes + p->max_shard_bytes - 1) / p->max_shard_bytes;
+    else if (p->min_shard_bytes > 0)
+        n = bytes / p->min_shard_bytes;
     if (p->max_shards > 0 && n > p->max_shards)
         n = p->max_shards;
-    if (p->min_shard_bytes > 0) {
-        int64_t by_bytes = rows * row_bytes / p->min_shard_bytes;
-        if (n > by_bytes)
-            n = by_bytes;
-    }
     if (n > rows)
         n = rows;
     return n < 1 ? 1 : (int)n;
@@ -276,6 +280,13 @@ dt_status dt_ps_coordinator_create(dt_strategy *s, dt_ps_step_fn fn, void *ctx,
     if (!s || s->kind != DT_STRATEGY_PARAMETER_SERVER || !fn)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_create: needs a parameter-server strategy "
                                     "and a step function");
+    const dt_cluster *cl = &s->cluster;
+    if (!cl->num_tasks[DT_TASK_CHIEF] && cl->num_tasks[DT_TASK_WORKER] < 2)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_ps_coordinator_create: without a chief task worker 0 coordinates and "
+                        "runs no steps, so the cluster needs another worker (it has %d); add a "
+                        "chief task or a worker",
+                        cl->num_tasks[DT_TASK_WORKER]);
     dt_ps_coordinator *c = calloc(1, sizeof *c);
     if (!c)
         return dt__fail(DT_ERR_NOMEM, "dt_ps_coordinator_create: out of memory");
@@ -491,6 +502,19 @@ dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, 
     return DT_OK;
 }
 
+dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending)
+{
+    if (!c || !pending || !is_chief(c))
+        return dt__fail(DT_ERR_STATE, "dt_ps_pending: only the chief counts its steps");
+    bool moved;
+    DT_TRY(progress(c, &moved));
+    int n = c->qlen;
+    for (int w = 0; w < c->nworkers; w++)
+        n += c->busy[w] != NULL;
+    *pending = n;
+    return DT_OK;
+}
+
 dt_status dt_ps_join(dt_ps_coordinator *c)
 {
     if (!c || !is_chief(c))
@@ -523,7 +547,7 @@ static dt_status worker_loop(dt_ps_coordinator *c)
             MPI_Irecv(&step, 1, MPI_INT64_T, chief, TAG_ASSIGN, c->comm, &req[1]) != MPI_SUCCESS)
             return dt__fail(DT_ERR_COMM, "worker: MPI_Isend/Irecv to the chief failed");
         DT_TRY(wait_gently(2, req));
-        if (step < 0)
+        if (step < 0) /* -RELEASE_STOP or -RELEASE_JOINED */
             return DT_OK;
         memset(&m, 0, sizeof m);
         m.step = step;
@@ -535,7 +559,7 @@ static dt_status worker_loop(dt_ps_coordinator *c)
     }
 }
 
-/* ps (and evaluator): serve the windows until the chief says stop. */
+/* ps (and evaluator): serve the windows until the chief releases them (stop or joined). */
 static dt_status serve_loop(dt_ps_coordinator *c)
 {
     int token;
@@ -545,10 +569,15 @@ static dt_status serve_loop(dt_ps_coordinator *c)
     return wait_gently(1, &req);
 }
 
-static dt_status chief_shutdown(dt_ps_coordinator *c)
+/* What the chief tells the others when it releases them: the coordinator is shut down, or
+ * every scheduled step is done (dt_ps_join_all) and it goes on. */
+enum { RELEASE_STOP = 1, RELEASE_JOINED = 2 };
+
+static dt_status chief_release(dt_ps_coordinator *c, int why)
 {
     DT_TRY(dt_ps_join(c));
-    /* every worker is idle with its READY received: release it */
+    /* every worker is idle with its READY received: release it (a joined worker sends READY
+     * again when it next serves, so the chief listens for it again) */
     for (int w = 0; w < c->nworkers; w++) {
         if (!c->idle[w]) {
             int done = 0;
@@ -559,10 +588,14 @@ static dt_status chief_shutdown(dt_ps_coordinator *c)
                     pause_a_little(idle);
             }
         }
-        DT_TRY(send_step(c, w, -1));
+        DT_TRY(send_step(c, w, -why));
+        if (why == RELEASE_JOINED) {
+            c->idle[w] = false;
+            DT_TRY(post_ready(c, w));
+        }
     }
     const dt_cluster *cl = &c->s->cluster;
-    int token = 1;
+    int token = why;
     for (int r = 0; r < dt__rt.num_clients; r++) {
         if (r == dt__rt.client ||
             (r >= cl->first_rank[DT_TASK_WORKER] &&
@@ -576,18 +609,28 @@ static dt_status chief_shutdown(dt_ps_coordinator *c)
     return DT_OK;
 }
 
+/* The chief releases the others for `why`; workers run steps and ps tasks serve until then. */
+static dt_status serve_until(dt_ps_coordinator *c, int why)
+{
+    if (is_chief(c))
+        return chief_release(c, why);
+    if (c->s->cluster.task_type == DT_TASK_WORKER)
+        return worker_loop(c);
+    return serve_loop(c);
+}
+
+dt_status dt_ps_join_all(dt_ps_coordinator *c)
+{
+    if (!c)
+        return dt__fail(DT_ERR_ARG, "dt_ps_join_all: coordinator is NULL");
+    return dt__agree(c->comm, serve_until(c, RELEASE_JOINED));
+}
+
 dt_status dt_ps_coordinator_shutdown(dt_ps_coordinator *c)
 {
     if (!c)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_shutdown: coordinator is NULL");
-    dt_status s;
-    if (is_chief(c)) {
-        s = chief_shutdown(c);
-    } else if (c->s->cluster.task_type == DT_TASK_WORKER) {
-        s = worker_loop(c);
-    } else {
-        s = serve_loop(c);
-    }
+    dt_status s = serve_until(c, RELEASE_STOP);
     /* everyone leaves together, and a failure anywhere is reported everywhere */
     s = dt__agree(c->comm, s);
     for (int i = 0; i < c->nall; i++) {
@@ -603,4 +646,85 @@ dt_status dt_ps_coordinator_shutdown(dt_ps_coordinator *c)
     MPI_Comm_free(&c->comm);
     free(c);
     return s;
+}
+
+/* ---- variables of their own on the ps tasks ------------------------------------------------ */
+
+struct dt_ps_variable {
+    dt__ps_var pv;
+    int nps;        /* ps tasks */
+    int first_rank; /* of the first ps task */
+};
+
+dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_variable **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_ps_variable_create: out is NULL");
+    *out = NULL;
+    if (!s || s->kind != DT_STRATEGY_PARAMETER_SERVER || !initial)
+        return dt__fail(DT_ERR_ARG, "dt_ps_variable_create: needs a parameter-server strategy "
+                                    "and an initial value");
+    dt_ps_variable *v = calloc(1, sizeof *v);
+    if (!v)
+        return dt__fail(DT_ERR_NOMEM, "dt_ps_variable_create: out of memory");
+    dt_variable *tmp = NULL;
+    dt_status st = dt_variable_create(initial, &tmp);
+    if (st == DT_OK)
+        st = dt__ps_var_create(s, tmp, &v->pv); /* agreed over every client */
+    dt_variable_free(tmp);
+    if (st != DT_OK) {
+        free(v);
+        return st;
+    }
+    v->nps = s->cluster.num_tasks[DT_TASK_PS];
+    v->first_rank = s->cluster.first_rank[DT_TASK_PS];
+    *out = v;
+    return DT_OK;
+}
+
+void dt_ps_variable_free(dt_ps_variable *v)
+{
+    if (!v)
+        return;
+    dt__ps_var_free(&v->pv);
+    free(v);
+}
+
+static dt_status check_bytes(const char *fn, const dt_ps_variable *v, const void *p, size_t bytes)
+{
+    size_t need = v ? (size_t)v->pv.elems * dt_dtype_size(v->pv.dtype) : 0;
+    if (!v || (!p && need) || bytes < need)
+        return dt__fail(DT_ERR_ARG, "%s: %s, %zu bytes given, %zu needed", fn,
+                        v ? (p ? "buffer too short" : "buffer is NULL") : "variable is NULL", bytes,
+                        need);
+    return DT_OK;
+}
+
+dt_status dt_ps_variable_read(const dt_ps_variable *v, void *host, size_t bytes)
+{
+    DT_TRY(check_bytes("dt_ps_variable_read", v, host, bytes));
+    return dt__ps_var_pull(&v->pv, host);
+}
+
+dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t bytes)
+{
+    DT_TRY(check_bytes("dt_ps_variable_add", v, delta, bytes));
+    return dt__ps_var_push(&v->pv, delta);
+}
+
+int dt_ps_variable_num_shards(const dt_ps_variable *v)
+{
+    return v ? v->pv.nshards : 0;
+}
+
+dt_status dt_ps_variable_shard(const dt_ps_variable *v, int i, int *ps_task, int64_t *row0,
+                               int64_t *rows)
+{
+    if (!v || i < 0 || i >= v->pv.nshards || !ps_task || !row0 || !rows)
+        return dt__fail(DT_ERR_ARG, "dt_ps_variable_shard: shard %d of %d, or a NULL argument", i,
+                        v ? v->pv.nshards : 0);
+    *ps_task = v->pv.shards[i].rank - v->first_rank;
+    *row0 = v->pv.shards[i].row0;
+    *rows = v->pv.shards[i].rows;
+    return DT_OK;
 }

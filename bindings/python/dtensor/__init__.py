@@ -54,7 +54,8 @@ __all__ = [
     "InputContext", "get_replica_context", "in_cross_replica_context", "Optimizer", "data",
     "keras", "from_dlpack", "local_components", "CrossDeviceOps", "NcclAllReduce",
     "HierarchicalCopyAllReduce", "ReductionToOneDevice", "CommunicationImplementation",
-    "CommunicationOptions",
+    "CommunicationOptions", "FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner",
+    "TFConfigClusterResolver", "PSVariable", "Variable", "PerWorkerDataset",
 ]
 
 UNSHARDED = "unsharded"
@@ -75,10 +76,16 @@ class _Registry:
     def __init__(self):
         self._items = weakref.WeakValueDictionary()
         self._next = 0
+        self._kept = []
 
-    def add(self, obj):
+    def add(self, obj, keep=False):
+        """keep: an object whose release is collective (a ps variable's window, a coordinator)
+        stays alive until shutdown, since garbage collection frees objects at different times
+        on different clients."""
         self._items[self._next] = obj
         self._next += 1
+        if keep:
+            self._kept.append(obj)
 
     def newest_first(self):
         return [self._items[k] for k in sorted(self._items.keys(), reverse=True)
@@ -130,6 +137,7 @@ def shutdown_accelerator_system():
     _default_strategy = None
     for o in _live.newest_first():
         o._handle.free()
+    _live._kept.clear()
     _c.finalize()
 
 
@@ -1632,9 +1640,9 @@ class Strategy:
     def __init__(self, *, fixed_shards=0, min_shard_bytes=0, max_shards=0, device_type="CPU",
                  device=0, first_device=0, num_devices=0):
         _ensure_init()
-        self._handle = _c.strategy_create(self._kind, int(fixed_shards), int(min_shard_bytes),
-                                          int(max_shards), _DEVICE_TYPES[device_type],
-                                          int(device), int(first_device), int(num_devices))
+        self._handle = self._create(self._kind, int(fixed_shards), int(min_shard_bytes),
+                                    int(max_shards), _DEVICE_TYPES[device_type], int(device),
+                                    int(first_device), int(num_devices))
         info = _c.strategy_info(self._handle)
         self._replicas = info["replicas"]
         self._cluster = info["cluster"]
@@ -1647,6 +1655,8 @@ class Strategy:
             self.variable_mesh._owner = self
         self._init_replicas()
         _live.add(self)
+
+    _create = staticmethod(_c.strategy_create)
 
     @property
     def num_replicas_in_sync(self):
@@ -1949,17 +1959,103 @@ class CentralStorageStrategy(Strategy):
     _kind = _c.STRATEGY_CENTRAL_STORAGE
 
 
+class FixedShardsPartitioner:
+    """tf.distribute.experimental.partitioners.FixedShardsPartitioner: num_shards shards
+    (at most one per row)."""
+
+    def __init__(self, num_shards):
+        if int(num_shards) < 1:
+            raise ValueError(f"num_shards must be at least 1, got {num_shards}")
+        self._c_args = {"fixed_shards": int(num_shards)}
+
+    def __call__(self, shape, dtype):
+        return [min(self._c_args["fixed_shards"], int(shape[0]))] + [1] * (len(shape) - 1)
+
+
+class MinSizePartitioner:
+    """As many shards as keep each at least min_shard_bytes, at most max_shards (TF's)."""
+
+    def __init__(self, min_shard_bytes=256 << 10, max_shards=1, bytes_per_string=16):
+        if int(min_shard_bytes) < 1 or int(max_shards) < 1:
+            raise ValueError(f"min_shard_bytes ({min_shard_bytes}) and max_shards ({max_shards}) "
+                             f"must be positive")
+        self._c_args = {"min_shard_bytes": int(min_shard_bytes), "max_shards": int(max_shards)}
+
+    def __call__(self, shape, dtype):
+        total = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        n = min(self._c_args["max_shards"], total // self._c_args["min_shard_bytes"],
+                int(shape[0]))
+        return [max(1, n)] + [1] * (len(shape) - 1)
+
+
+class MaxSizePartitioner:
+    """As few shards as keep each at most max_shard_bytes, at most max_shards (TF's)."""
+
+    def __init__(self, max_shard_bytes, max_shards=None, bytes_per_string=16):
+        if int(max_shard_bytes) < 1 or (max_shards is not None and int(max_shards) < 1):
+            raise ValueError(f"max_shard_bytes ({max_shard_bytes}) and max_shards ({max_shards}) "
+                             f"must be positive")
+        self._c_args = {"max_shard_bytes": int(max_shard_bytes),
+                        "max_shards": int(max_shards or 0)}
+
+    def __call__(self, shape, dtype):
+        total = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        n = -(-total // self._c_args["max_shard_bytes"])
+        if self._c_args["max_shards"]:
+            n = min(n, self._c_args["max_shards"])
+        return [max(1, min(n, int(shape[0])))] + [1] * (len(shape) - 1)
+
+
+class TFConfigClusterResolver:
+    """tf.distribute.cluster_resolver.TFConfigClusterResolver over the TF_CONFIG environment
+    variable: cluster_spec(), task_type, task_id, rpc_layer, num_accelerators()."""
+
+    def __init__(self, task_type=None, task_id=None, rpc_layer=None):
+        import os
+        config = _json.loads(os.environ.get("TF_CONFIG") or "{}")
+        task = config.get("task", {})
+        self._cluster = {k: list(v) for k, v in config.get("cluster", {}).items()}
+        self.task_type = task_type if task_type is not None else task.get("type")
+        self.task_id = task_id if task_id is not None else task.get("index")
+        self.rpc_layer = rpc_layer if rpc_layer is not None else config.get("rpc_layer")
+
+    def cluster_spec(self):
+        return dict(self._cluster)
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {"GPU": num_local_devices("GPU")} if num_local_devices("GPU") else {}
+
+
 class ParameterServerStrategy(Strategy):
-    """Variables sharded over the ps tasks (TF_CONFIG or DTENSOR_CLUSTER), updated
-    asynchronously by the workers; drive it with a ClusterCoordinator on the chief."""
+    """Variables created in its scope live on the ps tasks, split by ``variable_partitioner``,
+    and the workers update them asynchronously; a ClusterCoordinator schedules functions onto
+    the workers. The cluster comes from TF_CONFIG or DTENSOR_CLUSTER (ranks take the tasks in
+    the order chief, worker, ps, evaluator); every client runs the same program. An evaluator
+    task takes part in creation, join and shutdown and otherwise waits: side-car evaluation
+    of checkpoints is not supported (dtensor has no checkpoints yet)."""
 
     _kind = _c.STRATEGY_PARAMETER_SERVER
 
     def __init__(self, cluster_resolver=None, variable_partitioner=None):
-        part = variable_partitioner or {}
-        super().__init__(fixed_shards=part.get("fixed_shards", 0),
-                         min_shard_bytes=part.get("min_shard_bytes", 0),
-                         max_shards=part.get("max_shards", 0))
+        if variable_partitioner is not None and not hasattr(variable_partitioner, "_c_args"):
+            raise TypeError(f"variable_partitioner must be a FixedShardsPartitioner, "
+                            f"MinSizePartitioner or MaxSizePartitioner, got "
+                            f"{type(variable_partitioner).__name__}")
+        args = dict(variable_partitioner._c_args) if variable_partitioner else {}
+        self._max_shard_bytes = args.pop("max_shard_bytes", 0)
+        super().__init__(**args)
+        error = None
+        if cluster_resolver is not None and cluster_resolver.task_type is not None and \
+                (cluster_resolver.task_type, cluster_resolver.task_id) != \
+                (self.task_type, self.task_index):
+            error = ValueError(f"the cluster resolver says task {cluster_resolver.task_type}:"
+                               f"{cluster_resolver.task_id}, this client is "
+                               f"{self.task_type}:{self.task_index}")
+        _agree(error)
+        self.cluster_resolver = cluster_resolver
+
+    def _create(self, *args):
+        return _c.strategy_create(*args, int(self._max_shard_bytes))
 
     @property
     def task_type(self):
@@ -1974,37 +2070,185 @@ class ParameterServerStrategy(Strategy):
         _c.ps_pull(self._handle, model._handle)
 
 
+class _Shard:
+    """One shard of a variable on the ps tasks (as a ShardedVariable's variables)."""
+
+    def __init__(self, ps_task, row0, rows, shape):
+        self.ps_task, self.offset = ps_task, row0
+        self.shape = (rows,) + tuple(shape[1:])
+        self.device = f"/job:ps/replica:0/task:{ps_task}/device:CPU:0"
+
+    def __repr__(self):
+        return f"<shard rows {self.offset}..{self.offset + self.shape[0]} on {self.device}>"
+
+
+class PSVariable(DVariable):
+    """A variable on the ps tasks (what DVariable(...) makes inside a ParameterServerStrategy
+    scope): its shards live in MPI windows on the ps tasks; any client reads the whole value
+    and adds to it one-sidedly (assign_add is an MPI accumulate, so the workers' updates do not
+    wait for each other). Creation is collective."""
+
+    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
+        strategy = _current_strategy()
+        if callable(initial_value):
+            initial_value = initial_value()
+        a = np.asarray(_value(initial_value).numpy() if isinstance(
+            initial_value, (DTensor, DVariable)) else initial_value, dtype=dtype)
+        if a.dtype == np.float64 and dtype is None and not isinstance(initial_value, np.ndarray):
+            a = a.astype(np.float32)
+        init = dtensor_from_array(a, Layout.replicated(strategy.mesh, a.ndim))
+        self._handle = _c.ps_variable_create(strategy._handle, init._handle)
+        self._layout, self._shape, self._dtype = init.layout, a.shape, a.dtype
+        self.trainable, self.name = trainable, name or "Variable"
+        self._version, self._replicas = 0, {}
+        _live.add(self, keep=True)
+
+    def read_value(self):
+        """The whole current value, read from the ps tasks, on this client's devices."""
+        host = np.empty(self._shape, dtype=self._dtype)
+        _c.ps_variable_io(self._handle, host, False)
+        t = dtensor_from_array(host, self._layout)
+        if _tape._tapes():
+            _tape.note_read(self, t)
+        return t
+
+    value = read_value
+
+    def _assign(self, value, mode):
+        x = np.broadcast_to(np.asarray(value.numpy() if isinstance(value, (DTensor, DVariable))
+                                       else value, dtype=self._dtype), self._shape)
+        if mode == 0:  # assign: add the difference to what is there now
+            current = np.empty(self._shape, dtype=self._dtype)
+            _c.ps_variable_io(self._handle, current, False)
+            x = x - current
+        delta = np.array(-x if mode == 2 else x, dtype=self._dtype, order="C")
+        _c.ps_variable_io(self._handle, delta, True)
+        self._version += 1
+        return self
+
+    @property
+    def variables(self):
+        """The shards, in row order."""
+        return [_Shard(t, r0, n, self._shape) for t, r0, n in _c.ps_variable_shards(self._handle)]
+
+
+def _new_variable(cls, *args, **kwargs):
+    """DVariable(...) in a ParameterServerStrategy scope makes a PSVariable."""
+    if cls is DVariable and isinstance(_current_strategy(), ParameterServerStrategy):
+        cls = PSVariable
+    return object.__new__(cls)
+
+
+DVariable.__new__ = _new_variable
+Variable = DVariable
+
+
 class RemoteValue:
-    """The result of a scheduled step; fetch() waits for it (chief only)."""
+    """The result of a scheduled function (a number; None gives NaN). fetch() and get() wait
+    for it on the chief; on the other clients it has no value (the chief coordinates)."""
 
     def __init__(self, handle):
         self._handle = handle
         self.worker = self.attempts = None
 
     def fetch(self):
+        if self._handle is None:
+            raise DTensorError("RemoteValue.fetch: only the chief (the coordinator) holds the "
+                               "results of scheduled functions")
         value, self.worker, self.attempts = _c.remote_fetch(self._handle)
         return value
 
+    get = fetch
+
+
+class _PerWorkerIterator:
+    """What iter(per-worker dataset) gives: on each client, its own dataset's iterator."""
+
+    def __init__(self, dataset):
+        self._it = iter(dataset)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+
+class PerWorkerDataset:
+    """create_per_worker_dataset: each client builds its own dataset with dataset_fn();
+    iter() gives a per-worker iterator to pass to scheduled functions, where it yields the
+    running worker's own next element."""
+
+    def __init__(self, dataset_fn):
+        self._dataset = dataset_fn()
+
+    def __iter__(self):
+        return _PerWorkerIterator(self._dataset)
+
 
 class ClusterCoordinator:
-    """Schedules step closures onto workers (tf.distribute.coordinator.ClusterCoordinator).
+    """Schedules functions onto the workers (tf.distribute.coordinator.ClusterCoordinator).
 
-    Every client creates it with the same step function ``fn(step) -> float``; workers run the
-    steps the chief schedules, ps tasks serve their variables, until ``shutdown()`` (collective)
-    on every client."""
+    Every client runs the same program: ``schedule(fn, args)`` records the call on every
+    client (the k-th scheduled call is the same on all) and on the chief queues it; a worker
+    runs the k-th call of its own record when the chief hands it step k, which happens while
+    it is in ``join()`` or ``shutdown()``. A function that raises is rescheduled on another
+    worker. ``join()`` (every client) returns once every scheduled function is done, with its
+    updates to ps variables visible everywhere; ``shutdown()`` (every client) ends it. A
+    per-worker iterator passed as an argument is the running worker's own."""
 
-    def __init__(self, strategy, fn):
-        self._fn = fn  # kept alive for the C trampoline
+    def __init__(self, strategy):
+        if not isinstance(strategy, ParameterServerStrategy):
+            raise TypeError(f"ClusterCoordinator needs a ParameterServerStrategy, got "
+                            f"{type(strategy).__name__}")
         self._strategy = strategy
-        self._handle = _c.ps_coordinator_create(strategy._handle, fn)
+        self._closures = []
+        self._step = self._run  # the C coordinator borrows it: kept alive here
+        self._handle = _c.ps_coordinator_create(strategy._handle, self._step)
+        _live.add(self, keep=True)
+        c = strategy._cluster
+        self._chief = c["task_type"] == "chief" or (
+            c["chief"] == 0 and c["task_type"] == "worker" and c["task_index"] == 0)
 
-    def schedule(self, step):
-        return RemoteValue(_c.ps_schedule(self._handle, int(step)))
+    def _run(self, step):
+        if step >= len(self._closures):
+            raise DTensorError(f"scheduled function {step} was never scheduled on this worker: "
+                               f"every client must run the same program")
+        fn, args, kwargs = self._closures[step]
+        r = fn(*args, **kwargs)
+        if r is None:
+            return float("nan")
+        return float(r.read_value() if isinstance(r, DVariable) else r)
+
+    def schedule(self, fn, args=(), kwargs=None):
+        """Queue fn(*args, **kwargs) for a worker; returns a RemoteValue (chief)."""
+        if not callable(fn):
+            raise TypeError(f"schedule: fn must be callable, got {type(fn).__name__}")
+        k = len(self._closures)
+        self._closures.append((fn, tuple(args), dict(kwargs or {})))
+        return RemoteValue(_c.ps_schedule(self._handle, k) if self._chief else None)
 
     def join(self):
-        _c.ps_join(self._handle)
+        """Every client: wait until every scheduled function is done (workers run them)."""
+        _c.ps_join_all(self._handle)
+
+    def done(self):
+        """Chief: whether every scheduled function has finished (without waiting)."""
+        if not self._chief:
+            raise DTensorError("ClusterCoordinator.done: only the chief tracks its functions")
+        return _c.ps_pending(self._handle) == 0
+
+    def fetch(self, values):
+        """The values of RemoteValues (nested lists and tuples kept)."""
+        if isinstance(values, RemoteValue):
+            return values.fetch()
+        return type(values)(self.fetch(v) for v in values)
+
+    def create_per_worker_dataset(self, dataset_fn):
+        return PerWorkerDataset(dataset_fn)
 
     def shutdown(self):
+        """Every client: release the workers and ps tasks (they run and serve until then)."""
         _c.ps_shutdown(self._handle)
 
 

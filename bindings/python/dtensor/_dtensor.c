@@ -57,6 +57,7 @@ enum {
     KIND_COORDINATOR,
     KIND_REMOTE,
     KIND_BORROWED_MESH, /* a strategy's mesh: freed with the strategy */
+    KIND_PS_VARIABLE,
 };
 
 typedef struct {
@@ -98,14 +99,17 @@ static void free_object(int kind, void *ptr)
     case KIND_REMOTE:
         dt_remote_value_free(ptr);
         break;
+    case KIND_PS_VARIABLE: /* collective: the Python layer frees them in program order */
+        dt_ps_variable_free(ptr);
+        break;
     default:
         break;
     }
 }
 
-static const char *const kind_names[] = {"mesh",         "tensor", "function",  "variable",
-                                         "strategy",     "model",  "optimizer", "coordinator",
-                                         "remote value", "mesh"};
+static const char *const kind_names[] = {"mesh",         "tensor", "function",   "variable",
+                                         "strategy",     "model",  "optimizer",  "coordinator",
+                                         "remote value", "mesh",   "ps variable"};
 
 static void handle_release(Handle *h)
 {
@@ -1422,13 +1426,14 @@ static PyObject *py_strategy_create(PyObject *self, PyObject *args)
 {
     (void)self;
     int kind, fixed, max_shards, type = 0, device = 0, first = 0, count = 0;
-    long long min_bytes;
-    if (!PyArg_ParseTuple(args, "iiLi|iiii", &kind, &fixed, &min_bytes, &max_shards, &type, &device,
-                          &first, &count))
+    long long min_bytes, max_bytes = 0;
+    if (!PyArg_ParseTuple(args, "iiLi|iiiiL", &kind, &fixed, &min_bytes, &max_shards, &type,
+                          &device, &first, &count, &max_bytes))
         return NULL;
     dt_strategy_options o = {.partitioner = {.fixed_shards = fixed,
                                              .min_shard_bytes = min_bytes,
-                                             .max_shards = max_shards},
+                                             .max_shards = max_shards,
+                                             .max_shard_bytes = max_bytes},
                              .device_type = (dt_device_type)type,
                              .device = device,
                              .first_device = first,
@@ -1824,6 +1829,86 @@ static PyObject *py_ps_join(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_ps_pending(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    dt_ps_coordinator *c = unwrap(arg, KIND_COORDINATOR);
+    if (!c)
+        return NULL;
+    int n = 0;
+    CALL(dt_ps_pending(c, &n));
+    return PyLong_FromLong(n);
+}
+
+static PyObject *py_ps_join_all(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    dt_ps_coordinator *c = unwrap(arg, KIND_COORDINATOR);
+    if (!c)
+        return NULL;
+    CALL(dt_ps_join_all(c));
+    Py_RETURN_NONE;
+}
+
+/* ps_variable_create(strategy, tensor): a variable on the ps tasks. Collective. */
+static PyObject *py_ps_variable_create(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *s_o, *t_o;
+    if (!PyArg_ParseTuple(args, "OO", &s_o, &t_o))
+        return NULL;
+    dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
+    const dt_tensor *t = st ? unwrap(t_o, KIND_TENSOR) : NULL;
+    if (!t)
+        return NULL;
+    dt_ps_variable *v = NULL;
+    CALL(dt_ps_variable_create(st, t, &v));
+    return wrap(KIND_PS_VARIABLE, v);
+}
+
+/* ps_variable_io(variable, buffer, add): read into a writable buffer, or add a buffer. */
+static PyObject *py_ps_variable_io(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *v_o;
+    Py_buffer buf;
+    int add;
+    if (!PyArg_ParseTuple(args, "Ow*p", &v_o, &buf, &add))
+        return NULL;
+    const dt_ps_variable *v = unwrap(v_o, KIND_PS_VARIABLE);
+    dt_status s = DT_OK;
+    if (v) {
+        Py_BEGIN_ALLOW_THREADS;
+        s = add ? dt_ps_variable_add(v, buf.buf, (size_t)buf.len)
+                : dt_ps_variable_read(v, buf.buf, (size_t)buf.len);
+        Py_END_ALLOW_THREADS;
+    }
+    PyBuffer_Release(&buf);
+    if (!v)
+        return NULL;
+    if (s != DT_OK)
+        return raise_status(s);
+    Py_RETURN_NONE;
+}
+
+/* ps_variable_shards(variable) -> [(ps task, row0, rows), ...] */
+static PyObject *py_ps_variable_shards(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_ps_variable *v = unwrap(arg, KIND_PS_VARIABLE);
+    if (!v)
+        return NULL;
+    int n = dt_ps_variable_num_shards(v);
+    PyObject *r = PyList_New(n);
+    for (int i = 0; r && i < n; i++) {
+        int task;
+        int64_t row0, rows;
+        dt_ps_variable_shard(v, i, &task, &row0, &rows);
+        PyList_SET_ITEM(r, i, Py_BuildValue("(iLL)", task, (long long)row0, (long long)rows));
+    }
+    return r;
+}
+
 /* ps_shutdown(coordinator handle): collective; workers run scheduled steps until the chief
  * releases them. The handle is emptied either way. */
 static PyObject *py_ps_shutdown(PyObject *self, PyObject *arg)
@@ -1915,6 +2000,12 @@ static PyMethodDef methods[] = {
     {"ps_schedule", py_ps_schedule, METH_VARARGS, "Chief: queue a step."},
     {"remote_fetch", py_remote_fetch, METH_O, "Chief: wait for a step's value."},
     {"ps_join", py_ps_join, METH_O, "Chief: wait for every scheduled step."},
+    {"ps_join_all", py_ps_join_all, METH_O, "Every client: join. Collective."},
+    {"ps_pending", py_ps_pending, METH_O, "Chief: steps queued or running."},
+    {"ps_variable_create", py_ps_variable_create, METH_VARARGS,
+     "A variable on the ps tasks. Collective."},
+    {"ps_variable_io", py_ps_variable_io, METH_VARARGS, "Read or add, one-sided."},
+    {"ps_variable_shards", py_ps_variable_shards, METH_O, "(ps task, row0, rows) per shard."},
     {"ps_shutdown", py_ps_shutdown, METH_O, "Release workers and ps tasks. Collective."},
     {"ps_pull", py_ps_pull, METH_VARARGS, "Copy the ps tasks' values into a model."},
     {"print_ordered", py_print_ordered, METH_VARARGS, "Client 0 prints all, in client order."},

@@ -93,14 +93,14 @@ def test_parameter_server_training(monkeypatch):
     if s.task_type == "worker":
         x, y = s.distribute_batch(x_host), s.distribute_batch(x_host)
 
-    def step(n):
+    def step():
         return model.train_step(x, y, "mean_squared_error", opt)
 
-    coordinator = dtensor.ClusterCoordinator(s, step)
+    coordinator = dtensor.ClusterCoordinator(s)
+    values = [coordinator.schedule(step) for _ in range(8)]
+    coordinator.join()
     losses = []
     if s.task_type == "chief":
-        values = [coordinator.schedule(n) for n in range(8)]
-        coordinator.join()
         losses = [v.fetch() for v in values]
         assert all(v.worker == 0 for v in values)
     coordinator.shutdown()

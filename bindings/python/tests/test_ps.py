@@ -1,0 +1,179 @@
+"""The parameter-server API of the talk and the guide, run by every client: variables created
+in scope live on the ps tasks, ClusterCoordinator(strategy).schedule(fn, args) runs functions
+on the workers, join() on every client, partitioners with TensorFlow's rules, per-worker
+datasets, TFConfigClusterResolver. A coordinator needs a chief, a worker and a ps task (3
+clients); with 2 (worker 0 coordinating, one ps) the strategy and its variables work and the
+coordinator is refused."""
+import json
+
+import numpy as np
+import pytest
+
+import dtensor
+from conftest import CLIENTS
+
+pytestmark = pytest.mark.skipif(CLIENTS < 2, reason="a ps cluster needs at least 2 clients")
+CLUSTER = {2: "worker=1,ps=1", 3: "chief=1,worker=1,ps=1"}.get(CLIENTS)
+needs_3 = pytest.mark.skipif(CLIENTS != 3, reason="a coordinator needs chief, worker and ps")
+
+
+def test_coordinator_needs_a_worker_besides_the_coordinator(strategy):
+    if CLIENTS != 2:
+        pytest.skip("the 2-client cluster")
+    with strategy.scope():
+        v = dtensor.Variable(np.arange(4, dtype=np.float32))
+    v.assign_add(np.ones(4, np.float32))
+    dtensor.barrier()
+    np.testing.assert_array_equal(v.numpy(), np.arange(4) + CLIENTS)
+    with pytest.raises(dtensor.DTensorError, match="needs another worker"):
+        dtensor.ClusterCoordinator(strategy)
+
+
+@pytest.fixture
+def strategy(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("DTENSOR_CLUSTER", CLUSTER)
+    return dtensor.ParameterServerStrategy(
+        variable_partitioner=dtensor.FixedShardsPartitioner(2))
+
+
+@needs_3
+def test_talk_example_gives_15_on_every_task(strategy):
+    """A variable created in scope; five scheduled adds of 1..5; after join, 15 everywhere."""
+    with strategy.scope():
+        v = dtensor.Variable(initial_value=0.0)
+    assert isinstance(v, dtensor.PSVariable)
+    coordinator = dtensor.ClusterCoordinator(strategy)
+
+    def add(x):
+        v.assign_add(x)
+        return x * 10
+
+    results = [coordinator.schedule(add, args=(float(x),)) for x in range(1, 6)]
+    coordinator.join()
+    assert float(v.read_value()) == 15.0  # chief, workers and ps alike
+    if dtensor.client_id() == 0:  # the chief (worker 0 without a chief task)
+        assert coordinator.done()
+        assert coordinator.fetch(results) == [10.0, 20.0, 30.0, 40.0, 50.0]
+    else:
+        with pytest.raises(dtensor.DTensorError, match="only the chief"):
+            results[0].fetch()
+    # the coordinator goes on after a join
+    coordinator.schedule(add, args=(5.0,))
+    coordinator.join()
+    assert float(v.read_value()) == 20.0
+    coordinator.shutdown()
+
+
+@needs_3
+def test_sharded_variable_and_asynchronous_training(strategy):
+    """A [6, 2] weight in two shards; workers fit y = x @ w by SGD steps on their own
+    per-worker dataset; the loss falls and the shards cover the rows."""
+    rng = np.random.default_rng(0)
+    w_true = rng.normal(size=(6, 2)).astype(np.float32)
+    with strategy.scope():
+        w = dtensor.Variable(np.zeros((6, 2), np.float32))
+    shards = w.variables
+    assert [s.shape for s in shards] == [(3, 2), (3, 2)]
+    assert [s.offset for s in shards] == [0, 3]
+    coordinator = dtensor.ClusterCoordinator(strategy)
+
+    def dataset_fn():
+        x = np.random.default_rng(dtensor.client_id()).normal(size=(200, 6)).astype(np.float32)
+        return dtensor.data.Dataset.from_tensor_slices((x, x @ w_true)).batch(20).repeat()
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    def step(it):
+        x, y = next(it)
+        err = x @ w.numpy() - y
+        w.assign_sub(0.05 * x.T @ err / len(x))
+        return float((err ** 2).mean())
+
+    losses = [coordinator.schedule(step, args=(iterator,)) for _ in range(60)]
+    coordinator.join()
+    if dtensor.client_id() == 0:
+        got = coordinator.fetch(losses)
+        assert got[-1] < 0.1 * got[0], got
+    np.testing.assert_allclose(w.numpy(), w_true, atol=0.2)
+    coordinator.shutdown()
+
+
+@needs_3
+def test_failing_function_is_rescheduled_then_reported(strategy):
+    coordinator = dtensor.ClusterCoordinator(strategy)
+
+    def bad():
+        raise ValueError("no such thing")
+
+    rv = coordinator.schedule(bad)
+    coordinator.join()
+    if dtensor.client_id() == 0:
+        with pytest.raises(dtensor.DTensorError, match="no such thing"):
+            rv.fetch()
+    coordinator.shutdown()
+
+
+def test_partitioners_follow_tensorflow():
+    assert dtensor.FixedShardsPartitioner(4)((10, 3), np.float32) == [4, 1]
+    assert dtensor.FixedShardsPartitioner(4)((2, 3), np.float32) == [2, 1]
+    # 10 x 1000 f32 = 40000 bytes
+    assert dtensor.MinSizePartitioner(min_shard_bytes=10000, max_shards=8)(
+        (10, 1000), np.float32) == [4, 1]
+    assert dtensor.MinSizePartitioner(min_shard_bytes=10000)((10, 1000), np.float32) == [1, 1]
+    assert dtensor.MaxSizePartitioner(max_shard_bytes=10000)((10, 1000), np.float32) == [4, 1]
+    assert dtensor.MaxSizePartitioner(max_shard_bytes=15000)((10, 1000), np.float32) == [3, 1]
+    assert dtensor.MaxSizePartitioner(max_shard_bytes=1, max_shards=5)(
+        (10, 1000), np.float32) == [5, 1]
+    with pytest.raises(ValueError):
+        dtensor.MinSizePartitioner(min_shard_bytes=0)
+    with pytest.raises(TypeError, match="variable_partitioner"):
+        dtensor.ParameterServerStrategy(variable_partitioner={"fixed_shards": 2})
+
+
+@pytest.mark.parametrize("partitioner, rows", [
+    (dtensor.MinSizePartitioner(min_shard_bytes=10000, max_shards=8), [3, 3, 2, 2]),
+    (dtensor.MaxSizePartitioner(max_shard_bytes=15000), [4, 3, 3]),
+])
+def test_partitioners_shard_variables(monkeypatch, partitioner, rows):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("DTENSOR_CLUSTER", CLUSTER)
+    s = dtensor.ParameterServerStrategy(variable_partitioner=partitioner)
+    with s.scope():
+        v = dtensor.Variable(np.ones((10, 1000), np.float32))
+    assert [sh.shape[0] for sh in v.variables] == rows
+    assert float(v.read_value().numpy().sum()) == 10000.0
+
+
+def test_tf_config_cluster_resolver(monkeypatch):
+    rank = dtensor.client_id()
+    roles = ["worker", "ps"] if CLIENTS == 2 else ["chief", "worker", "ps"]
+    config = {"cluster": {r: [f"h:{i}"] for i, r in enumerate(roles)},
+              "task": {"type": roles[rank], "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    monkeypatch.delenv("DTENSOR_CLUSTER", raising=False)
+    resolver = dtensor.TFConfigClusterResolver()
+    assert resolver.cluster_spec() == config["cluster"]
+    assert (resolver.task_type, resolver.task_id) == (roles[rank], 0)
+    s = dtensor.ParameterServerStrategy(cluster_resolver=resolver)
+    assert s.task_type == roles[rank]
+
+
+def test_parameter_server_example():
+    """examples/parameter_server.py at chief=1,worker=2,ps=1 (started from the singleton run)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    if CLIENTS != 3 or dtensor.client_id() != 0:
+        pytest.skip("run once, from client 0 of the 3-client run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    env.update(DTENSOR_CLUSTER="chief=1,worker=2,ps=1", OPENBLAS_NUM_THREADS="1")
+    example = Path(__file__).resolve().parents[3] / "examples" / "parameter_server.py"
+    out = subprocess.run(["mpiexec.mpich", "-n", "4", sys.executable, str(example)], env=env,
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    for task in ["chief:0", "worker:0", "worker:1", "ps:0"]:
+        assert f"{task} reads 15.0" in out, out
+    assert "w shards [(2, 1), (2, 1)]" in out, out
+    loss = out.split("loss ")[1].split(" ")
+    assert float(loss[2]) < 0.01 * float(loss[0]), out
