@@ -607,39 +607,8 @@ dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, voi
 
 dt_status dt__agree(MPI_Comm comm, dt_status local)
 {
-    if (comm == MPI_COMM_NULL)
-        return local;
-    struct verdict {
-        int status;
-        char msg[500];
-    } mine = {.status = local}, *all;
-    if (local != DT_OK)
-        snprintf(mine.msg, sizeof mine.msg, "%s", dt_last_error());
-    int n;
-    MPI_Comm_size(comm, &n);
-    all = malloc(sizeof *all * (size_t)n);
-    if (!all)
-        return dt__fail(DT_ERR_NOMEM, "cannot allocate the agreement of %d clients", n);
-    dt_status s = dt__allgather_bytes(comm, &mine, sizeof mine, all);
-    for (int c = 0; s == DT_OK && c < n; c++) {
-        /* a peer's message is bounded and its status a known one, whatever it sent */
-        all[c].msg[sizeof all[c].msg - 1] = '\0';
-        if (all[c].status < 0 || all[c].status >= DT_STATUS_COUNT)
-            all[c].status = DT_ERR_COMM;
-        if (all[c].status != DT_OK) {
-            /* A failing client keeps its own status and message; the others take the first
-             * failure's, naming that client. */
-            if (local != DT_OK) {
-                s = local;
-                dt__set_error(mine.msg);
-            } else {
-                s = dt__fail((dt_status)all[c].status, "client %d: %s", c, all[c].msg);
-            }
-            break;
-        }
-    }
-    free(all);
-    return s;
+    /* an op agreement with no fingerprint: statuses alone */
+    return dt__agree_op(comm, local, 0, NULL, NULL);
 }
 
 uint64_t dt__hash(uint64_t h, const void *p, size_t n)

@@ -205,21 +205,29 @@ dt_status dt_tensor_from_host(const dt_layout *l, dt_dtype dtype, int rank, cons
 
 /* ---- pack and unpack --------------------------------------------------------------------- */
 
+/* What dt_tensor_pack and dt_tensor_wrap check first: out, the metadata, and one piece (a
+ * component, a buffer) per local device. */
+static dt_status check_pieces(const char *fn, const char *what, const dt_layout *l, dt_dtype dtype,
+                              int rank, const int64_t shape[], int num, dt_tensor **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    int64_t n;
+    DT_TRY(check_meta(fn, l, dtype, rank, shape, &n));
+    if (num != l->mesh->num_local)
+        return dt__fail(DT_ERR_ARG, "%s: %d %s for the %d local devices of this client", fn, num,
+                        what, l->mesh->num_local);
+    return DT_OK;
+}
+
 dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
                          int num_components, const void *const components[],
                          const int64_t *const component_shapes[], dt_tensor **out)
 {
-    if (!out)
-        return dt__fail(DT_ERR_ARG, "dt_tensor_pack: out is NULL");
-    *out = NULL;
-    int64_t n;
-    DT_TRY(check_meta("dt_tensor_pack", l, dtype, rank, shape, &n));
+    DT_TRY(
+        check_pieces("dt_tensor_pack", "components", l, dtype, rank, shape, num_components, out));
     const dt_mesh *m = l->mesh;
-    if (num_components != m->num_local)
-        return dt__fail(DT_ERR_ARG,
-                        "dt_tensor_pack: %d components for the %d local devices of "
-                        "this client",
-                        num_components, m->num_local);
     if (num_components && (!components || (rank && !component_shapes)))
         return dt__fail(DT_ERR_ARG, "dt_tensor_pack: components or component_shapes is NULL");
     for (int i = 0; i < num_components; i++) {
@@ -261,17 +269,8 @@ dt_status dt_tensor_wrap(const dt_layout *l, dt_dtype dtype, int rank, const int
                          int num_buffers, void *const buffers[], const size_t bytes[],
                          dt_release_fn release, void *ctx, dt_tensor **out)
 {
-    if (!out)
-        return dt__fail(DT_ERR_ARG, "dt_tensor_wrap: out is NULL");
-    *out = NULL;
-    int64_t n;
-    DT_TRY(check_meta("dt_tensor_wrap", l, dtype, rank, shape, &n));
+    DT_TRY(check_pieces("dt_tensor_wrap", "buffers", l, dtype, rank, shape, num_buffers, out));
     const dt_mesh *m = l->mesh;
-    if (num_buffers != m->num_local)
-        return dt__fail(DT_ERR_ARG,
-                        "dt_tensor_wrap: %d buffers for the %d local devices of this "
-                        "client",
-                        num_buffers, m->num_local);
     if (num_buffers && (!buffers || !bytes))
         return dt__fail(DT_ERR_ARG, "dt_tensor_wrap: buffers or bytes is NULL");
     for (int i = 0; i < num_buffers; i++) {
