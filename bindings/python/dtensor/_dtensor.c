@@ -1528,48 +1528,6 @@ static PyObject *py_strategy_scope(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* strategy_distribute(s, dtype, shape, buffer) -> tensor in the input layout */
-static PyObject *py_strategy_distribute(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *s_o, *shape_o;
-    int dtype;
-    Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "OiOy*", &s_o, &dtype, &shape_o, &buf))
-        return NULL;
-    const dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
-    int64_t shape[DT_MAX_RANK];
-    int rank;
-    PyObject *r = NULL;
-    if (st && parse_ints(shape_o, DT_MAX_RANK, shape, &rank) == 0) {
-        dt_tensor *t = NULL;
-        dt_status s;
-        Py_BEGIN_ALLOW_THREADS;
-        s = dt_strategy_distribute_batch(st, (dt_dtype)dtype, rank, shape, buf.buf, (size_t)buf.len,
-                                         &t);
-        Py_END_ALLOW_THREADS;
-        r = s == DT_OK ? wrap(KIND_TENSOR, t) : raise_status(s);
-    }
-    PyBuffer_Release(&buf);
-    return r;
-}
-
-static PyObject *py_strategy_reduce(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *s_o, *t_o;
-    int op;
-    if (!PyArg_ParseTuple(args, "OiO", &s_o, &op, &t_o))
-        return NULL;
-    const dt_strategy *st = unwrap(s_o, KIND_STRATEGY);
-    const dt_tensor *t = st ? unwrap(t_o, KIND_TENSOR) : NULL;
-    if (!t)
-        return NULL;
-    dt_tensor *out = NULL;
-    CALL(dt_strategy_reduce(st, (dt_reduce_op)op, t, &out));
-    return wrap(KIND_TENSOR, out);
-}
-
 /* model_create(input_features, [(units, activation, kernel_init, bias_init, no_bias, l2)],
  * dtype, seed) */
 static PyObject *py_model_create(PyObject *self, PyObject *args)
@@ -1819,16 +1777,6 @@ static PyObject *py_remote_fetch(PyObject *self, PyObject *arg)
     return Py_BuildValue("(dii)", value, worker, attempts);
 }
 
-static PyObject *py_ps_join(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    dt_ps_coordinator *c = unwrap(arg, KIND_COORDINATOR);
-    if (!c)
-        return NULL;
-    CALL(dt_ps_join(c));
-    Py_RETURN_NONE;
-}
-
 static PyObject *py_ps_pending(PyObject *self, PyObject *arg)
 {
     (void)self;
@@ -1986,8 +1934,6 @@ static PyMethodDef methods[] = {
     {"strategy_info", py_strategy_info, METH_O, "Kind, replicas, mesh and cluster task."},
     {"strategy_layouts", py_strategy_layouts, METH_VARARGS, "Variable and input layouts."},
     {"strategy_scope", py_strategy_scope, METH_VARARGS, "Enter or exit the scope."},
-    {"strategy_distribute", py_strategy_distribute, METH_VARARGS, "Split a global batch."},
-    {"strategy_reduce", py_strategy_reduce, METH_VARARGS, "Reduce a per-replica value."},
     {"model_create", py_model_create, METH_VARARGS, "A sequential dense model. Collective."},
     {"model_variables", py_model_variables, METH_O, "Names of a model's variables."},
     {"model_variable_read", py_model_variable_read, METH_VARARGS, "Copy of a variable."},
@@ -1999,7 +1945,6 @@ static PyMethodDef methods[] = {
     {"ps_coordinator_create", py_ps_coordinator_create, METH_VARARGS, "Collective."},
     {"ps_schedule", py_ps_schedule, METH_VARARGS, "Chief: queue a step."},
     {"remote_fetch", py_remote_fetch, METH_O, "Chief: wait for a step's value."},
-    {"ps_join", py_ps_join, METH_O, "Chief: wait for every scheduled step."},
     {"ps_join_all", py_ps_join_all, METH_O, "Every client: join. Collective."},
     {"ps_pending", py_ps_pending, METH_O, "Chief: steps queued or running."},
     {"ps_variable_create", py_ps_variable_create, METH_VARARGS,
