@@ -179,12 +179,10 @@ dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *i
 /* Run: inputs must match the program's input dists (checked by the caller); results get new
  * tensors in the output layouts. Collective. */
 /* How the clients agree on a program run (dt__mesh_agree): over `mesh`'s clients (none for a
- * client-local mesh), on `fingerprint`, describing the op by describe(ctx) when they differ. */
+ * client-local mesh), on the call described by `a`. */
 typedef struct dt__op_check {
     const dt_mesh *mesh;
-    uint64_t fingerprint;
-    dt__describe_fn describe;
-    const void *ctx;
+    dt__agreement a; /* the call, its fingerprint and fields */
 } dt__op_check;
 
 /* Run p: allocate results and temporaries, agree (chk) on the outcome and on the op with the

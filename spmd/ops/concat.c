@@ -70,8 +70,11 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
 {
     if (out)
         *out = NULL;
-    if (n < 1 || n > DT__MAX_INPUTS || !xs)
-        return dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d", n, DT__MAX_INPUTS);
+    const dt__agreement ag = {.what = "concat"};
+    if (n < 1 || n > DT__MAX_INPUTS || !xs) /* the mesh is unknown: agree with every client */
+        return dt__mesh_agree(
+            NULL, dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d", n, DT__MAX_INPUTS),
+            &ag);
     dt__attrs a;
     memset(&a, 0, sizeof a);
     a.axis = axis;
@@ -82,7 +85,7 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
                                   dt__fail(DT_ERR_ARG,
                                            "concat: axis %d is outside a tensor of rank %d", axis,
                                            xs[0]->rank),
-                                  0, NULL, NULL);
+                                  &ag);
     }
     return dt__call(DT__OP_CONCAT, &a, n, xs, opts, out);
 }
