@@ -496,7 +496,7 @@ static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
         k += (size_t)snprintf(who + k, sizeof who - k, "%sgroup %d: %s", k ? "; " : "", gc->g->id,
                               list);
     }
-    snprintf(where, sizeof where, "in %s over axes {%s} of mesh \"%s\" (%s)",
+    snprintf(where, sizeof where, "in %s over axes {%s} of mesh %s (%s)",
              dt__coll_kind_name(r->c.kind), axes, mesh, k ? who : "this client's groups");
     for (int gi = 0; gi < r->num_groups; gi++) {
         dt__gcall *gc = &r->gc[gi];

@@ -435,17 +435,25 @@ static void publish(entry *e, uint64_t seq, const uint64_t v[3])
     atomic_store_explicit(&e->seq, seq, memory_order_release);
 }
 
-/* Append the world ranks in ranks[0..n) whose done[i] is false to `buf`. */
-static void missing_str(char *buf, size_t size, const int ranks[], const bool done[], int n)
+/* The clients ranks[i] whose done[i] is false, into `buf`; with `hosts`, ranks are hosts'
+ * leaders and every client of their hosts is named. */
+static void missing_str(char *buf, size_t size, const int ranks[], const bool done[], int n,
+                        bool hosts)
 {
-    int *miss = malloc(sizeof(int) * (size_t)(n ? n : 1)), k = 0;
+    int nc = dt__rt.num_clients, *miss = malloc(sizeof(int) * (size_t)(nc > n ? nc : n)), k = 0;
     if (!miss) {
         snprintf(buf, size, "(out of memory)");
         return;
     }
     for (int i = 0; i < n; i++)
-        if (!done[i])
+        if (!done[i] && !hosts)
             miss[k++] = ranks[i];
+    for (int c = 0; hosts && c < nc; c++)
+        for (int i = 0; i < n; i++)
+            if (!done[i] && ch.leader_of[c] == ranks[i]) {
+                miss[k++] = c;
+                break;
+            }
     if (k)
         dt__clients_str(buf, size, miss, k);
     else if (size)
@@ -476,7 +484,7 @@ static dt_status host_fold(uint64_t seq, uint64_t acc[3], dt__waiter *w)
         }
         if (left > 0 && dt__wait_pause(w)) {
             char miss[256];
-            missing_str(miss, sizeof miss, ch.members, done, n);
+            missing_str(miss, sizeof miss, ch.members, done, n, false);
             s = dt__gave_up(w, "in the agreement of all clients (on this host)", miss);
             break;
         }
@@ -490,7 +498,7 @@ static dt_status host_fold(uint64_t seq, uint64_t acc[3], dt__waiter *w)
  * each receives every other's `bytes` into all[i * bytes]. Fixed sizes: a message of another
  * length is an error naming its sender. */
 static dt_status swap(const int ranks[], int n, int self, const void *mine, void *all, size_t bytes,
-                      int kind, const char *where)
+                      int kind, const char *where, bool hosts)
 {
     memcpy((char *)all + (size_t)self * bytes, mine, bytes);
     if (n == 1)
@@ -539,7 +547,7 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
         }
         if (s == DT_OK && left > 0 && dt__wait_pause(&w)) {
             char miss[256];
-            missing_str(miss, sizeof miss, ranks, done, n);
+            missing_str(miss, sizeof miss, ranks, done, n, hosts);
             s = dt__gave_up(&w, where, miss);
         }
     }
@@ -555,6 +563,9 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
     free(done);
     return s;
 }
+
+/* What a leader publishes for its host when it gave up (a verdict is 0 or 1). */
+#define LEADER_GAVE_UP 2
 
 /* Combine v over every client: shared memory within the host, leaders across hosts. */
 static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
@@ -573,7 +584,7 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
         if (s == DT_OK) {
             all = malloc(sizeof mine * (size_t)ch.nleaders);
             s = all ? swap(ch.leaders, ch.nleaders, ch.leader_index, mine, all, sizeof mine,
-                           KIND_LEADERS, "in the agreement of all clients (between hosts)")
+                           KIND_LEADERS, "in the agreement of all clients (between hosts)", true)
                     : dt__fail(DT_ERR_NOMEM, "agreement: out of memory");
         }
         for (int h = 0; s == DT_OK && h < ch.nleaders; h++) {
@@ -588,7 +599,7 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
         }
         free(all);
         /* the host learns the result, or that its leader gave up */
-        uint64_t failed[3] = {1, 0, 0};
+        uint64_t failed[3] = {LEADER_GAVE_UP, 0, 0};
         publish(&me->host[seq & 1], seq, s == DT_OK ? out : failed);
     } else {
         entry *e = &ch.slots[0]->host[seq & 1];
@@ -604,11 +615,21 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
                         done[i] = atomic_load_explicit(&m->seq, memory_order_acquire) == seq;
                         k += !done[i];
                     }
-                    if (k)
-                        missing_str(miss, sizeof miss, ch.members, done, ch.host_size);
-                    else
-                        snprintf(miss, sizeof miss, "the other hosts (through client %d)",
-                                 ch.members[0]);
+                    if (k) {
+                        missing_str(miss, sizeof miss, ch.members, done, ch.host_size, false);
+                    } else { /* the host is complete: its leader waits for the other hosts */
+                        int *others = malloc(sizeof(int) * (size_t)dt__rt.num_clients), no = 0;
+                        for (int c = 0; others && c < dt__rt.num_clients; c++)
+                            if (ch.leader_of[c] != ch.members[0])
+                                others[no++] = c;
+                        char list[160] = "";
+                        if (others)
+                            dt__clients_str(list, sizeof list, others, no);
+                        snprintf(miss, sizeof miss,
+                                 "%s (the other hosts, through this host's leader, client %d)",
+                                 list, ch.members[0]);
+                        free(others);
+                    }
                 }
                 free(done);
                 s = dt__gave_up(&w, "in the agreement of all clients", miss);
@@ -617,6 +638,12 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
         }
         if (s == DT_OK)
             memcpy(out, e->v, sizeof e->v);
+        if (s == DT_OK && out[0] == LEADER_GAVE_UP)
+            s = dt__fail(DT_ERR_COMM,
+                         "%s: client %d, the leader of this client's host, gave up waiting for "
+                         "the other hosts in the agreement of all clients (DTENSOR_TIMEOUT is %d "
+                         "s): a client died, or is stuck in another call; stop the program",
+                         dt__current_call(), ch.members[0], dt__rt.timeout_s);
     }
     dt__wait_end(&w);
     if (s != DT_OK) { /* a late client reading this agreement sees a failure */
@@ -699,7 +726,7 @@ static dt_status rare_path(const dt__agreement *a, dt_status local, uint64_t fp)
     for (int c = 0; c < n; c++)
         ranks[c] = c;
     s = swap(ranks, n, me, &mine, all, sizeof mine, KIND_VERDICT,
-             "in the agreement of all clients (exchanging verdicts)");
+             "in the agreement of all clients (exchanging verdicts)", false);
     if (s != DT_OK)
         goto done;
     /* whatever a peer sent: bounded strings, statuses in range, its sequence */
@@ -765,7 +792,7 @@ static dt_status rare_path(const dt__agreement *a, dt_status local, uint64_t fp)
     }
     texts = malloc(sizeof *texts * (size_t)n);
     s = texts ? swap(ranks, n, me, &one, texts, sizeof one, KIND_FIELD,
-                     "in the agreement of all clients (exchanging a field)")
+                     "in the agreement of all clients (exchanging a field)", false)
               : dt__fail(DT_ERR_NOMEM, "%s: out of memory", a->what);
     if (s != DT_OK)
         goto done;
