@@ -213,7 +213,8 @@ dt_status dt__require_init(const char *fn);
 typedef struct dt__waiter {
     double start, waited; /* seconds: the first pause, and the time waited so far */
     long sleep_ns;
-    int slack; /* the thread's timer slack before the wait sleeps (-1: untouched) */
+    unsigned polls; /* pauses while spinning */
+    int slack;      /* the thread's timer slack before the wait sleeps (-1: untouched) */
     bool spin;
 } dt__waiter;
 void dt__wait_begin(dt__waiter *w);

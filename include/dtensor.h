@@ -516,7 +516,9 @@ typedef enum dt_binary_op {
 const char *dt_unary_op_name(dt_unary_op op);
 const char *dt_binary_op_name(dt_binary_op op);
 
-/* Creation ops: a tensor of `shape` in opts->layout (required). */
+/* Creation ops: a tensor of `shape` in opts->layout (required). An integer dtype needs a
+ * value (arange: every element) that fits it: NaN, infinities and values out of its range are
+ * DT_ERR_ARG. */
 dt_status dt_fill(dt_dtype dtype, int rank, const int64_t shape[], double value,
                   const dt_op_options *opts, dt_tensor **out);
 dt_status dt_ones(dt_dtype dtype, int rank, const int64_t shape[], const dt_op_options *opts,

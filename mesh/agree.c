@@ -39,7 +39,7 @@
  * yields the core between polls, then sleeps with a growing pause: waits that last (a client
  * computing, another process on the core) stop competing for the CPU, while the short waits
  * of small collectives never sleep. Measured on 2 cores (README "Failure model"). */
-#define DT__WAIT_SPIN_S 20e-6
+#define DT__WAIT_SPIN_POLLS 256 /* about 20-30 us of polls and pauses */
 #define DT__WAIT_YIELD_S 200e-6
 #define DT__WAIT_SLEEP_MIN_NS 2000
 #define DT__WAIT_SLEEP_MAX_NS 50000
@@ -69,6 +69,12 @@ void dt__wait_begin(dt__waiter *w)
 
 bool dt__wait_pause(dt__waiter *w)
 {
+    /* young: spin without reading the clock (a read costs as much as a short wait) */
+    if (w->spin && w->polls < DT__WAIT_SPIN_POLLS) {
+        w->polls++;
+        cpu_relax();
+        return false;
+    }
     double now = seconds_now();
     if (w->start == 0)
         w->start = now;
@@ -76,24 +82,18 @@ bool dt__wait_pause(dt__waiter *w)
     w->waited = waited;
     if (waited > dt__rt.timeout_s)
         return true;
-    if (w->spin && waited < DT__WAIT_SPIN_S) {
-        for (int i = 0; i < 16; i++)
-            cpu_relax();
-    } else if (waited < DT__WAIT_YIELD_S) {
+    if (waited < DT__WAIT_YIELD_S) {
         sched_yield();
-    } else {
-        if (w->slack < 0) {
-            int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-            if (old > 0 && prctl(PR_SET_TIMERSLACK, DT__WAIT_SLACK_NS, 0, 0, 0) == 0)
-                w->slack = old;
-            else
-                w->slack = 0;
-            w->sleep_ns = DT__WAIT_SLEEP_MIN_NS;
-        }
-        nanosleep(&(struct timespec){.tv_nsec = w->sleep_ns}, NULL);
-        w->sleep_ns =
-            w->sleep_ns * 2 > DT__WAIT_SLEEP_MAX_NS ? DT__WAIT_SLEEP_MAX_NS : w->sleep_ns * 2;
+        return false;
     }
+    if (w->slack < 0) {
+        int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        w->slack = old > 0 && prctl(PR_SET_TIMERSLACK, DT__WAIT_SLACK_NS, 0, 0, 0) == 0 ? old : 0;
+        w->sleep_ns = DT__WAIT_SLEEP_MIN_NS;
+    }
+    nanosleep(&(struct timespec){.tv_nsec = w->sleep_ns}, NULL);
+    w->sleep_ns =
+        w->sleep_ns * 2 > DT__WAIT_SLEEP_MAX_NS ? DT__WAIT_SLEEP_MAX_NS : w->sleep_ns * 2;
     return false;
 }
 

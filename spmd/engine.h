@@ -292,6 +292,9 @@ DT__OP_LIST(DT__OP_DECL)
 const dt__op_def *dt__op_get(dt__op op);
 
 /* Shared helpers of op files. */
+/* DT_ERR_ARG naming `what` when v converted to an element of dtype is undefined (an integer
+ * dtype and a value outside its range, NaN or an infinity). */
+dt_status dt__check_value(const char *name, dt_dtype dtype, double v, const char *what);
 char *dt__layout_str(const dt_layout *l, char *buf, size_t size);
 /* A non-partial layout of rank `rank` on m with every axis unsharded. */
 dt_layout dt__layout_none(const dt_mesh *m, int rank);

@@ -34,3 +34,28 @@ def test_bad_arguments(t, call, error, needle):
 def test_rank_zero_tensor_from_array(mesh_2d):
     s = dtensor.dtensor_from_array(np.float32(3.5), dtensor.Layout.replicated(mesh_2d, 0))
     assert s.shape == () and float(s) == 3.5
+
+
+def test_extension_converters(t):
+    """The extension's own argument converters (fuzzed by tests/fuzz/fuzz_python.c): an op gets
+    exactly the operands its C call reads; a list argument that is not a list or tuple raises
+    TypeError; an entry past 64 bits ValueError; a layer that is not a tuple TypeError."""
+    c = dtensor._dtensor
+    h = t._handle
+    with pytest.raises(ValueError, match="matmul: 1 operands, expected 2"):
+        c.apply("matmul", [h], None, None, False)
+    with pytest.raises(ValueError, match="transpose: 2 operands, expected 1"):
+        c.apply("transpose", [h, h], None, None, False, [1, 0])
+    with pytest.raises(TypeError, match="expected a list or tuple, got memoryview"):
+        c.apply("reshape", [h], None, None, False, memoryview(bytes(8)).cast("b", (2, 4)))
+    with pytest.raises(ValueError, match="does not fit in 64 bits"):
+        c.apply("reshape", [h], None, None, False, [2**70])
+    with pytest.raises(TypeError, match="layer 0: expected a tuple, got int"):
+        c.model_create(4, [5], c.DTYPE_F32, 0)
+
+
+def test_fill_value_must_fit_an_integer_dtype(t):
+    with pytest.raises(dtensor.DTensorError, match="value 4.6e\\+18 does not fit in i32"):
+        dtensor.fill([2, 2], 4.6e18, dtype=np.int32, layout=t.layout)
+    with pytest.raises(dtensor.DTensorError, match="does not fit in i64"):
+        dtensor.fill([2, 2], float("nan"), dtype=np.int64, layout=t.layout)
