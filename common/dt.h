@@ -263,6 +263,10 @@ typedef struct dt__agreement {
     const void *ctx;
 } dt__agreement;
 
+/* Test hook: this client's next verdict on the rare path carries `status` as given (any int)
+ * and a message with no terminating NUL, as a broken peer might send. */
+void dt__agree_test_garble(int status);
+
 /* The agreement channel over every client (dt_init opens it, dt_finalize closes it). */
 dt_status dt__channel_open(void);
 void dt__channel_close(void);

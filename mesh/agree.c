@@ -92,8 +92,7 @@ bool dt__wait_pause(dt__waiter *w)
         w->sleep_ns = DT__WAIT_SLEEP_MIN_NS;
     }
     nanosleep(&(struct timespec){.tv_nsec = w->sleep_ns}, NULL);
-    w->sleep_ns =
-        w->sleep_ns * 2 > DT__WAIT_SLEEP_MAX_NS ? DT__WAIT_SLEEP_MAX_NS : w->sleep_ns * 2;
+    w->sleep_ns = w->sleep_ns * 2 > DT__WAIT_SLEEP_MAX_NS ? DT__WAIT_SLEEP_MAX_NS : w->sleep_ns * 2;
     return false;
 }
 
@@ -699,6 +698,13 @@ static uint64_t field_hash(const verdict *v, int i)
     return i < v->nfields ? v->hash[i] : 0x5a5a5a5a5a5a5a5aull; /* an absent field */
 }
 
+static int garble = INT_MIN; /* dt__agree_test_garble */
+
+void dt__agree_test_garble(int status)
+{
+    garble = status;
+}
+
 static dt_status rare_path(const dt__agreement *a, dt_status local, uint64_t fp)
 {
     int n = dt__rt.num_clients, me = dt__rt.client;
@@ -722,6 +728,11 @@ static dt_status rare_path(const dt__agreement *a, dt_status local, uint64_t fp)
         mine.nfields = all_fields(a, f);
         for (int i = 0; i < mine.nfields; i++)
             mine.hash[i] = f[i].hash;
+    }
+    if (garble != INT_MIN) { /* a peer sending what no client would: the others must cope */
+        mine.status = garble;
+        memset(mine.msg, 'A', sizeof mine.msg);
+        garble = INT_MIN;
     }
     for (int c = 0; c < n; c++)
         ranks[c] = c;

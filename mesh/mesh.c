@@ -128,11 +128,20 @@ static int mesh_fields(const void *ctx, dt__field out[], int max)
                       dt_device_type_name(d->type), d->desc);
     if (n < max) {
         uint64_t h = structure(0, NULL, NULL, DT_DEVICE_CPU, d->num_devices, d->ids);
+        /* the ids' ends, where lists of one length differ when a client takes another */
+        char ends[160] = "";
+        size_t k = 0;
+        for (int i = 0; d->ids && i < d->num_devices && i < 1 << 24 && k < sizeof ends; i++) {
+            if (i == 4 && d->num_devices > 8) {
+                k += (size_t)snprintf(ends + k, sizeof ends - k, ",...");
+                i = d->num_devices - 4;
+            }
+            k += (size_t)snprintf(ends + k, sizeof ends - k, "%s%d", i ? "," : "", d->ids[i]);
+        }
         if (d->num_devices < 0)
             dt__field_set(&out[n++], "devices", &h, sizeof h, "all");
         else
-            dt__field_set(&out[n++], "devices", &h, sizeof h, "%d ids in \"%.150s\"",
-                          d->num_devices, d->desc);
+            dt__field_set(&out[n++], "devices", &h, sizeof h, "%d ids [%s]", d->num_devices, ends);
     }
     return n;
 }

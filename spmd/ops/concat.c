@@ -25,8 +25,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
         if (!ok) {
             char s0[DT__SHAPE_STR_MAX], st[DT__SHAPE_STR_MAX];
             return dt__fail(
-                DT_ERR_SHAPE, "concat: operand %d is %s%s, operand 0 is %s%s (axis %d may differ)",
-                t, dt_dtype_name(x->dtype), dt__shape_str(st, sizeof st, x->rank, x->shape),
+                x->dtype != x0->dtype ? DT_ERR_DTYPE : DT_ERR_SHAPE,
+                "concat: operand %d is %s%s, operand 0 is %s%s (axis %d may differ)", t,
+                dt_dtype_name(x->dtype), dt__shape_str(st, sizeof st, x->rank, x->shape),
                 dt_dtype_name(x0->dtype), dt__shape_str(s0, sizeof s0, x0->rank, x0->shape), axis);
         }
         out->shape[axis] += x->shape[axis];

@@ -59,3 +59,16 @@ def test_fill_value_must_fit_an_integer_dtype(t):
         dtensor.fill([2, 2], 4.6e18, dtype=np.int32, layout=t.layout)
     with pytest.raises(dtensor.DTensorError, match="does not fit in i64"):
         dtensor.fill([2, 2], float("nan"), dtype=np.int64, layout=t.layout)
+
+
+def test_sizes_that_overflow(t):
+    """f64 [2^61] is 2^64 bytes: refused naming the shape (it wrote past a short buffer)."""
+    with pytest.raises(dtensor.DTensorError, match="2305843009213693952"):
+        dtensor.ones((2**61,), dtype=np.float64,
+                     layout=dtensor.Layout.replicated(t.layout.mesh, 1))
+
+
+def test_concat_of_two_dtypes(t):
+    with pytest.raises(dtensor.DTensorError) as e:
+        dtensor.concat([t, dtensor.cast(t, np.float64)], 0)
+    assert e.value.status == "DT_ERR_DTYPE"
