@@ -502,13 +502,19 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
     memcpy((char *)all + (size_t)self * bytes, mine, bytes);
     if (n == 1)
         return DT_OK;
+    /* MPI works on buffers of its own here: when the wait gives up, those still in use are
+     * abandoned to it rather than freed under it */
     MPI_Request *req = malloc(sizeof *req * (size_t)n * 2);
     bool *done = calloc((size_t)n * 2, sizeof *done);
-    if (!req || !done) {
+    char *out = malloc(bytes), *in = malloc(bytes * (size_t)n);
+    if (!req || !done || !out || !in) {
         free(req);
         free(done);
+        free(out);
+        free(in);
         return dt__fail(DT_ERR_NOMEM, "agreement: out of memory for %d clients", n);
     }
+    memcpy(out, mine, bytes);
     int tag = tag_of(ch.seq, kind);
     dt_status s = DT_OK;
     for (int i = 0; i < n; i++) {
@@ -516,9 +522,9 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
         done[i] = done[n + i] = i == self;
         if (i == self || s != DT_OK)
             continue;
-        if (MPI_Irecv((char *)all + (size_t)i * bytes, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm,
+        if (MPI_Irecv(in + (size_t)i * bytes, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm,
                       &req[i]) != MPI_SUCCESS ||
-            MPI_Isend(mine, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm, &req[n + i]) !=
+            MPI_Isend(out, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm, &req[n + i]) !=
                 MPI_SUCCESS)
             s = dt__fail(DT_ERR_COMM, "agreement: cannot post a message to client %d", ranks[i]);
     }
@@ -551,13 +557,22 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
         }
     }
     dt__wait_end(&w);
+    bool abandoned = false;
     if (s != DT_OK) /* nothing of this agreement may match a later one */
         for (int i = 0; i < 2 * n; i++)
             if (req[i] != MPI_REQUEST_NULL) {
                 if (i < n)
                     MPI_Cancel(&req[i]);
                 MPI_Request_free(&req[i]);
+                abandoned = true;
             }
+    for (int i = 0; s == DT_OK && i < n; i++)
+        if (i != self)
+            memcpy((char *)all + (size_t)i * bytes, in + (size_t)i * bytes, bytes);
+    if (!abandoned) {
+        free(out);
+        free(in);
+    }
     free(req);
     free(done);
     return s;
