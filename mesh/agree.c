@@ -36,16 +36,24 @@
 /* ---- waiting ----------------------------------------------------------------------------- */
 
 /* A wait spins while it is young (only when every client of the host has a core), then
- * yields the core between polls, then sleeps with a growing pause: waits that last (a client
- * computing, another process on the core) stop competing for the CPU, while the short waits
- * of small collectives never sleep. Measured on 2 cores (README "Failure model"). */
-#define DT__WAIT_SPIN_POLLS 256 /* about 20-30 us of polls and pauses */
-#define DT__WAIT_YIELD_S 200e-6
+ * yields the core between polls. A yield normally comes back within microseconds (the other
+ * clients' polls); one that takes a millisecond means another process took the core for a
+ * whole time slice -- and each later yield would hand it another. From then on, for a while,
+ * this thread's waits sleep instead (pauses growing from 2 to 50 us): a sleeper wakes and
+ * takes the core back from such a process within a timer's latency, where a yielder waits for
+ * its slice. Idle machines never sleep, so short waits keep their latency. Measured on 2
+ * cores (README "Failure model"). */
+#define DT__WAIT_SPIN_POLLS 256    /* about 20-30 us of polls and pauses */
+#define DT__WAIT_SLOW_YIELD_S 1e-3 /* a yield this long: the core went to another process */
+#define DT__WAIT_SLEEPY_S 0.05     /* how long waits sleep after a slow yield */
 #define DT__WAIT_SLEEP_MIN_NS 2000
 #define DT__WAIT_SLEEP_MAX_NS 50000
 /* The timer slack of a sleeping waiter (the kernel's default of 50 us would stretch every
  * pause to that); restored when the wait ends. */
 #define DT__WAIT_SLACK_NS 1000
+
+/* Until when this thread's waits sleep rather than yield (a slow yield was seen). */
+static _Thread_local double sleepy_until;
 
 static double seconds_now(void)
 {
@@ -82,8 +90,11 @@ bool dt__wait_pause(dt__waiter *w)
     w->waited = waited;
     if (waited > dt__rt.timeout_s)
         return true;
-    if (waited < DT__WAIT_YIELD_S) {
+    if (now >= sleepy_until) {
         sched_yield();
+        double back = seconds_now();
+        if (back - now > DT__WAIT_SLOW_YIELD_S)
+            sleepy_until = back + DT__WAIT_SLEEPY_S;
         return false;
     }
     if (w->slack < 0) {
