@@ -10,6 +10,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     if ((unsigned)n->attrs.op >= DT_UNARY_COUNT)
         return dt__fail(DT_ERR_ARG, "unary: operator %d is outside 0..%d", n->attrs.op,
                         DT_UNARY_COUNT - 1);
+    /* logical_not is the one unary op of bool; every other takes the numeric dtypes */
+    DT_TRY(dt__dtype_check(dt_unary_op_name((dt_unary_op)n->attrs.op), in[0]->dtype,
+                           n->attrs.op == DT_UNARY_LOGICAL_NOT ? DT__BOOL : DT__NUMERIC));
     out->dtype = in[0]->dtype;
     out->rank = in[0]->rank;
     memcpy(out->shape, in[0]->shape, sizeof out->shape);
