@@ -5,9 +5,7 @@
 
 dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out)
 {
-    if (!dt__dtype_valid(a->dtype))
-        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of f32, f64, i32, i64", name,
-                        (int)a->dtype);
+    DT_TRY(dt__dtype_check(name, a->dtype, DT__ANY));
     if (a->rank < 0 || a->rank > DT_MAX_RANK)
         return dt__fail(DT_ERR_SHAPE, "%s: rank %d outside 0..%d", name, a->rank, DT_MAX_RANK);
     int64_t n = dt__num_elements(a->rank, a->shape);
@@ -61,30 +59,10 @@ dt_status dt__expand_creation(dt__program *p, const char *name, const dt__node *
     return dt__relayout_emit(p, name, &y, want, out);
 }
 
-dt_status dt__check_value(const char *name, dt_dtype dtype, double v, const char *what)
-{
-    /* an integer element is (T)v, which C leaves undefined unless trunc(v) fits T */
-    double lo = 0, hi = 0;
-    if (dtype == DT_DTYPE_I32) {
-        lo = -2147483649.0; /* -2^31 - 1 */
-        hi = 2147483648.0;  /* 2^31 */
-    } else if (dtype == DT_DTYPE_I64) {
-        lo = -9223372036854777856.0; /* the double below -2^63 */
-        hi = 9223372036854775808.0;  /* 2^63 */
-    } else {
-        return DT_OK;
-    }
-    if (!(v > lo && v < hi))
-        return dt__fail(DT_ERR_ARG, "%s: %s %g does not fit in %s", name, what, v,
-                        dt_dtype_name(dtype));
-    return DT_OK;
-}
-
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
     (void)in;
-    DT_TRY(dt__infer_creation("fill", &n->attrs, out));
-    return dt__check_value("fill", n->attrs.dtype, n->attrs.a, "value");
+    return dt__infer_creation("fill", &n->attrs, out);
 }
 
 static void args(void *ctx, int d, dt__kargs *k)
