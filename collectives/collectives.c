@@ -418,12 +418,6 @@ static dt_status plan(dt__coll_req *r)
     return DT_OK;
 }
 
-/* Set by dt__collective for the start it makes: nothing else runs between its start and its
- * wait, so when every client of this host has a core of its own the cross-client step may use
- * MPICH's blocking calls, which are faster than the nonblocking ones at small sizes (they
- * spin, which only hurts when clients outnumber cores; TOOLCHAIN.md). */
-static _Thread_local bool blocking_next;
-
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out)
 {
     if (out)
@@ -438,9 +432,6 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!r)
         return dt__fail(DT_ERR_NOMEM, "collective: out of memory");
     r->t0 = now();
-    /* Agreed at dt_init: a client's own count of local devices would differ between clients
-     * (a mesh over a subset of devices), and a blocking call never matches a nonblocking one. */
-    r->blocking = blocking_next && dt__rt.all_fit;
     r->m = m;
     r->c = *c;
     r->es = dt__dtype_valid(c->dtype) ? dt_dtype_size(c->dtype) : 1;
@@ -538,10 +529,7 @@ dt_status dt__collective_wait(dt__coll_req *r)
 dt_status dt__collective(const dt_mesh *m, const dt__coll *c)
 {
     dt__coll_req *r;
-    blocking_next = true;
-    dt_status s = dt__collective_start(m, c, &r);
-    blocking_next = false;
-    DT_TRY(s);
+    DT_TRY(dt__collective_start(m, c, &r));
     return dt__collective_wait(r);
 }
 

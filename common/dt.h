@@ -189,8 +189,6 @@ typedef struct dt__runtime {
     bool mpi_used;    /* clients are MPI ranks */
     bool mpi_owned;   /* dt_init called MPI_Init and dt_finalize ends it */
     bool cuda_tf32;   /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
-    bool all_fit;     /* on every client's host each CPU worker has a core (agreed at dt_init): the
-                         collectives may use MPICH's blocking calls, which spin */
     int blas_threads; /* threads of one OpenBLAS call */
     int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */

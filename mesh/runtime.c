@@ -297,21 +297,6 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
     return DT_OK;
 }
 
-/* dt__rt.all_fit: true when workers fit their host's cores on every client. Collective. */
-static dt_status agree_fit(void)
-{
-    int n = dt__rt.num_clients, mine = workers_fit;
-    int *all = malloc(sizeof(int) * (size_t)n);
-    if (!all)
-        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d clients", n);
-    dt_status s = dt__allgather_bytes(dt__rt.world, &mine, sizeof mine, all);
-    dt__rt.all_fit = s == DT_OK;
-    for (int c = 0; c < n; c++)
-        dt__rt.all_fit = dt__rt.all_fit && all[c];
-    free(all);
-    return s;
-}
-
 /* Per type, every client's device count and the prefix sums. Collective over world. */
 static dt_status exchange_counts(void)
 {
@@ -481,8 +466,6 @@ dt_status dt_init(const dt_init_options *opts)
     s = dt__agree(dt__rt.world, s);
     if (s == DT_OK)
         s = exchange_counts();
-    if (s == DT_OK)
-        s = agree_fit();
     if (s != DT_OK) {
         release_all();
         return s;
