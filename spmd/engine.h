@@ -147,6 +147,10 @@ typedef struct dt__program {
     int ninputs, noutputs;
     dt__dist *in; /* per program input */
     dt__dist *out;
+    /* an eager op's agreement fingerprint (spmd/graph.c), computed on its first run: the cache
+     * key it is found by fixes everything the fingerprint hashes */
+    uint64_t fingerprint;
+    bool has_fingerprint;
 } dt__program;
 
 dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out);

@@ -905,8 +905,11 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
         return dt__mesh_agree(mesh, s, &(dt__agreement){.what = name});
     op_desc d = {op, attrs, nin, in, want};
     dt__op_check chk = {mesh, {.what = name, .fields = op_fields, .ctx = &d}};
-    if (mesh->comm != MPI_COMM_NULL)
-        chk.a.fingerprint = op_fingerprint(op, attrs, nin, in, want);
+    if (mesh->comm != MPI_COMM_NULL && !p->has_fingerprint) {
+        p->fingerprint = op_fingerprint(op, attrs, nin, in, want);
+        p->has_fingerprint = true;
+    }
+    chk.a.fingerprint = p->fingerprint;
     if (opts && opts->program)
         dt__program_print(p, opts->program);
     s = dt__program_run(p, in, out, &chk);
