@@ -471,6 +471,17 @@ static void missing_str(char *buf, size_t size, const int ranks[], const bool do
     free(miss);
 }
 
+/* A wait on shared memory makes no MPI call by itself; past its spin it drives MPI's progress
+ * too, so that what other clients started towards this one (a parameter-server pull reading
+ * this client's window) completes while it waits, instead of both waiting for ever. */
+static void drive_progress(const dt__waiter *w)
+{
+    if (!w->spin || w->polls >= DT__WAIT_SPIN_POLLS) {
+        int flag;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ch.comm, &flag, MPI_STATUS_IGNORE);
+    }
+}
+
 /* The host's part: wait for every member's entry of `seq` and fold it into acc. */
 static dt_status host_fold(uint64_t seq, uint64_t acc[3], dt__waiter *w)
 {
@@ -492,6 +503,8 @@ static dt_status host_fold(uint64_t seq, uint64_t acc[3], dt__waiter *w)
                 left--;
             }
         }
+        if (left > 0)
+            drive_progress(w);
         if (left > 0 && dt__wait_pause(w)) {
             char miss[256];
             missing_str(miss, sizeof miss, ch.members, done, n, false);
@@ -629,6 +642,7 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
     } else {
         entry *e = &ch.slots[0]->host[seq & 1];
         while (atomic_load_explicit(&e->seq, memory_order_acquire) != seq) {
+            drive_progress(&w);
             if (dt__wait_pause(&w)) {
                 /* name this host's clients that have not arrived, else the other hosts */
                 bool *done = calloc((size_t)ch.host_size, sizeof *done);
