@@ -610,6 +610,56 @@ dt_status dt_where(const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y
 dt_status dt_reduce(dt_reduce_op op, const dt_tensor *x, int num_axes, const int axes[],
                     int keepdims, const dt_op_options *opts, dt_tensor **out);
 
+/* Row-wise ops: softmax, normalization, arg reductions and running sums, along any axis,
+ * sharded or not. A sharded axis costs collectives of the small per-row statistics only (the
+ * [..., 1, ...] tensors), never a gather of x. */
+
+/* tf.nn.softmax and tf.nn.log_softmax along `axis` (negative counts from the end) of a floating
+ * x: exp(x - m) / sum exp(x - m) and x - m - log sum exp(x - m), m the maximum along the axis
+ * (where finite, else 0). When the axis is sharded, each device reduces its shard and one
+ * all-reduce MAX then one all-reduce SUM of the [..., 1, ...] statistics cross its mesh axis.
+ * A partial x is summed first. The result keeps x's layout. The 16-bit floats compute in f32
+ * and round once. */
+dt_status dt_softmax(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out);
+dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out);
+/* tf.math.reduce_logsumexp: log sum exp(x) over `num_axes` axes (0: every axis), as
+ * m + log sum exp(x - m), m the maximum where finite (else 0, as TensorFlow); keepdims keeps the
+ * reduced axes with extent 1. Floating x; the collectives of softmax over every mesh axis that
+ * shards a reduced axis. */
+dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
+                       const dt_op_options *opts, dt_tensor **out);
+
+/* Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta with
+ * the mean and the biased variance of each row; rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma.
+ * x floating of rank >= 1; gamma and beta of shape [last extent] and x's dtype, each may be NULL
+ * (no scale, no offset); epsilon >= 0. The statistics are kept in f32 for the 16-bit floats.
+ * When the last axis is sharded, the row sums are all-reduced over its mesh axis (layer_norm:
+ * one all-reduce SUM for the mean, one for the variance; rms_norm: one) and gamma and beta are
+ * laid out like x's last axis. */
+dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
+                        double epsilon, const dt_op_options *opts, dt_tensor **out);
+dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gamma, double epsilon,
+                      const dt_op_options *opts, dt_tensor **out);
+
+/* tf.math.argmax and argmin along `axis` (removed from the result): the index of the largest
+ * (smallest) element, the first on ties and the first NaN when there is one (numpy's rule). Any
+ * dtype; index_dtype DT_DTYPE_I64 (TensorFlow's default) or DT_DTYPE_I32; the axis must not be
+ * empty. When the axis is sharded, each device finds its shard's extremum and its global index
+ * and one all-gather of these records (16 bytes per row and shard) over the mesh axis lets every
+ * device pick the winner. A partial x is summed first. */
+dt_status dt_argmax(const dt_tensor *x, int axis, dt_dtype index_dtype, const dt_op_options *opts,
+                    dt_tensor **out);
+dt_status dt_argmin(const dt_tensor *x, int axis, dt_dtype index_dtype, const dt_op_options *opts,
+                    dt_tensor **out);
+
+/* tf.math.cumsum along `axis` of a numeric x: `exclusive` leaves each element out of its own
+ * sum, `reverse` sums from the end. When the axis is sharded, each device scans its shard, the
+ * shard totals (a [..., 1, ...] tensor per device) are all-gathered over the mesh axis and each
+ * device adds the totals of the shards before it (after it, when reversed). Integers wrap; the
+ * 16-bit floats accumulate in f32. A partial x stays partial (the scan is linear). */
+dt_status dt_cumsum(const dt_tensor *x, int axis, int exclusive, int reverse,
+                    const dt_op_options *opts, dt_tensor **out);
+
 /* Result axis i is x's axis perm[i]; the layout moves with the axes (no communication). */
 dt_status dt_transpose(const dt_tensor *x, const int perm[], const dt_op_options *opts,
                        dt_tensor **out);

@@ -31,7 +31,11 @@
     X(RELAYOUT, relayout)         \
     X(COPY_TO_MESH, copy_to_mesh) \
     X(CAST, cast)                 \
-    X(WHERE, where)
+    X(WHERE, where)               \
+    X(SOFTMAX, softmax)           \
+    X(NORM, norm)                 \
+    X(ARG_REDUCE, arg_reduce)     \
+    X(CUMSUM, cumsum)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -110,8 +114,8 @@ typedef struct dt__dist {
  * of another device type (CPU <-> CUDA), over the same clients. */
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
-/* Operands of one kernel step (where: condition, x, y). */
-#define DT__STEP_MAX_IN 3
+/* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
+#define DT__STEP_MAX_IN 5
 
 typedef struct dt__step {
     dt__step_kind kind;
@@ -345,6 +349,27 @@ double dt__broadcast_cost(int n, const dt__dist *const xs[], const dt_layout *o,
 /* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
                         dt__dist *out);
+
+/* Row-wise ops (softmax, norm, arg_reduce, cumsum). The dtype their sums are held in: f32 for
+ * the 16-bit floats (one rounding at the end), else the dtype itself (common/kernels.h). */
+static inline dt_dtype dt__acc_dtype(dt_dtype t)
+{
+    return t == DT_DTYPE_BF16 || t == DT_DTYPE_F16 ? DT_DTYPE_F32 : t;
+}
+/* Where an op that keeps its operand's shape computes (the operand x as it lies, or the
+ * request): x's layout without partial axes, or `want`'s when moving x there first costs less
+ * than moving the result afterwards (unary's rule). */
+dt_layout dt__rowwise_layout(const dt__dist *x, const dt_layout *want);
+/* x's layout with the axes of `mask` unsharded (their extents become `extent`, the rest
+ * keep x's), and the mesh axes that sharded them marked partial under `op`. */
+void dt__rowwise_reduced(const dt__dist *x, unsigned mask, int64_t extent, dt_reduce_op op,
+                         dt_layout *l, int64_t shape[]);
+/* Axes of a call (negative count from the end; none: every axis) into attributes: mask, and
+ * axis (the last one). A bad axis is kept for the shape rule (every client agrees on the
+ * failure there): mask 0, axis the value given, begin[0] 1 (outside the rank) or 2 (twice);
+ * dt__axis_error reports it. */
+void dt__axes_attrs(int rank, int num_axes, const int axes[], dt__attrs *a);
+dt_status dt__axis_error(const char *name, const dt__attrs *a, int rank);
 
 /* ---- entry points shared by the public API files ----------------------------------------- */
 

@@ -490,6 +490,298 @@ DEFINE_RANDOM(f16, uint16_t)
     }
 CPU_DTYPES(DEFINE_CAST)
 
+/* ---- row-wise kernels: softmax, norm, scan, arg_reduce (modes in common/kernels.h) -------- */
+
+/* A local shape seen around the axes of `mask` when they are contiguous: outer (the product of
+ * the axes before them), n (of the masked axes) and inner (of the axes after); false when the
+ * masked axes are not contiguous. No axis masked: n is 1 and inner 1. */
+static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *outer, int64_t *n,
+                     int64_t *inner)
+{
+    int lo = rank, hi = rank - 1;
+    for (int i = 0; i < rank; i++)
+        if (mask & (1u << i)) {
+            lo = lo == rank ? i : lo;
+            hi = i;
+        }
+    for (int i = lo; i <= hi; i++)
+        if (!(mask & (1u << i)))
+            return false;
+    *outer = *n = *inner = 1;
+    for (int i = 0; i < rank; i++)
+        *(i < lo ? outer : i <= hi ? n : inner) *= shape[i];
+    return true;
+}
+
+/* exp and log in a compute type (float: the f32 functions; double: the f64 ones). */
+#define CEXP(C, v) ((C)(sizeof(C) == sizeof(double) ? exp((double)(v)) : expf((float)(v))))
+#define CLOG(C, v) ((C)(sizeof(C) == sizeof(double) ? log((double)(v)) : logf((float)(v))))
+/* TensorFlow's shift of reduce_logsumexp: the maximum where it is finite, else 0. */
+#define SHIFT(C, m) (isfinite((double)(m)) ? (m) : (C)0)
+
+/* S: storage; C: compute and accumulation type (float for f32, bf16, f16; double for f64).
+ * Sums over a row accumulate in double and round once to C. */
+#define DEFINE_SOFTMAX(NAME, S, C)                                                            \
+    static void softmax_generic_##NAME(const dt__kargs *k, const void *const in[], void *out) \
+    {                                                                                         \
+        /* any mask: m and s broadcast over the masked axes */                                \
+        unsigned mode = DT__MODE_KIND(k->mode);                                               \
+        const S *x = in[0], *m = in[1];                                                       \
+        const C *s = in[2];                                                                   \
+        int r = k->rank;                                                                      \
+        const int64_t *xs = k->in_shape[0];                                                   \
+        int64_t ks[DT_MAX_RANK], sm[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                     \
+        for (int i = 0; i < r; i++)                                                           \
+            ks[i] = (k->mask & (1u << i)) ? 1 : xs[i];                                        \
+        bcast_strides(r, ks, sm);                                                             \
+        for (int i = 0; i < r; i++)                                                           \
+            if (k->mask & (1u << i))                                                          \
+                sm[i] = 0;                                                                    \
+        int64_t nx = dt__num_elements(r, xs), nk = dt__num_elements(r, ks);                   \
+        if (mode == DT__SOFTMAX_SUMEXP)                                                       \
+            for (int64_t q = 0; q < nk; q++)                                                  \
+                ((C *)out)[q] = 0;                                                            \
+        for (int64_t i = 0; i < nx; i++) {                                                    \
+            int64_t q = offset_of(r, idx, sm);                                                \
+            C v = LD_##NAME(x[i]), sh = SHIFT(C, LD_##NAME(m[q]));                            \
+            if (mode == DT__SOFTMAX_SUMEXP)                                                   \
+                ((C *)out)[q] += CEXP(C, v - sh);                                             \
+            else if (mode == DT__SOFTMAX_SOFTMAX)                                             \
+                ((S *)out)[i] = ST_##NAME(CEXP(C, v - sh) / s[q]);                            \
+            else                                                                              \
+                ((S *)out)[i] = ST_##NAME(v - sh - CLOG(C, s[q]));                            \
+            next_index(r, xs, idx);                                                           \
+        }                                                                                     \
+    }                                                                                         \
+    static void softmax_##NAME(const dt__kargs *k, const void *const in[], void *out)         \
+    {                                                                                         \
+        unsigned mode = DT__MODE_KIND(k->mode);                                               \
+        if (mode == DT__SOFTMAX_LSE) {                                                        \
+            const S *m = in[0];                                                               \
+            const C *s = in[1];                                                               \
+            S *o = out;                                                                       \
+            int64_t n = dt__num_elements(k->rank, k->shape);                                  \
+            for (int64_t i = 0; i < n; i++)                                                   \
+                o[i] = ST_##NAME(SHIFT(C, LD_##NAME(m[i])) + CLOG(C, s[i]));                  \
+            return;                                                                           \
+        }                                                                                     \
+        int64_t outer, n, inner;                                                              \
+        if (!row_view(k->rank, k->in_shape[0], k->mask, &outer, &n, &inner)) {                \
+            softmax_generic_##NAME(k, in, out);                                               \
+            return;                                                                           \
+        }                                                                                     \
+        const S *x = in[0], *m = in[1];                                                       \
+        if (mode == DT__SOFTMAX_SUMEXP) {                                                     \
+            C *s = out;                                                                       \
+            for (int64_t o = 0; o < outer; o++)                                               \
+                for (int64_t i = 0; i < inner; i++) {                                         \
+                    const S *row = x + o * n * inner + i;                                     \
+                    C sh = SHIFT(C, LD_##NAME(m[o * inner + i]));                             \
+                    double acc = 0;                                                           \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        acc += (double)CEXP(C, LD_##NAME(row[j * inner]) - sh);               \
+                    s[o * inner + i] = (C)acc;                                                \
+                }                                                                             \
+            return;                                                                           \
+        }                                                                                     \
+        const C *s = in[2];                                                                   \
+        S *y = out;                                                                           \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t i = 0; i < inner; i++) {                                             \
+                int64_t q = o * inner + i, at = o * n * inner + i;                            \
+                C sh = SHIFT(C, LD_##NAME(m[q]));                                             \
+                if (mode == DT__SOFTMAX_SOFTMAX) {                                            \
+                    C inv = (C)1 / s[q];                                                      \
+                    for (int64_t j = 0; j < n; j++, at += inner)                              \
+                        y[at] = ST_##NAME(CEXP(C, LD_##NAME(x[at]) - sh) * inv);              \
+                } else {                                                                      \
+                    C off = sh + CLOG(C, s[q]);                                               \
+                    for (int64_t j = 0; j < n; j++, at += inner)                              \
+                        y[at] = ST_##NAME(LD_##NAME(x[at]) - off);                            \
+                }                                                                             \
+            }                                                                                 \
+    }
+DEFINE_SOFTMAX(f32, float, float)
+DEFINE_SOFTMAX(f64, double, double)
+DEFINE_SOFTMAX(bf16, uint16_t, float)
+DEFINE_SOFTMAX(f16, uint16_t, float)
+
+/* Over the last axis: rows of n elements; statistics in C (one per row), sums in double. */
+#define DEFINE_NORM(NAME, S, C)                                                              \
+    static void norm_##NAME(const dt__kargs *k, const void *const in[], void *out)           \
+    {                                                                                        \
+        const S *x = in[0];                                                                  \
+        int r = k->rank;                                                                     \
+        const int64_t *xs = k->in_shape[0];                                                  \
+        int64_t n = r ? xs[r - 1] : 1, rows = 1;                                             \
+        for (int i = 0; i + 1 < r; i++)                                                      \
+            rows *= xs[i];                                                                   \
+        unsigned mode = DT__MODE_KIND(k->mode);                                              \
+        if (mode == DT__NORM_MEAN || mode == DT__NORM_VAR || mode == DT__NORM_MEAN_SQUARE) { \
+            const C *mu = in[1];                                                             \
+            C *st = out;                                                                     \
+            for (int64_t q = 0; q < rows; q++) {                                             \
+                const S *row = x + q * n;                                                    \
+                double acc = 0, c = mode == DT__NORM_VAR ? (double)mu[q] : 0;                \
+                for (int64_t j = 0; j < n; j++) {                                            \
+                    double v = (double)LD_##NAME(row[j]) - c;                                \
+                    acc += mode == DT__NORM_MEAN ? v : v * v;                                \
+                }                                                                            \
+                st[q] = (C)(acc * k->a);                                                     \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        bool layer = mode == DT__NORM_LAYER;                                                 \
+        const C *mu = layer ? in[1] : NULL, *var = layer ? in[2] : in[1];                    \
+        int next = layer ? 3 : 2;                                                            \
+        const S *gamma = (k->mode & DT__NORM_GAMMA) ? in[next++] : NULL;                     \
+        const S *beta = (k->mode & DT__NORM_BETA) ? in[next] : NULL;                         \
+        S *y = out;                                                                          \
+        for (int64_t q = 0; q < rows; q++) {                                                 \
+            C c = mu ? mu[q] : (C)0, rs = (C)(1.0 / sqrt((double)var[q] + k->b));            \
+            const S *row = x + q * n;                                                        \
+            S *yr = y + q * n;                                                               \
+            for (int64_t j = 0; j < n; j++) {                                                \
+                C v = (LD_##NAME(row[j]) - c) * rs;                                          \
+                if (gamma)                                                                   \
+                    v *= LD_##NAME(gamma[j]);                                                \
+                if (beta)                                                                    \
+                    v += LD_##NAME(beta[j]);                                                 \
+                yr[j] = ST_##NAME(v);                                                        \
+            }                                                                                \
+        }                                                                                    \
+    }
+DEFINE_NORM(f32, float, float)
+DEFINE_NORM(f64, double, double)
+DEFINE_NORM(bf16, uint16_t, float)
+DEFINE_NORM(f16, uint16_t, float)
+
+/* Running sums along k->axis in C (integers wrap); rows of `inner` interleaved columns keep one
+ * running sum per column. */
+#define DEFINE_SCAN(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                              \
+    static void scan_##NAME(const dt__kargs *k, const void *const in[], void *out)                 \
+    {                                                                                              \
+        const S *x = in[0];                                                                        \
+        int64_t outer, n, inner;                                                                   \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                      \
+        if (DT__MODE_KIND(k->mode) == DT__SCAN_TOTAL) {                                            \
+            C *t = out;                                                                            \
+            for (int64_t o = 0; o < outer; o++) {                                                  \
+                C *tr = t + o * inner;                                                             \
+                for (int64_t i = 0; i < inner; i++)                                                \
+                    tr[i] = 0;                                                                     \
+                for (int64_t j = 0; j < n; j++)                                                    \
+                    for (int64_t i = 0; i < inner; i++)                                            \
+                        tr[i] = DT__ADD(tr[i], LD_##NAME(x[(o * n + j) * inner + i]));             \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        bool excl = k->mode & DT__SCAN_EXCLUSIVE, rev = k->mode & DT__SCAN_REVERSE;                \
+        const C *tot = (k->mode & DT__SCAN_CARRY) ? in[1] : NULL;                                  \
+        int64_t g = tot ? k->in_shape[1][k->axis] : 0;                                             \
+        C one, *acc = inner == 1 ? &one : malloc(sizeof(C) * (size_t)inner);                       \
+        S *y = out;                                                                                \
+        for (int64_t o = 0; o < outer; o++) {                                                      \
+            /* columns one at a time when there is no memory for every column's sum */             \
+            int64_t cols = acc ? inner : 1;                                                        \
+            C *a = acc ? acc : &one;                                                               \
+            for (int64_t i0 = 0; i0 < inner; i0 += cols) {                                         \
+                for (int64_t i = 0; i < cols; i++) {                                               \
+                    a[i] = 0;                                                                      \
+                    for (int64_t b = rev ? k->start + 1 : 0; tot && b < (rev ? g : k->start); b++) \
+                        a[i] = DT__ADD(a[i], tot[(o * g + b) * inner + i0 + i]);                   \
+                }                                                                                  \
+                for (int64_t jj = 0; jj < n; jj++) {                                               \
+                    int64_t j = rev ? n - 1 - jj : jj, at = (o * n + j) * inner + i0;              \
+                    for (int64_t i = 0; i < cols; i++) {                                           \
+                        C v = LD_##NAME(x[at + i]);                                                \
+                        if (excl) {                                                                \
+                            y[at + i] = ST_##NAME(a[i]);                                           \
+                            a[i] = DT__ADD(a[i], v);                                               \
+                        } else {                                                                   \
+                            a[i] = DT__ADD(a[i], v);                                               \
+                            y[at + i] = ST_##NAME(a[i]);                                           \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        if (acc != &one)                                                                           \
+            free(acc);                                                                             \
+    }
+DEFINE_SCAN(f32, float, float, 1, 1, 0, 0)
+DEFINE_SCAN(f64, double, double, 1, 1, 0, 0)
+DEFINE_SCAN(i32, int32_t, int32_t, 0, 1, 0, 0)
+DEFINE_SCAN(i64, int64_t, int64_t, 0, 1, 0, 0)
+DEFINE_SCAN(bf16, uint16_t, float, 1, 1, 0, 0)
+DEFINE_SCAN(f16, uint16_t, float, 1, 1, 0, 0)
+DEFINE_SCAN(u8, uint8_t, uint8_t, 0, 0, 0, 0)
+DEFINE_SCAN(i8, int8_t, int8_t, 0, 1, 0, 0)
+
+/* Whether v beats best for argmax (op MAX) or argmin: strictly, so ties keep the first; a NaN
+ * beats any number and nothing beats a NaN (numpy's first NaN). */
+#define DEFINE_ARG(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                        \
+    static bool arg_beats_##NAME(int op, C v, C best)                                       \
+    {                                                                                       \
+        if (IS_FLOAT && isnan((double)best))                                                \
+            return false;                                                                   \
+        if (IS_FLOAT && isnan((double)v))                                                   \
+            return true;                                                                    \
+        return op == DT_REDUCE_MAX ? v > best : v < best;                                   \
+    }                                                                                       \
+    static void arg_reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
+    {                                                                                       \
+        unsigned mode = DT__MODE_KIND(k->mode);                                             \
+        int64_t outer, n, inner;                                                            \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);               \
+        bool wide = k->to == DT_DTYPE_I64;                                                  \
+        for (int64_t o = 0; o < outer; o++)                                                 \
+            for (int64_t i = 0; i < inner; i++) {                                           \
+                int64_t best_at = -1;                                                       \
+                C best = 0;                                                                 \
+                if (mode == DT__ARG_MERGE) {                                                \
+                    const int64_t *w = in[0];                                               \
+                    for (int64_t b = 0; b < n / 2; b++) {                                   \
+                        int64_t bits = w[(o * n + 2 * b) * inner + i];                      \
+                        int64_t at = w[(o * n + 2 * b + 1) * inner + i];                    \
+                        S sv;                                                               \
+                        memcpy(&sv, &bits, sizeof sv);                                      \
+                        C v = LD_##NAME(sv);                                                \
+                        if (at >= 0 && (best_at < 0 || arg_beats_##NAME(k->op, v, best))) { \
+                            best = v;                                                       \
+                            best_at = at;                                                   \
+                        }                                                                   \
+                    }                                                                       \
+                } else {                                                                    \
+                    const S *x = in[0];                                                     \
+                    S bs = 0;                                                               \
+                    for (int64_t j = 0; j < n; j++) {                                       \
+                        S sv = x[(o * n + j) * inner + i];                                  \
+                        C v = LD_##NAME(sv);                                                \
+                        if (best_at < 0 || arg_beats_##NAME(k->op, v, best)) {              \
+                            best = v;                                                       \
+                            bs = sv;                                                        \
+                            best_at = j;                                                    \
+                        }                                                                   \
+                    }                                                                       \
+                    if (best_at >= 0)                                                       \
+                        best_at += k->start;                                                \
+                    if (mode == DT__ARG_RECORDS) {                                          \
+                        int64_t *w = out, bits = 0;                                         \
+                        memcpy(&bits, &bs, sizeof bs);                                      \
+                        w[(o * 2) * inner + i] = bits;                                      \
+                        w[(o * 2 + 1) * inner + i] = best_at;                               \
+                        continue;                                                           \
+                    }                                                                       \
+                }                                                                           \
+                if (wide)                                                                   \
+                    ((int64_t *)out)[o * inner + i] = best_at;                              \
+                else                                                                        \
+                    ((int32_t *)out)[o * inner + i] = (int32_t)best_at;                     \
+            }                                                                               \
+    }
+CPU_DTYPES(DEFINE_ARG)
+
 /* ---- gemm: C[b] = op(A[b]) op(B[b]), row-major; op = transpose when ta / tb -------------- */
 
 #define GEMM_REF(T, NAME)                                                                \
@@ -617,9 +909,12 @@ CPU_DTYPES(COPY_BLOCKS)
     WRAP(copy_blocks, NAME)                                          \
     WRAP(select_fill, NAME)                                          \
     WRAP(cast, NAME)                                                 \
-    WRAP(where, NAME)
+    WRAP(where, NAME)                                                \
+    WRAP(arg_reduce, NAME)
 CPU_DTYPES(WRAP_DTYPE)
-#define WRAP_FLOAT(NAME) WRAP(philox_uniform, NAME) WRAP(philox_normal, NAME) WRAP(gemm, NAME)
+#define WRAP_FLOAT(NAME)       \
+    WRAP(philox_uniform, NAME) \
+    WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(softmax, NAME) WRAP(norm, NAME) WRAP(scan, NAME)
 WRAP_FLOAT(f32)
 WRAP_FLOAT(f64)
 WRAP_FLOAT(bf16)
@@ -628,6 +923,10 @@ WRAP(gemm, i32)
 WRAP(gemm, i64)
 WRAP(gemm, u8)
 WRAP(gemm, i8)
+WRAP(scan, i32)
+WRAP(scan, i64)
+WRAP(scan, u8)
+WRAP(scan, i8)
 
 #define FLOATS(K)                                                   \
     [DT_DTYPE_F32] = cpu_##K##_f32, [DT_DTYPE_F64] = cpu_##K##_f64, \
@@ -653,4 +952,8 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_SELECT_FILL] = {ALL(select_fill)},
     [DT__K_CAST] = {ALL(cast)},
     [DT__K_WHERE] = {ALL(where)},
+    [DT__K_SOFTMAX] = {FLOATS(softmax)},
+    [DT__K_NORM] = {FLOATS(norm)},
+    [DT__K_SCAN] = {NUMERIC(scan)},
+    [DT__K_ARG_REDUCE] = {ALL(arg_reduce)},
 };
