@@ -97,6 +97,7 @@ typedef struct dt__kargs {
  *   SOFTMAX      in x, m, s                 out y = exp(x - shift(m)) / s
  *   LOG_SOFTMAX  in x, m, s                 out y = x - shift(m) - log(s)
  *   LSE          in m, s (shape of out)     out shift(m) + log(s)
+ *   MAX          in x                       out m (x's dtype) = the maximum (NaN skipped)
  * NORM (floating x, over its last axis; stats in acc, of x's shape with the last axis 1;
  * k->a: the scale of sums (1 / the global extent of the axis); k->b: epsilon):
  *   MEAN         in x                       out mu = a sum x
@@ -125,6 +126,7 @@ enum {
     DT__SOFTMAX_SOFTMAX,
     DT__SOFTMAX_LOG_SOFTMAX,
     DT__SOFTMAX_LSE,
+    DT__SOFTMAX_MAX,
     DT__NORM_MEAN = 0,
     DT__NORM_VAR,
     DT__NORM_MEAN_SQUARE,

@@ -196,13 +196,13 @@ static const char *gemm_math(dt_device_type type, dt_dtype dtype)
 static const char *row_mode_name(dt__kernel kernel, unsigned mode)
 {
     static const char *const softmax[] = {"sum of exp", "exp / sum", "x - max - log sum",
-                                          "max + log sum"};
+                                          "max + log sum", "max"};
     static const char *const norm[] = {"mean", "variance", "mean square", "layer_norm", "rms_norm"};
     static const char *const arg[] = {"index", "records", "merge"};
     unsigned m = DT__MODE_KIND(mode);
     switch (kernel) {
     case DT__K_SOFTMAX:
-        return m < 4 ? softmax[m] : "?";
+        return m < 5 ? softmax[m] : "?";
     case DT__K_NORM:
         return m < 5 ? norm[m] : "?";
     case DT__K_SCAN:

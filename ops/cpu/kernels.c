@@ -538,12 +538,20 @@ static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *ou
             if (k->mask & (1u << i))                                                          \
                 sm[i] = 0;                                                                    \
         int64_t nx = dt__num_elements(r, xs), nk = dt__num_elements(r, ks);                   \
-        if (mode == DT__SOFTMAX_SUMEXP)                                                       \
-            for (int64_t q = 0; q < nk; q++)                                                  \
-                ((C *)out)[q] = 0;                                                            \
+        for (int64_t q = 0; mode == DT__SOFTMAX_SUMEXP && q < nk; q++)                        \
+            ((C *)out)[q] = 0;                                                                \
+        for (int64_t q = 0; mode == DT__SOFTMAX_MAX && q < nk; q++)                           \
+            ((S *)out)[q] = ST_##NAME(-INFINITY);                                             \
         for (int64_t i = 0; i < nx; i++) {                                                    \
             int64_t q = offset_of(r, idx, sm);                                                \
-            C v = LD_##NAME(x[i]), sh = SHIFT(C, LD_##NAME(m[q]));                            \
+            C v = LD_##NAME(x[i]);                                                            \
+            if (mode == DT__SOFTMAX_MAX) {                                                    \
+                if (v > LD_##NAME(((S *)out)[q]))                                             \
+                    ((S *)out)[q] = x[i];                                                     \
+                next_index(r, xs, idx);                                                       \
+                continue;                                                                     \
+            }                                                                                 \
+            C sh = SHIFT(C, LD_##NAME(m[q]));                                                 \
             if (mode == DT__SOFTMAX_SUMEXP)                                                   \
                 ((C *)out)[q] += CEXP(C, v - sh);                                             \
             else if (mode == DT__SOFTMAX_SOFTMAX)                                             \
@@ -571,6 +579,20 @@ static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *ou
             return;                                                                           \
         }                                                                                     \
         const S *x = in[0], *m = in[1];                                                       \
+        if (mode == DT__SOFTMAX_MAX) {                                                        \
+            S *mo = out;                                                                      \
+            for (int64_t o = 0; o < outer; o++)                                               \
+                for (int64_t i = 0; i < inner; i++) {                                         \
+                    const S *row = x + o * n * inner + i;                                     \
+                    C best = -INFINITY;                                                       \
+                    for (int64_t j = 0; j < n; j++) {                                         \
+                        C v = LD_##NAME(row[j * inner]);                                      \
+                        best = v > best ? v : best;                                           \
+                    }                                                                         \
+                    mo[o * inner + i] = ST_##NAME(best);                                      \
+                }                                                                             \
+            return;                                                                           \
+        }                                                                                     \
         if (mode == DT__SOFTMAX_SUMEXP) {                                                     \
             C *s = out;                                                                       \
             for (int64_t o = 0; o < outer; o++)                                               \
@@ -656,78 +678,94 @@ DEFINE_NORM(f64, double, double)
 DEFINE_NORM(bf16, uint16_t, float)
 DEFINE_NORM(f16, uint16_t, float)
 
-/* Running sums along k->axis in C (integers wrap); rows of `inner` interleaved columns keep one
- * running sum per column. */
-#define DEFINE_SCAN(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                              \
-    static void scan_##NAME(const dt__kargs *k, const void *const in[], void *out)                 \
-    {                                                                                              \
-        const S *x = in[0];                                                                        \
-        int64_t outer, n, inner;                                                                   \
-        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                      \
-        if (DT__MODE_KIND(k->mode) == DT__SCAN_TOTAL) {                                            \
-            C *t = out;                                                                            \
-            for (int64_t o = 0; o < outer; o++) {                                                  \
-                C *tr = t + o * inner;                                                             \
-                for (int64_t i = 0; i < inner; i++)                                                \
-                    tr[i] = 0;                                                                     \
-                for (int64_t j = 0; j < n; j++)                                                    \
-                    for (int64_t i = 0; i < inner; i++)                                            \
-                        tr[i] = DT__ADD(tr[i], LD_##NAME(x[(o * n + j) * inner + i]));             \
-            }                                                                                      \
-            return;                                                                                \
-        }                                                                                          \
-        bool excl = k->mode & DT__SCAN_EXCLUSIVE, rev = k->mode & DT__SCAN_REVERSE;                \
-        const C *tot = (k->mode & DT__SCAN_CARRY) ? in[1] : NULL;                                  \
-        int64_t g = tot ? k->in_shape[1][k->axis] : 0;                                             \
-        C one, *acc = inner == 1 ? &one : malloc(sizeof(C) * (size_t)inner);                       \
-        S *y = out;                                                                                \
-        for (int64_t o = 0; o < outer; o++) {                                                      \
-            /* columns one at a time when there is no memory for every column's sum */             \
-            int64_t cols = acc ? inner : 1;                                                        \
-            C *a = acc ? acc : &one;                                                               \
-            for (int64_t i0 = 0; i0 < inner; i0 += cols) {                                         \
-                for (int64_t i = 0; i < cols; i++) {                                               \
-                    a[i] = 0;                                                                      \
-                    for (int64_t b = rev ? k->start + 1 : 0; tot && b < (rev ? g : k->start); b++) \
-                        a[i] = DT__ADD(a[i], tot[(o * g + b) * inner + i0 + i]);                   \
-                }                                                                                  \
-                for (int64_t jj = 0; jj < n; jj++) {                                               \
-                    int64_t j = rev ? n - 1 - jj : jj, at = (o * n + j) * inner + i0;              \
-                    for (int64_t i = 0; i < cols; i++) {                                           \
-                        C v = LD_##NAME(x[at + i]);                                                \
-                        if (excl) {                                                                \
-                            y[at + i] = ST_##NAME(a[i]);                                           \
-                            a[i] = DT__ADD(a[i], v);                                               \
-                        } else {                                                                   \
-                            a[i] = DT__ADD(a[i], v);                                               \
-                            y[at + i] = ST_##NAME(a[i]);                                           \
-                        }                                                                          \
-                    }                                                                              \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        if (acc != &one)                                                                           \
-            free(acc);                                                                             \
+/* Running sums along k->axis in C (integers wrap). A row (inner == 1) keeps its sum in a
+ * register; interleaved columns (inner > 1) keep one sum per column and advance a whole row of
+ * columns at a time (one column at a time when there is no memory for the sums). */
+#define SCAN_STEP(NAME, C, a, xv, yp) \
+    do {                              \
+        C v_ = LD_##NAME(xv);         \
+        if (excl) {                   \
+            *(yp) = ST_##NAME(a);     \
+            (a) = DT__ADD((a), v_);   \
+        } else {                      \
+            (a) = DT__ADD((a), v_);   \
+            *(yp) = ST_##NAME(a);     \
+        }                             \
+    } while (0)
+#define DEFINE_SCAN(NAME, S, C)                                                              \
+    /* the totals of the shards before `start` (after it, when rev) for column i of row o */ \
+    static C scan_carry_##NAME(const C *tot, int64_t g, int64_t start, bool rev, int64_t o,  \
+                               int64_t i, int64_t inner)                                     \
+    {                                                                                        \
+        C a = 0;                                                                             \
+        for (int64_t b = rev ? start + 1 : 0; tot && b < (rev ? g : start); b++)             \
+            a = DT__ADD(a, tot[(o * g + b) * inner + i]);                                    \
+        return a;                                                                            \
+    }                                                                                        \
+    static void scan_##NAME(const dt__kargs *k, const void *const in[], void *out)           \
+    {                                                                                        \
+        const S *x = in[0];                                                                  \
+        S *y = out;                                                                          \
+        int64_t outer, n, inner;                                                             \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                \
+        if (DT__MODE_KIND(k->mode) == DT__SCAN_TOTAL) {                                      \
+            C *t = out;                                                                      \
+            for (int64_t o = 0; o < outer; o++) {                                            \
+                C *tr = t + o * inner;                                                       \
+                for (int64_t i = 0; i < inner; i++)                                          \
+                    tr[i] = 0;                                                               \
+                for (int64_t j = 0; j < n; j++) {                                            \
+                    const S *xr = x + (o * n + j) * inner;                                   \
+                    for (int64_t i = 0; i < inner; i++)                                      \
+                        tr[i] = DT__ADD(tr[i], LD_##NAME(xr[i]));                            \
+                }                                                                            \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        bool excl = k->mode & DT__SCAN_EXCLUSIVE, rev = k->mode & DT__SCAN_REVERSE;          \
+        const C *tot = (k->mode & DT__SCAN_CARRY) ? in[1] : NULL;                            \
+        int64_t g = tot ? k->in_shape[1][k->axis] : 0;                                       \
+        C *acc = inner > 1 ? malloc(sizeof(C) * (size_t)inner) : NULL;                       \
+        for (int64_t o = 0; o < outer; o++) {                                                \
+            const S *xo = x + o * n * inner;                                                 \
+            S *yo = y + o * n * inner;                                                       \
+            if (!acc) {                                                                      \
+                for (int64_t i = 0; i < inner; i++) {                                        \
+                    C a = scan_carry_##NAME(tot, g, k->start, rev, o, i, inner);             \
+                    for (int64_t jj = 0; jj < n; jj++) {                                     \
+                        int64_t at = (rev ? n - 1 - jj : jj) * inner + i;                    \
+                        SCAN_STEP(NAME, C, a, xo[at], &yo[at]);                              \
+                    }                                                                        \
+                }                                                                            \
+                continue;                                                                    \
+            }                                                                                \
+            for (int64_t i = 0; i < inner; i++)                                              \
+                acc[i] = scan_carry_##NAME(tot, g, k->start, rev, o, i, inner);              \
+            for (int64_t jj = 0; jj < n; jj++) {                                             \
+                int64_t at = (rev ? n - 1 - jj : jj) * inner;                                \
+                for (int64_t i = 0; i < inner; i++)                                          \
+                    SCAN_STEP(NAME, C, acc[i], xo[at + i], &yo[at + i]);                     \
+            }                                                                                \
+        }                                                                                    \
+        free(acc);                                                                           \
     }
-DEFINE_SCAN(f32, float, float, 1, 1, 0, 0)
-DEFINE_SCAN(f64, double, double, 1, 1, 0, 0)
-DEFINE_SCAN(i32, int32_t, int32_t, 0, 1, 0, 0)
-DEFINE_SCAN(i64, int64_t, int64_t, 0, 1, 0, 0)
-DEFINE_SCAN(bf16, uint16_t, float, 1, 1, 0, 0)
-DEFINE_SCAN(f16, uint16_t, float, 1, 1, 0, 0)
-DEFINE_SCAN(u8, uint8_t, uint8_t, 0, 0, 0, 0)
-DEFINE_SCAN(i8, int8_t, int8_t, 0, 1, 0, 0)
+DEFINE_SCAN(f32, float, float)
+DEFINE_SCAN(f64, double, double)
+DEFINE_SCAN(i32, int32_t, int32_t)
+DEFINE_SCAN(i64, int64_t, int64_t)
+DEFINE_SCAN(bf16, uint16_t, float)
+DEFINE_SCAN(f16, uint16_t, float)
+DEFINE_SCAN(u8, uint8_t, uint8_t)
+DEFINE_SCAN(i8, int8_t, int8_t)
 
 /* Whether v beats best for argmax (op MAX) or argmin: strictly, so ties keep the first; a NaN
  * beats any number and nothing beats a NaN (numpy's first NaN). */
 #define DEFINE_ARG(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                        \
     static bool arg_beats_##NAME(int op, C v, C best)                                       \
     {                                                                                       \
-        if (IS_FLOAT && isnan((double)best))                                                \
-            return false;                                                                   \
-        if (IS_FLOAT && isnan((double)v))                                                   \
-            return true;                                                                    \
-        return op == DT_REDUCE_MAX ? v > best : v < best;                                   \
+        if (op == DT_REDUCE_MAX ? v > best : v < best)                                      \
+            return true; /* never when either is NaN */                                     \
+        return IS_FLOAT && isnan((double)v) && !isnan((double)best);                        \
     }                                                                                       \
     static void arg_reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
     {                                                                                       \

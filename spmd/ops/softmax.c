@@ -5,7 +5,7 @@
  *
  * Expansion, on x's layout without partial axes (or the request's, when moving x there is the
  * cheaper side); P are the mesh axes that shard a reduced axis:
- *   reduce max (local)          x [.., n, ..]   -> m [.., 1, ..]  partial MAX over P
+ *   softmax max (local)         x [.., n, ..]   -> m [.., 1, ..]  partial MAX over P
  *   all-reduce MAX over P       m                                  (nothing when P is empty)
  *   softmax sum of exp (local)  x, m            -> s [.., 1, ..]  partial SUM over P
  *   all-reduce SUM over P       s
@@ -85,8 +85,7 @@ void dt__rowwise_reduced(const dt__dist *x, unsigned mask, int64_t extent, dt_re
 typedef struct softmax_ctx {
     const dt__dist *x, *y; /* the operand read (in_shape[0]) and the slot written */
     unsigned mask;
-    dt__kernel kernel;
-    unsigned mode; /* softmax modes; for the reduce kernel, its operator */
+    unsigned mode;
 } softmax_ctx;
 
 static void args(void *ctx, int d, dt__kargs *k)
@@ -95,12 +94,7 @@ static void args(void *ctx, int d, dt__kargs *k)
     dt__kargs_out(k, c->y, d);
     dt__local_shape(c->x, d, k->in_shape[0], NULL);
     k->mask = c->mask;
-    if (c->kernel == DT__K_REDUCE) {
-        k->op = (int)c->mode;
-        k->a = 1.0;
-    } else {
-        k->mode = c->mode;
-    }
+    k->mode = c->mode;
 }
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
@@ -120,28 +114,25 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     const dt_mesh *mesh = x.layout.mesh;
     /* m: the local maxima, then the maximum over the shards */
     DT_TRY(dt__slot_new(p, &kl, x.dtype, x.rank, ks, &m));
-    softmax_ctx c = {.x = &x, .y = &m, .mask = mask, .kernel = DT__K_REDUCE, .mode = DT_REDUCE_MAX};
-    DT_TRY(dt__emit_kernel(p, name, DT__K_REDUCE, x.dtype, 1, &x.slot, m.slot, mesh, args, &c));
+    softmax_ctx c = {.x = &x, .y = &m, .mask = mask, .mode = DT__SOFTMAX_MAX};
+    DT_TRY(dt__emit_kernel(p, name, DT__K_SOFTMAX, x.dtype, 1, &x.slot, m.slot, mesh, args, &c));
     DT_TRY(dt__resolve_partial(p, name, &m, &m));
     /* s: the local sums of exp(x - m), then their sum over the shards */
     kl.partial_op = DT_REDUCE_SUM;
     DT_TRY(dt__slot_new(p, &kl, dt__acc_dtype(x.dtype), x.rank, ks, &s));
-    c = (softmax_ctx){
-        .x = &x, .y = &s, .mask = mask, .kernel = DT__K_SOFTMAX, .mode = DT__SOFTMAX_SUMEXP};
+    c = (softmax_ctx){.x = &x, .y = &s, .mask = mask, .mode = DT__SOFTMAX_SUMEXP};
     int ins[3] = {x.slot, m.slot, -1};
     DT_TRY(dt__emit_kernel(p, name, DT__K_SOFTMAX, x.dtype, 2, ins, s.slot, mesh, args, &c));
     DT_TRY(dt__resolve_partial(p, name, &s, &s));
     if (!lse) {
         DT_TRY(dt__slot_new(p, &x.layout, x.dtype, x.rank, x.shape, &y));
-        c = (softmax_ctx){
-            .x = &x, .y = &y, .mask = mask, .kernel = DT__K_SOFTMAX, .mode = (unsigned)op};
+        c = (softmax_ctx){.x = &x, .y = &y, .mask = mask, .mode = (unsigned)op};
         ins[2] = s.slot;
         DT_TRY(dt__emit_kernel(p, name, DT__K_SOFTMAX, x.dtype, 3, ins, y.slot, mesh, args, &c));
         return dt__finish(p, name, &y, want, out);
     }
     DT_TRY(dt__slot_new(p, &m.layout, x.dtype, x.rank, ks, &y));
-    c = (softmax_ctx){
-        .x = &m, .y = &y, .mask = mask, .kernel = DT__K_SOFTMAX, .mode = DT__SOFTMAX_LSE};
+    c = (softmax_ctx){.x = &m, .y = &y, .mask = mask, .mode = DT__SOFTMAX_LSE};
     ins[0] = m.slot;
     ins[1] = s.slot;
     DT_TRY(dt__emit_kernel(p, name, DT__K_SOFTMAX, x.dtype, 2, ins, y.slot, mesh, args, &c));
