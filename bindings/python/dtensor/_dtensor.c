@@ -1071,9 +1071,11 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
     const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
     if (!op || (text_o != Py_None && !text))
         return NULL;
-    static const char *const known[] = {"matmul",    "unary",        "binary", "reduce",
-                                        "transpose", "reshape",      "slice",  "concat",
-                                        "relayout",  "copy_to_mesh", "cast",   "where"};
+    static const char *const known[] = {"matmul", "unary", "binary", "reduce", "transpose",
+                                        "reshape", "slice", "concat", "relayout", "copy_to_mesh",
+                                        "cast", "where",
+                                        /* row-wise ops */
+                                        "softmax", "norm", "arg_reduce", "cumsum"};
     bool found = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         found = found || strcmp(op, known[i]) == 0;
@@ -1095,12 +1097,16 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         if (!ts[i])
             return NULL;
     }
-    /* Integer attributes (op code, axes, perm, shape, begin, size, ...). */
+    /* Integer attributes (op code, axes, perm, shape, begin, size, ...) and one float (norm's
+     * epsilon). */
     int64_t at[2][DT_MAX_RANK];
     int atn[2] = {0, 0}, code = 0, flag = 0;
+    double real = 0;
     for (Py_ssize_t i = 5, k = 0; i < nargs; i++) {
         PyObject *v = PyTuple_GET_ITEM(args, i);
-        if (PySequence_Check(v)) {
+        if (PyFloat_Check(v)) {
+            real = PyFloat_AsDouble(v);
+        } else if (PySequence_Check(v)) {
             if (k == 2 || parse_ints(v, DT_MAX_RANK, at[k], &atn[k]) < 0) {
                 if (!PyErr_Occurred())
                     PyErr_SetString(PyExc_TypeError, "too many list attributes");
@@ -1130,6 +1136,17 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError,
                      "slice: begin has %d entries and size %d, the tensor rank %d", atn[0], atn[1],
                      rank);
+        return NULL;
+    }
+    /* row-wise ops: softmax (code 0 softmax, 1 log_softmax with one axis; 2 logsumexp over the
+     * axes, flag keepdims), norm (code 0 layer_norm, 1 rms_norm; flag: 1 gamma, 2 beta follow x),
+     * arg_reduce (code 0 argmax, 1 argmin; [axis, index dtype]), cumsum (code axis; flag 1
+     * exclusive, 2 reverse) */
+    int norm_parts = 1 + !!(flag & 1) + !!(flag & 2);
+    if ((strcmp(op, "softmax") == 0 && code < 2 && atn[0] != 1) ||
+        (strcmp(op, "norm") == 0 && n != norm_parts) ||
+        (strcmp(op, "arg_reduce") == 0 && atn[0] != 2)) {
+        PyErr_Format(PyExc_ValueError, "%s: attributes do not fit (%zd operands)", op, n);
         return NULL;
     }
     op_ctx c;
@@ -1164,6 +1181,18 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             s = dt_cast(ts[0], (dt_dtype)code, &o, &t);
         else if (strcmp(op, "where") == 0)
             s = dt_where(ts[0], ts[1], ts[2], &o, &t);
+        else if (strcmp(op, "softmax") == 0)
+            s = code == 2   ? dt_logsumexp(ts[0], atn[0], ints, flag, &o, &t)
+                : code == 1 ? dt_log_softmax(ts[0], ints[0], &o, &t)
+                            : dt_softmax(ts[0], ints[0], &o, &t);
+        else if (strcmp(op, "norm") == 0)
+            s = code == 1 ? dt_rms_norm(ts[0], (flag & 1) ? ts[1] : NULL, real, &o, &t)
+                          : dt_layer_norm(ts[0], (flag & 1) ? ts[1] : NULL,
+                                          (flag & 2) ? ts[n - 1] : NULL, real, &o, &t);
+        else if (strcmp(op, "arg_reduce") == 0)
+            s = (code == 1 ? dt_argmin : dt_argmax)(ts[0], ints[0], (dt_dtype)ints[1], &o, &t);
+        else if (strcmp(op, "cumsum") == 0)
+            s = dt_cumsum(ts[0], code, flag & 1, flag & 2, &o, &t);
         else if (strcmp(op, "relayout") == 0)
             s = dt_relayout(ts[0], &c.layout, &o, &t);
         else

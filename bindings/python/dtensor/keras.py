@@ -64,17 +64,13 @@ def _one_hot_like(labels, depth, dtype):
 
 
 def _log_softmax(logits):
-    d = _d()
-    m = stop_gradient(d.reduce_max(logits, axis=-1, keepdims=True))
-    shifted = logits - m
-    return shifted - d.log(d.reduce_sum(d.exp(shifted), axis=-1, keepdims=True))
+    return _d().log_softmax(logits, axis=-1)
 
 
 def softmax(x):
-    d = _d()
-    m = stop_gradient(d.reduce_max(x, axis=-1, keepdims=True))
-    e = d.exp(x - m)
-    return e / d.reduce_sum(e, axis=-1, keepdims=True)
+    """Keras' softmax activation: over the last axis (one op, stable; a sharded last axis
+    all-reduces only the per-row maximum and sum)."""
+    return _d().softmax(x, axis=-1)
 
 
 def _linear(x):
@@ -500,7 +496,38 @@ class Flatten(Layer):
         return (input_shape[0], int(np.prod(input_shape[1:])))
 
 
-layers = _types.SimpleNamespace(Layer=Layer, Dense=Dense, Activation=Activation, Flatten=Flatten)
+class LayerNormalization(Layer):
+    """Keras' LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
+    beta with trainable gamma (ones) and beta (zeros) of shape [features], one fused op
+    (dtensor.layer_norm); center / scale False leave beta / gamma out."""
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", name=None, dtype=np.float32):
+        super().__init__(name, dtype)
+        if axis not in (-1, [-1], (-1,)):
+            raise ValueError(f"LayerNormalization: axis {axis!r}; only the last axis (-1) is "
+                             f"supported")
+        self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
+        self.beta_initializer, self.gamma_initializer = beta_initializer, gamma_initializer
+        self.gamma = self.beta = None
+
+    def build(self, input_shape):
+        if self.scale:
+            self.gamma = self.add_weight("gamma", [input_shape[-1]], self.gamma_initializer)
+        if self.center:
+            self.beta = self.add_weight("beta", [input_shape[-1]], self.beta_initializer)
+
+    def call(self, x):
+        g = _beside(self.gamma, x) if self.gamma is not None else None
+        b = _beside(self.beta, x) if self.beta is not None else None
+        return _d().layer_norm(x, g, b, self.epsilon)
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+layers = _types.SimpleNamespace(Layer=Layer, Dense=Dense, Activation=Activation, Flatten=Flatten,
+                                LayerNormalization=LayerNormalization)
 
 
 # ---- callbacks ------------------------------------------------------------------------------
