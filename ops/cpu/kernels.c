@@ -133,6 +133,27 @@ static bool same_shapes(const dt__kargs *k, int nops)
     return true;
 }
 
+/* A local shape seen around the axes of `mask` when they are contiguous: outer (the product of
+ * the axes before them), n (of the masked axes) and inner (of the axes after); false when the
+ * masked axes are not contiguous. No axis masked: n is 1 and inner 1. */
+static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *outer, int64_t *n,
+                     int64_t *inner)
+{
+    int lo = rank, hi = rank - 1;
+    for (int i = 0; i < rank; i++)
+        if (mask & (1u << i)) {
+            lo = lo == rank ? i : lo;
+            hi = i;
+        }
+    for (int i = lo; i <= hi; i++)
+        if (!(mask & (1u << i)))
+            return false;
+    *outer = *n = *inner = 1;
+    for (int i = 0; i < rank; i++)
+        *(i < lo ? outer : i <= hi ? n : inner) *= shape[i];
+    return true;
+}
+
 /* Offset of multi-index idx under strides st. */
 static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
 {
@@ -318,6 +339,19 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
         int r = k->rank;                                                                           \
         int64_t no = dt__num_elements(r, k->shape), ni = dt__num_elements(r, k->in_shape[0]);      \
         C init = k->op == DT_REDUCE_MAX ? LOWEST : k->op == DT_REDUCE_MIN ? HIGHEST : (C)0;        \
+        int64_t rows, per_row, inner;                                                              \
+        if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1) {         \
+            /* rows reduced over their contiguous last axes: the running value in a register       \
+             * (accumulating in memory chains every element through one address, many times        \
+             * slower); the same operations in the same order as the loops below */                \
+            for (int64_t q = 0; q < rows; q++) {                                                   \
+                C acc = init;                                                                      \
+                for (int64_t j = 0; j < per_row; j++)                                              \
+                    acc = reduce_one_##NAME(k->op, acc, LD_##NAME(x[q * per_row + j]));            \
+                o[q] = k->a != 1.0 ? STD_##NAME((double)acc * k->a) : ST_##NAME(acc);              \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         if (sizeof(C) == sizeof(S)) { /* input-major, accumulating in the output */                \
             C *acc = out;                                                                          \
             int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                                       \
@@ -491,27 +525,6 @@ DEFINE_RANDOM(f16, uint16_t)
 CPU_DTYPES(DEFINE_CAST)
 
 /* ---- row-wise kernels: softmax, norm, scan, arg_reduce (modes in common/kernels.h) -------- */
-
-/* A local shape seen around the axes of `mask` when they are contiguous: outer (the product of
- * the axes before them), n (of the masked axes) and inner (of the axes after); false when the
- * masked axes are not contiguous. No axis masked: n is 1 and inner 1. */
-static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *outer, int64_t *n,
-                     int64_t *inner)
-{
-    int lo = rank, hi = rank - 1;
-    for (int i = 0; i < rank; i++)
-        if (mask & (1u << i)) {
-            lo = lo == rank ? i : lo;
-            hi = i;
-        }
-    for (int i = lo; i <= hi; i++)
-        if (!(mask & (1u << i)))
-            return false;
-    *outer = *n = *inner = 1;
-    for (int i = 0; i < rank; i++)
-        *(i < lo ? outer : i <= hi ? n : inner) *= shape[i];
-    return true;
-}
 
 /* exp and log in a compute type (float: the f32 functions; double: the f64 ones). */
 #define CEXP(C, v) ((C)(sizeof(C) == sizeof(double) ? exp((double)(v)) : expf((float)(v))))
@@ -712,6 +725,13 @@ DEFINE_NORM(f16, uint16_t, float)
             C *t = out;                                                                      \
             for (int64_t o = 0; o < outer; o++) {                                            \
                 C *tr = t + o * inner;                                                       \
+                if (inner == 1) { /* a row: the sum in a register */                         \
+                    C a = 0;                                                                 \
+                    for (int64_t j = 0; j < n; j++)                                          \
+                        a = DT__ADD(a, LD_##NAME(x[o * n + j]));                             \
+                    tr[0] = a;                                                               \
+                    continue;                                                                \
+                }                                                                            \
                 for (int64_t i = 0; i < inner; i++)                                          \
                     tr[i] = 0;                                                               \
                 for (int64_t j = 0; j < n; j++) {                                            \
