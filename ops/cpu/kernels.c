@@ -778,65 +778,77 @@ DEFINE_SCAN(f16, uint16_t, float)
 DEFINE_SCAN(u8, uint8_t, uint8_t)
 DEFINE_SCAN(i8, int8_t, int8_t)
 
-/* Whether v beats best for argmax (op MAX) or argmin: strictly, so ties keep the first; a NaN
- * beats any number and nothing beats a NaN (numpy's first NaN). */
-#define DEFINE_ARG(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                        \
-    static bool arg_beats_##NAME(int op, C v, C best)                                       \
-    {                                                                                       \
-        if (op == DT_REDUCE_MAX ? v > best : v < best)                                      \
-            return true; /* never when either is NaN */                                     \
-        return IS_FLOAT && isnan((double)v) && !isnan((double)best);                        \
-    }                                                                                       \
-    static void arg_reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
-    {                                                                                       \
-        unsigned mode = DT__MODE_KIND(k->mode);                                             \
-        int64_t outer, n, inner;                                                            \
-        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);               \
-        bool wide = k->to == DT_DTYPE_I64;                                                  \
-        for (int64_t o = 0; o < outer; o++)                                                 \
-            for (int64_t i = 0; i < inner; i++) {                                           \
-                int64_t best_at = -1;                                                       \
-                C best = 0;                                                                 \
-                if (mode == DT__ARG_MERGE) {                                                \
-                    const int64_t *w = in[0];                                               \
-                    for (int64_t b = 0; b < n / 2; b++) {                                   \
-                        int64_t bits = w[(o * n + 2 * b) * inner + i];                      \
-                        int64_t at = w[(o * n + 2 * b + 1) * inner + i];                    \
-                        S sv;                                                               \
-                        memcpy(&sv, &bits, sizeof sv);                                      \
-                        C v = LD_##NAME(sv);                                                \
-                        if (at >= 0 && (best_at < 0 || arg_beats_##NAME(k->op, v, best))) { \
-                            best = v;                                                       \
-                            best_at = at;                                                   \
-                        }                                                                   \
-                    }                                                                       \
-                } else {                                                                    \
-                    const S *x = in[0];                                                     \
-                    S bs = 0;                                                               \
-                    for (int64_t j = 0; j < n; j++) {                                       \
-                        S sv = x[(o * n + j) * inner + i];                                  \
-                        C v = LD_##NAME(sv);                                                \
-                        if (best_at < 0 || arg_beats_##NAME(k->op, v, best)) {              \
-                            best = v;                                                       \
-                            bs = sv;                                                        \
-                            best_at = j;                                                    \
-                        }                                                                   \
-                    }                                                                       \
-                    if (best_at >= 0)                                                       \
-                        best_at += k->start;                                                \
-                    if (mode == DT__ARG_RECORDS) {                                          \
-                        int64_t *w = out, bits = 0;                                         \
-                        memcpy(&bits, &bs, sizeof bs);                                      \
-                        w[(o * 2) * inner + i] = bits;                                      \
-                        w[(o * 2 + 1) * inner + i] = best_at;                               \
-                        continue;                                                           \
-                    }                                                                       \
-                }                                                                           \
-                if (wide)                                                                   \
-                    ((int64_t *)out)[o * inner + i] = best_at;                              \
-                else                                                                        \
-                    ((int32_t *)out)[o * inner + i] = (int32_t)best_at;                     \
-            }                                                                               \
+/* The extremum of n values at stride `stride` for argmax (op MAX) or argmin: the first on
+ * ties, and the first NaN, which ends the search (numpy's rule); its index (-1 when n is 0),
+ * its value in *best. */
+#define DEFINE_ARG(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                           \
+    static int64_t arg_row_##NAME(int op, const S *row, int64_t n, int64_t stride, S *best)    \
+    {                                                                                          \
+        int64_t at = -1;                                                                       \
+        C b = 0;                                                                               \
+        for (int64_t j = 0; j < n; j++) {                                                      \
+            C v = LD_##NAME(row[j * stride]);                                                  \
+            if (IS_FLOAT && isnan((double)v)) {                                                \
+                at = j;                                                                        \
+                break;                                                                         \
+            }                                                                                  \
+            if (at < 0 || (op == DT_REDUCE_MAX ? v > b : v < b)) {                             \
+                b = v;                                                                         \
+                at = j;                                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        if (at >= 0)                                                                           \
+            *best = row[at * stride];                                                          \
+        return at;                                                                             \
+    }                                                                                          \
+    static void arg_reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)       \
+    {                                                                                          \
+        unsigned mode = DT__MODE_KIND(k->mode);                                                \
+        int64_t outer, n, inner;                                                               \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                  \
+        for (int64_t o = 0; o < outer; o++)                                                    \
+            for (int64_t i = 0; i < inner; i++) {                                              \
+                int64_t at;                                                                    \
+                if (mode == DT__ARG_MERGE) {                                                   \
+                    /* the records of the shards in order: the best, the first NaN wins */     \
+                    const int64_t *w = (const int64_t *)in[0] + o * n * inner + i;             \
+                    C b = 0;                                                                   \
+                    at = -1;                                                                   \
+                    for (int64_t r = 0; r < n / 2; r++) {                                      \
+                        int64_t bits = w[2 * r * inner], idx = w[(2 * r + 1) * inner];         \
+                        S sv;                                                                  \
+                        memcpy(&sv, &bits, sizeof sv);                                         \
+                        C v = LD_##NAME(sv);                                                   \
+                        if (idx < 0)                                                           \
+                            continue;                                                          \
+                        if (IS_FLOAT && isnan((double)v)) {                                    \
+                            at = idx;                                                          \
+                            break;                                                             \
+                        }                                                                      \
+                        if (at < 0 || (k->op == DT_REDUCE_MAX ? v > b : v < b)) {              \
+                            b = v;                                                             \
+                            at = idx;                                                          \
+                        }                                                                      \
+                    }                                                                          \
+                } else {                                                                       \
+                    S bs = 0;                                                                  \
+                    at = arg_row_##NAME(k->op, (const S *)in[0] + o * n * inner + i, n, inner, \
+                                        &bs);                                                  \
+                    if (at >= 0)                                                               \
+                        at += k->start;                                                        \
+                    if (mode == DT__ARG_RECORDS) {                                             \
+                        int64_t *w = out, bits = 0;                                            \
+                        memcpy(&bits, &bs, sizeof bs);                                         \
+                        w[(o * 2) * inner + i] = bits;                                         \
+                        w[(o * 2 + 1) * inner + i] = at;                                       \
+                        continue;                                                              \
+                    }                                                                          \
+                }                                                                              \
+                if (k->to == DT_DTYPE_I64)                                                     \
+                    ((int64_t *)out)[o * inner + i] = at;                                      \
+                else                                                                           \
+                    ((int32_t *)out)[o * inner + i] = (int32_t)at;                             \
+            }                                                                                  \
     }
 CPU_DTYPES(DEFINE_ARG)
 
