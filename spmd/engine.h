@@ -339,13 +339,16 @@ dt_status dt__broadcast_shape(const char *what, int n, const int ranks[],
 /* The layout of operand x for computing a result laid out as `o` of shape oshape: each axis
  * of x that spans the result's axis takes its mesh axis; broadcast axes stay unsharded. */
 dt_layout dt__operand_layout(const dt__dist *x, const dt_layout *o, const int64_t oshape[]);
-/* A result layout taking each axis's mesh axis from the first operand of xs[0..n) that
- * shards it (so xs[0]'s sharding wins where operands conflict). */
-dt_layout dt__merged_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[]);
-/* Cost of bringing each of xs[0..n) to its operand layout for a result in o, plus the
- * result's move to `want` (when not NULL). */
-double dt__broadcast_cost(int n, const dt__dist *const xs[], const dt_layout *o, int rank,
-                          const int64_t oshape[], const dt_layout *want);
+/* The result layout of a broadcasting op over operands xs[0..n) with result shape oshape:
+ * candidates take each axis's mesh axis from the first operand that shards it, with each
+ * operand first in turn, and the request (without partial axes); the one whose operand moves
+ * (and the result's move to `want`) cost least by the alpha-beta model wins. */
+dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[],
+                               const dt_layout *want);
+/* pull of elementwise ops of one operand: the operand is wanted in the result's layout,
+ * without partial axes. */
+bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                   dt_layout *in_want);
 /* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
                         dt__dist *out);
