@@ -562,7 +562,7 @@ static dt_status vjp_norm(ad *a, const dt__node *n, dt_tensor *const x[], dt_ten
                           dt_tensor *dy, dt_tensor *dx[])
 {
     (void)y;
-    const dt_tensor *X = x[0];
+    dt_tensor *X = x[0];
     bool layer = n->attrs.op == DT__NORM_LAYER;
     double eps = n->attrs.a;
     int last = X->rank - 1, others[DT_MAX_RANK], nothers = 0;
@@ -576,7 +576,7 @@ static dt_status vjp_norm(ad *a, const dt__node *n, dt_tensor *const x[], dt_ten
                       : dt_rms_norm(X, NULL, eps, NULL, &xhat),
                 &xhat));
     /* r = rsqrt(mean over the last axis of (x - mean)^2, or of x^2, plus eps) */
-    t = (dt_tensor *)X;
+    t = X;
     if (layer) {
         DT_TRY(reduce_keep(a, DT_REDUCE_MEAN, X, 1, &last, &u));
         DT_TRY(bin(a, DT_BINARY_SUB, X, u, &t));
