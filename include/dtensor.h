@@ -954,6 +954,9 @@ dt_status dt_checkpoint_set_metadata(dt_checkpoint *c, const char *key, const ch
 /* The value of a metadata key, as set or as read by the last dt_checkpoint_read; NULL when
  * absent. Valid until the next change of c. */
 const char *dt_checkpoint_metadata(const dt_checkpoint *c, const char *key);
+/* The metadata keys, in the order set or read: i in 0 .. dt_checkpoint_num_metadata - 1. */
+int dt_checkpoint_num_metadata(const dt_checkpoint *c);
+const char *dt_checkpoint_metadata_key(const dt_checkpoint *c, int i);
 
 /* Write every object to `path` (through path.tmp, renamed when complete). Collective. */
 dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path);
@@ -968,6 +971,8 @@ dt_status dt_checkpoint_read(dt_checkpoint *c, const char *path);
  * bytes, may be NULL) receives that name. Collective. */
 dt_status dt_checkpoint_save(dt_checkpoint *c, const char *prefix, char *path, size_t size);
 int64_t dt_checkpoint_save_counter(const dt_checkpoint *c);
+/* Set the save counter (a binding keeping its own count). Not collective. */
+dt_status dt_checkpoint_set_save_counter(dt_checkpoint *c, int64_t n);
 
 /* The tensor stored at `name` in the file ("variables/dense_0/kernel", "tensors/x"), read in
  * `layout` (any mesh, not partial): each client reads only its devices' blocks. Collective. */

@@ -384,9 +384,28 @@ const char *dt_checkpoint_metadata(const dt_checkpoint *c, const char *key)
     return NULL;
 }
 
+int dt_checkpoint_num_metadata(const dt_checkpoint *c)
+{
+    return c ? c->nmeta : 0;
+}
+
+const char *dt_checkpoint_metadata_key(const dt_checkpoint *c, int i)
+{
+    return c && i >= 0 && i < c->nmeta ? c->meta[i].key : NULL;
+}
+
 int64_t dt_checkpoint_save_counter(const dt_checkpoint *c)
 {
     return c ? c->save_counter : 0;
+}
+
+dt_status dt_checkpoint_set_save_counter(dt_checkpoint *c, int64_t n)
+{
+    if (!c || n < 0)
+        return dt__fail(DT_ERR_ARG, "dt_checkpoint_set_save_counter: %s",
+                        c ? "a negative counter" : "checkpoint is NULL");
+    c->save_counter = n;
+    return DT_OK;
 }
 
 /* ---- files ---------------------------------------------------------------------------------- */
