@@ -29,8 +29,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-extern void (*dt__checkpoint_test_hook)(int item);
-
 static dt_mesh *mesh;
 static char dir[256];
 
