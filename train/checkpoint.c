@@ -1764,17 +1764,20 @@ struct dt_checkpoint_manager {
     int64_t *nums; /* kept, ascending */
     int n;
     char **paths; /* names of nums */
+    int npaths;
     char last[PATH_MAX_LEN + 32];
 };
 
 static dt_status mgr_names(dt_checkpoint_manager *m)
 {
-    for (int i = 0; m->paths && i < m->n; i++)
+    for (int i = 0; m->paths && i < m->npaths; i++)
         free(m->paths[i]);
     free(m->paths);
+    m->npaths = 0;
     m->paths = calloc((size_t)(m->n ? m->n : 1), sizeof *m->paths);
     if (!m->paths)
         return dt__fail(DT_ERR_NOMEM, "checkpoint manager: out of memory");
+    m->npaths = m->n;
     for (int i = 0; i < m->n; i++) {
         char p[PATH_MAX_LEN + 32];
         snprintf(p, sizeof p, "%s/ckpt-%" PRId64 ".h5", m->dir, m->nums[i]);
@@ -1789,7 +1792,7 @@ void dt_checkpoint_manager_free(dt_checkpoint_manager *m)
 {
     if (!m)
         return;
-    for (int i = 0; m->paths && i < m->n; i++)
+    for (int i = 0; m->paths && i < m->npaths; i++)
         free(m->paths[i]);
     free(m->paths);
     free(m->nums);
