@@ -736,6 +736,34 @@ static dt_status plan_write(const dt_checkpoint *c, witem **items, int *n)
     return DT_OK;
 }
 
+/* What every client must write alike: the path and each tensor's name and metadata. */
+static uint64_t plan_hash(const char *path, const witem *items, int n)
+{
+    uint64_t h = dt__hash(DT__HASH_SEED, path, strlen(path));
+    for (int k = 0; k < n; k++) {
+        const dt_tensor *t = items[k].t;
+        h = dt__hash(h, items[k].path, strlen(items[k].path));
+        h = dt__hash(h, &t->dtype, sizeof t->dtype);
+        h = dt__hash(h, &t->rank, sizeof t->rank);
+        h = dt__hash(h, t->shape, sizeof t->shape[0] * (size_t)t->rank);
+        h = dt__hash(h, t->layout.axes, sizeof t->layout.axes[0] * (size_t)t->rank);
+        h = dt__hash(h, &t->layout.partial, sizeof t->layout.partial);
+        h = dt__hash(h, &t->mesh->content, sizeof t->mesh->content);
+    }
+    return h;
+}
+
+typedef struct plan_desc {
+    const char *path;
+    int n;
+} plan_desc;
+
+static void describe_plan(const void *ctx, char *buf, size_t size)
+{
+    const plan_desc *d = ctx;
+    snprintf(buf, size, "a checkpoint write of %d tensors to %s", d->n, d->path);
+}
+
 static void mesh_text(const dt_mesh *m, char *buf, size_t size)
 {
     size_t k = 0;
@@ -1014,8 +1042,10 @@ dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path)
     if (s == DT_OK)
         s = plan_write(c, &items, &n);
     /* the plan is metadata, but a client passing another path or objects must not leave the
-     * others in HDF5's collectives */
-    s = dt__agree(dt__rt.world, s);
+     * others in HDF5's collectives: agree on it, with a fingerprint of what each writes */
+    plan_desc pd = {path, n};
+    s = dt__agree_op(dt__rt.world, s, s == DT_OK ? plan_hash(path, items, n) : 0, describe_plan,
+                     &pd);
     if (s != DT_OK)
         goto done;
     /* partial tensors: their sums first (collective ops over their meshes, in item order) */
@@ -1461,10 +1491,18 @@ static dt_status plan_read(dt_checkpoint *c, hid_t f, const char *file, ritem *i
             for (int k = 0; k < c->n; k++) {
                 if (c->e[k].kind != E_VARIABLE)
                     continue;
-                for (int sl = 0; sl < dt__optimizer_slot_count(e->opt); sl++) {
+                int want_slots = dt__optimizer_slot_count(e->opt), have = 0;
+                for (int sl = 0; sl < want_slots; sl++) {
                     snprintf(p, sizeof p, "%s/slots/%s/%s", e->path, c->e[k].name, sl ? "v" : "m");
-                    if (!exists(f, p))
-                        continue;
+                    have += exists(f, p);
+                }
+                if (have && have != want_slots)
+                    return dt__fail(DT_ERR_ARG,
+                                    "%s: %s holds %d of the %d slots of optimizer \"%s\" for "
+                                    "\"%s\"",
+                                    fn, file, have, want_slots, e->name, c->e[k].name);
+                for (int sl = 0; have && sl < want_slots; sl++) {
+                    snprintf(p, sizeof p, "%s/slots/%s/%s", e->path, c->e[k].name, sl ? "v" : "m");
                     snprintf(what, sizeof what, "the slot %s of \"%s\"", sl ? "v" : "m",
                              c->e[k].name);
                     ritem *it = &items[(*n)++];

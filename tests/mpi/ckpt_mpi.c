@@ -180,6 +180,15 @@ static void test_round_trips(void)
     struct stat st;
     tap_check(stat(path_in("rt.h5.tmp"), &st) != 0 && stat(path_in("rt.h5"), &st) == 0,
               "round trip: the file is in place, no .tmp left");
+    if (dt_num_clients() > 1) { /* clients naming different files fail alike, none waits */
+        char mine[32];
+        snprintf(mine, sizeof mine, "client%d.h5", dt_client_id());
+        dt_status ms = dt_checkpoint_write(ck, path_in(mine));
+        tap_check(ms == DT_ERR_MISMATCH && strstr(dt_last_error(), "client0.h5") &&
+                      strstr(dt_last_error(), "client1.h5"),
+                  "clients writing different paths: DT_ERR_MISMATCH naming both, on every client");
+        tap_diag("%s", dt_last_error());
+    }
 
     /* restore into variables of the NEXT layout (resharding), zeros first */
     dt_checkpoint *ck2 = NULL;
