@@ -748,7 +748,12 @@ static uint64_t plan_hash(const char *path, const witem *items, int n)
         h = dt__hash(h, t->shape, sizeof t->shape[0] * (size_t)t->rank);
         h = dt__hash(h, t->layout.axes, sizeof t->layout.axes[0] * (size_t)t->rank);
         h = dt__hash(h, &t->layout.partial, sizeof t->layout.partial);
-        h = dt__hash(h, &t->mesh->content, sizeof t->mesh->content);
+        /* the mesh's shape, not its devices: a client-local mesh (mirrored on several
+         * clients) is over other devices on every client */
+        h = dt__hash(h, &t->mesh->num_axes, sizeof t->mesh->num_axes);
+        h = dt__hash(h, t->mesh->names, sizeof t->mesh->names[0] * (size_t)t->mesh->num_axes);
+        h = dt__hash(h, t->mesh->sizes, sizeof t->mesh->sizes[0] * (size_t)t->mesh->num_axes);
+        h = dt__hash(h, &t->mesh->type, sizeof t->mesh->type);
     }
     return h;
 }
