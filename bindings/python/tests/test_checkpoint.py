@@ -140,9 +140,11 @@ def test_resumed_training_gives_the_same_losses(mesh_2d, shared_dir):
 
     model, x, y = model_and_data(0)
     opt, gen = dtensor.Adam(0.05), dtensor.random.Generator.from_seed(7)
-    ckpt = dtensor.train.Checkpoint(model=model, optimizer=opt, rng=gen)
+    step = dtensor.DVariable(np.int64(0), layout=dtensor.Layout.replicated(mesh_2d, 0))
+    ckpt = dtensor.train.Checkpoint(model=model, optimizer=opt, rng=gen, step=step)
     manager = dtensor.train.CheckpointManager(ckpt, os.path.join(shared_dir, "run"), 2)
     first = train_steps(model, opt, gen, x, y, 3, mesh_2d)
+    step.assign_add(3)
     for _ in range(3):
         manager.save()
     assert [os.path.basename(p) for p in manager.checkpoints] == ["ckpt-2.h5", "ckpt-3.h5"]
@@ -153,10 +155,12 @@ def test_resumed_training_gives_the_same_losses(mesh_2d, shared_dir):
     # a fresh start: other weights, optimizer and generator, all from the checkpoint
     model, x, y = model_and_data(3)
     opt, gen = dtensor.Adam(0.05), dtensor.random.Generator.from_seed(99)
-    ckpt = dtensor.train.Checkpoint(model=model, optimizer=opt, rng=gen)
+    step = dtensor.DVariable(np.int64(0), layout=dtensor.Layout.replicated(mesh_2d, 0))
+    ckpt = dtensor.train.Checkpoint(model=model, optimizer=opt, rng=gen, step=step)
     manager = dtensor.train.CheckpointManager(ckpt, os.path.join(shared_dir, "run"), 2)
     ckpt.restore(manager.latest_checkpoint)
     assert opt.iterations == 3 and gen.state == (7, 3) and ckpt.save_counter == 3
+    assert int(step.numpy()) == 3
     rest = train_steps(model, opt, gen, x, y, 3, mesh_2d)
     assert first + rest == straight  # bitwise: floats compared exactly
     assert manager.save().endswith("ckpt-4.h5")
