@@ -415,10 +415,22 @@ static bool multi_client(void)
     return dt__rt.world != MPI_COMM_NULL;
 }
 
+/* DTENSOR_CHECKPOINT_TWO_PHASE=1: MPI-IO's collective buffering for the data (ROMIO's two
+ * phases: blocks are exchanged between clients so that a few aggregators write large runs)
+ * and collective HDF5 metadata operations. Off by default: on one node's file system it
+ * moved the same bytes no faster, and its blocking MPI collectives spin when clients
+ * outnumber cores (the checkpoint tests at -n 4 on 2 cores took twice as long). Parallel
+ * file systems with interleaved (column-sharded) blocks may gain from it. */
+static bool two_phase(void)
+{
+    const char *v = getenv("DTENSOR_CHECKPOINT_TWO_PHASE");
+    return v && !strcmp(v, "1");
+}
+
 /* File access: MPI-IO over every client under a launcher, sec2 otherwise (and when `alone`:
  * one client reading on its own). Datasets of 1 MiB and more start on a 1 MiB boundary (file
- * system blocks and stripes), metadata goes in 1 MiB blocks, and metadata operations are
- * collective (one client reads, all get it), so the data moves in large sequential runs. */
+ * system blocks and stripes) and metadata goes in 1 MiB blocks, so the data moves in large
+ * sequential runs. */
 static hid_t open_fapl(bool alone)
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -427,9 +439,9 @@ static hid_t open_fapl(bool alone)
     herr_t e = 0;
     if (multi_client() && !alone) {
         e = H5Pset_fapl_mpio(fapl, dt__rt.world, MPI_INFO_NULL);
-        if (e >= 0)
+        if (e >= 0 && two_phase())
             e = H5Pset_all_coll_metadata_ops(fapl, 1);
-        if (e >= 0)
+        if (e >= 0 && two_phase())
             e = H5Pset_coll_metadata_write(fapl, 1);
     } else {
         e = H5Pset_fapl_sec2(fapl);
@@ -445,11 +457,14 @@ static hid_t open_fapl(bool alone)
     return fapl;
 }
 
-/* Data transfers: collective under MPI-IO (every client in every H5Dwrite / H5Dread). */
+/* Data transfers: collective under MPI-IO (every client in every H5Dwrite), each client's
+ * blocks then written by its own MPI-IO writes unless two_phase(). */
 static hid_t open_dxpl(bool alone)
 {
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (dxpl >= 0 && multi_client() && !alone && H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) {
+    if (dxpl >= 0 && multi_client() && !alone &&
+        (H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0 ||
+         (!two_phase() && H5Pset_dxpl_mpio_collective_opt(dxpl, H5FD_MPIO_INDIVIDUAL_IO) < 0))) {
         H5Pclose(dxpl);
         return -1;
     }
