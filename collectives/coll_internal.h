@@ -101,10 +101,10 @@ void dt__coll_axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size);
 /* Group cache of a mask (built on first use; communicators too). Collective. */
 dt_status dt__coll_mask(const dt_mesh *m, unsigned axes, bool need_comms, dt__cmask **out);
 
-/* Reductions on host memory: acc[i] = acc[i] op src[i]. */
-void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, size_t n);
 void dt__coll_divide(dt_dtype t, void *acc, size_t n, int by);
 MPI_Datatype dt__coll_mpi_type(dt_dtype t);
+/* The MPI reduction of (dtype, operator): MPI's own, or f32 user ops for bf16 and f16. */
+MPI_Op dt__coll_mpi_op(dt_dtype t, dt_reduce_op op);
 
 /* Shared-memory phases before and after the cross-client step (device workers). */
 void dt__coll_local_pre(dt__coll_req *r);

@@ -93,9 +93,7 @@ static dt_status validate_header(const dt_mesh *m, const dt__coll *c)
     if ((unsigned)c->kind >= DT__COLL_KIND_COUNT)
         return dt__fail(DT_ERR_ARG, "collective: kind %d is outside 0..%d", (int)c->kind,
                         DT__COLL_KIND_COUNT - 1);
-    if (!dt__dtype_valid(c->dtype))
-        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not f32, f64, i32 or i64", kn,
-                        (int)c->dtype);
+    DT_TRY(dt__dtype_check(kn, c->dtype, DT__ANY));
     if ((c->kind == DT__COLL_ALL_REDUCE || c->kind == DT__COLL_REDUCE_SCATTER) &&
         (unsigned)c->op >= DT_REDUCE_COUNT)
         return dt__fail(DT_ERR_ARG, "%s: reduction %d is outside 0..%d", kn, (int)c->op,

@@ -32,6 +32,10 @@ typedef enum dt__coll_kind {
 
 const char *dt__coll_kind_name(dt__coll_kind k);
 
+/* acc[i] = acc[i] op src[i] on host memory, for every dtype (bf16 and f16 in f32, rounded):
+ * the collectives' own element loop, also what reading a partial tensor sums with. */
+void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, size_t n);
+
 /* Under DT_ALGORITHM_AUTO, cross-client all-reduce and reduce-scatter of at least this many
  * bytes go around a ring of point-to-point messages (it beats MPICH's algorithm from here on
  * this machine kind: benchmarks/bench_collectives sweep at -n 2). */

@@ -1,6 +1,9 @@
 /* Shared-memory phases: the local devices of one client exchange through host memory, each
- * device's worker thread doing its share (a chunk of a reduction, its own receive buffer). */
+ * device's worker thread doing its share (a chunk of a reduction, its own receive buffer).
+ * bf16 and f16 reduce in f32: loaded exactly, combined in f32 and rounded once per combine (a
+ * combine of every local member is one rounding; a ring across clients rounds per step). */
 #include "coll_internal.h"
+#include "convert.h"
 
 #include <string.h>
 
@@ -101,8 +104,76 @@
         for (size_t i = 0; i < n; i++)                                                     \
             x[i] /= (ctype)by;                                                             \
     }
-DT_DTYPE_LIST(DEF_KERNELS)
+/* The dtypes stored as they compute (every one but bf16 and f16). */
+#define PLAIN_DTYPES(X)       \
+    X(F32, f32, float)        \
+    X(F64, f64, double)       \
+    X(I32, i32, int32_t)      \
+    X(I64, i64, int64_t)      \
+    X(BOOL, boolean, uint8_t) \
+    X(U8, u8, uint8_t)        \
+    X(I8, i8, int8_t)
+PLAIN_DTYPES(DEF_KERNELS)
 #undef DEF_KERNELS
+
+/* The 16-bit floats: the same loops in f32, each result rounded. */
+#define DT__HALF_OP(op, a, b)                 \
+    ((op) == DT_REDUCE_MAX    ? DT__MAX(a, b) \
+     : (op) == DT_REDUCE_MIN  ? DT__MIN(a, b) \
+     : (op) == DT_REDUCE_PROD ? (a) * (b)     \
+                              : (a) + (b))
+#define DEF_HALF(name, LOAD, STORE)                                                        \
+    static void reduce_##name(dt_reduce_op op, void *acc, const void *src, size_t n)       \
+    {                                                                                      \
+        uint16_t *x = acc;                                                                 \
+        const uint16_t *y = src;                                                           \
+        for (size_t i = 0; i < n; i++)                                                     \
+            x[i] = STORE(DT__HALF_OP(op, LOAD(x[i]), LOAD(y[i])));                         \
+    }                                                                                      \
+    static void fuse2_##name(dt_reduce_op op, void *const dst[], int nd, const void *src0, \
+                             const void *src1, size_t n, int by)                           \
+    {                                                                                      \
+        const uint16_t *s0 = src0, *s1 = src1;                                             \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            float v = DT__HALF_OP(op, LOAD(s0[i]), LOAD(s1[i]));                           \
+            uint16_t h = STORE(by > 1 ? v / (float)by : v);                                \
+            for (int d = 0; d < nd; d++)                                                   \
+                ((uint16_t *)dst[d])[i] = h;                                               \
+        }                                                                                  \
+    }                                                                                      \
+    static void divide_##name(void *acc, size_t n, int by)                                 \
+    {                                                                                      \
+        uint16_t *x = acc;                                                                 \
+        for (size_t i = 0; i < n; i++)                                                     \
+            x[i] = STORE(LOAD(x[i]) / (float)by);                                          \
+    }                                                                                      \
+    /* dst[d][i] = (op over s of src[s][i]) / by, in f32, rounded once */                  \
+    static void combine_##name(dt_reduce_op op, void *const dst[], int nd,                 \
+                               const void *const src[], int ns, size_t n, int by)          \
+    {                                                                                      \
+        float t[1024];                                                                     \
+        for (size_t o = 0; o < n; o += 1024) {                                             \
+            size_t len = n - o < 1024 ? n - o : 1024;                                      \
+            const uint16_t *s0 = (const uint16_t *)src[0] + o;                             \
+            for (size_t i = 0; i < len; i++)                                               \
+                t[i] = LOAD(s0[i]);                                                        \
+            for (int s = 1; s < ns; s++) {                                                 \
+                const uint16_t *y = (const uint16_t *)src[s] + o;                          \
+                for (size_t i = 0; i < len; i++)                                           \
+                    t[i] = DT__HALF_OP(op, t[i], LOAD(y[i]));                              \
+            }                                                                              \
+            for (size_t i = 0; by > 1 && i < len; i++)                                     \
+                t[i] /= (float)by;                                                         \
+            for (int d = 0; d < nd; d++)                                                   \
+                for (size_t i = 0; i < len; i++)                                           \
+                    ((uint16_t *)dst[d])[o + i] = STORE(t[i]);                             \
+        }                                                                                  \
+    }
+DEF_HALF(bf16, dt__bf16_to_f32, dt__f32_to_bf16)
+DEF_HALF(f16, dt__f16_to_f32, dt__f32_to_f16)
+#define HALF_DTYPES(X) X(BF16, bf16) X(F16, f16)
+
+#define CASE_HALF(NAME, name) CASE(NAME, name, uint16_t)
 
 void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, size_t n)
 {
@@ -111,7 +182,8 @@ void dt__coll_reduce(dt_dtype t, dt_reduce_op op, void *acc, const void *src, si
     case DT_DTYPE_##NAME:               \
         reduce_##name(op, acc, src, n); \
         break;
-        DT_DTYPE_LIST(CASE)
+        PLAIN_DTYPES(CASE)
+        HALF_DTYPES(CASE_HALF)
 #undef CASE
     default:
         break;
@@ -126,7 +198,8 @@ static void fuse2(dt_dtype t, dt_reduce_op op, void *const dst[], int nd, const 
     case DT_DTYPE_##NAME:                         \
         fuse2_##name(op, dst, nd, s0, s1, n, by); \
         break;
-        DT_DTYPE_LIST(CASE)
+        PLAIN_DTYPES(CASE)
+        HALF_DTYPES(CASE_HALF)
 #undef CASE
     default:
         break;
@@ -140,7 +213,8 @@ void dt__coll_divide(dt_dtype t, void *acc, size_t n, int by)
     case DT_DTYPE_##NAME:          \
         divide_##name(acc, n, by); \
         break;
-        DT_DTYPE_LIST(CASE)
+        PLAIN_DTYPES(CASE)
+        HALF_DTYPES(CASE_HALF)
 #undef CASE
     default:
         break;
@@ -154,8 +228,78 @@ MPI_Datatype dt__coll_mpi_type(dt_dtype t)
         [DT_DTYPE_F64] = MPI_DOUBLE,
         [DT_DTYPE_I32] = MPI_INT32_T,
         [DT_DTYPE_I64] = MPI_INT64_T,
+        /* the 16-bit floats as their bits: reductions use the ops of dt__coll_mpi_op */
+        [DT_DTYPE_BF16] = MPI_UINT16_T,
+        [DT_DTYPE_F16] = MPI_UINT16_T,
+        [DT_DTYPE_BOOL] = MPI_UINT8_T,
+        [DT_DTYPE_U8] = MPI_UINT8_T,
+        [DT_DTYPE_I8] = MPI_INT8_T,
     };
     return types[t];
+}
+
+/* MPI's reductions know no 16-bit floats, and MPICH 4.0 compares MPI_UINT8_T (and
+ * MPI_UNSIGNED_CHAR) as signed in MPI_MAX and MPI_MIN (3 > 255): user ops (created at dt_init)
+ * run the library's own element loops there. */
+#define USER_MPI_FN(name, opname, OP)                                                   \
+    static void mpi_##name##_##opname(void *in, void *inout, int *len, MPI_Datatype *t) \
+    {                                                                                   \
+        (void)t;                                                                        \
+        reduce_##name(OP, inout, in, (size_t)*len);                                     \
+    }
+#define USER_MPI_FNS(name)                  \
+    USER_MPI_FN(name, sum, DT_REDUCE_SUM)   \
+    USER_MPI_FN(name, prod, DT_REDUCE_PROD) \
+    USER_MPI_FN(name, max, DT_REDUCE_MAX)   \
+    USER_MPI_FN(name, min, DT_REDUCE_MIN)
+USER_MPI_FNS(bf16)
+USER_MPI_FNS(f16)
+USER_MPI_FN(u8, max, DT_REDUCE_MAX)
+USER_MPI_FN(u8, min, DT_REDUCE_MIN)
+
+static MPI_Op user_ops[DT_DTYPE_COUNT][DT_REDUCE_COUNT];
+static bool user_ops_made;
+
+void dt__coll_init(void)
+{
+#define HALF_FNS(name)                     \
+    {[DT_REDUCE_SUM] = mpi_##name##_sum,   \
+     [DT_REDUCE_MEAN] = mpi_##name##_sum,  \
+     [DT_REDUCE_PROD] = mpi_##name##_prod, \
+     [DT_REDUCE_MAX] = mpi_##name##_max,   \
+     [DT_REDUCE_MIN] = mpi_##name##_min}
+    MPI_User_function *fns[DT_DTYPE_COUNT][DT_REDUCE_COUNT] = {
+        [DT_DTYPE_BF16] = HALF_FNS(bf16),
+        [DT_DTYPE_F16] = HALF_FNS(f16),
+        [DT_DTYPE_U8] = {[DT_REDUCE_MAX] = mpi_u8_max, [DT_REDUCE_MIN] = mpi_u8_min},
+    };
+#undef HALF_FNS
+    for (int t = 0; t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            user_ops[t][o] = MPI_OP_NULL;
+    for (int t = 0; t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            if (fns[t][o])
+                MPI_Op_create(fns[t][o], 1, &user_ops[t][o]);
+    user_ops_made = true;
+}
+
+void dt__coll_shutdown(void)
+{
+    for (int t = 0; user_ops_made && t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            if (user_ops[t][o] != MPI_OP_NULL)
+                MPI_Op_free(&user_ops[t][o]);
+    user_ops_made = false;
+}
+
+MPI_Op dt__coll_mpi_op(dt_dtype t, dt_reduce_op op)
+{
+    static const MPI_Op ops[] = {
+        [DT_REDUCE_SUM] = MPI_SUM, [DT_REDUCE_MEAN] = MPI_SUM,  [DT_REDUCE_MAX] = MPI_MAX,
+        [DT_REDUCE_MIN] = MPI_MIN, [DT_REDUCE_PROD] = MPI_PROD,
+    };
+    return user_ops_made && user_ops[t][op] != MPI_OP_NULL ? user_ops[t][op] : ops[op];
 }
 
 /* ---- tile combine ------------------------------------------------------------------------- */
@@ -169,6 +313,19 @@ static void combine(const dt__coll_req *r, void *const dst[], int nd, const void
     size_t es = r->es;
     if (n == 0 || nd == 0)
         return;
+    if (r->c.dtype == DT_DTYPE_BF16 || r->c.dtype == DT_DTYPE_F16) {
+        const void *s[ns];
+        void *d[nd];
+        for (int i = 0; i < ns; i++)
+            s[i] = (const char *)src[i] + off * es;
+        for (int i = 0; i < nd; i++)
+            d[i] = (char *)dst[i] + off * es;
+        if (r->c.dtype == DT_DTYPE_BF16)
+            combine_bf16(r->c.op, d, nd, s, ns, n, by);
+        else
+            combine_f16(r->c.op, d, nd, s, ns, n, by);
+        return;
+    }
     if (ns == 1 && by <= 1) {
         const char *s = (const char *)src[0] + off * es;
         for (int d = 0; d < nd; d++)

@@ -7,15 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static MPI_Op mpi_op(dt_reduce_op op)
-{
-    static const MPI_Op ops[] = {
-        [DT_REDUCE_SUM] = MPI_SUM, [DT_REDUCE_MEAN] = MPI_SUM,  [DT_REDUCE_MAX] = MPI_MAX,
-        [DT_REDUCE_MIN] = MPI_MIN, [DT_REDUCE_PROD] = MPI_PROD,
-    };
-    return ops[op];
-}
-
 static dt_status fits_int(const dt__coll_req *r, const dt__gcall *gc, int64_t v, const char *what)
 {
     if (v <= INT_MAX)
@@ -103,7 +94,7 @@ static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
     int nc = g->num_clients, me = g->my_pos, k = g->num_local;
     int *cc = gc->mc, *cd = gc->mc + nc, *rc = gc->mc + 2 * nc, *rd = gc->mc + 3 * nc;
     MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
-    MPI_Op op = mpi_op(r->c.op);
+    MPI_Op op = dt__coll_mpi_op(r->c.dtype, r->c.op);
     MPI_Comm comm = g->comm;
     MPI_Request *q = &gc->req[0];
     bool b = r->blocking, even = !gc->cnt && k == 1 && nc == r->mask->size;

@@ -26,6 +26,16 @@ int64_t dt__num_elements(int rank, const int64_t shape[]);
 
 bool dt__dtype_valid(dt_dtype d);
 
+/* Kinds of dtype an op takes (a mask). */
+#define DT__FLOATING 1u
+#define DT__INTEGER 2u
+#define DT__BOOL 4u
+#define DT__NUMERIC (DT__FLOATING | DT__INTEGER)
+#define DT__ANY (DT__NUMERIC | DT__BOOL)
+/* DT_OK when d is valid and of one of `kinds`, else DT_ERR_DTYPE naming `what`, d and the
+ * dtypes it takes ("matmul: bool, expected f32, f64, i32, i64, bf16, f16, u8 or i8"). */
+dt_status dt__dtype_check(const char *what, dt_dtype d, unsigned kinds);
+
 /* ---- integer arithmetic ------------------------------------------------------------------ */
 
 /* Integer sums and products wrap modulo 2^bits, as numpy's do: C leaves signed overflow
@@ -267,6 +277,10 @@ int dt__program_cache_count(void);
 
 /* Free the collectives' per-mesh state (communicators included). Collective. */
 void dt__coll_mesh_free(dt_mesh *m);
+/* MPI objects of the collectives (the 16-bit float reductions): made once MPI is up, freed
+ * before it goes down. */
+void dt__coll_init(void);
+void dt__coll_shutdown(void);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);
 /* A mesh over the runtime devices `ids` (strictly increasing global ids; NULL: all of them),

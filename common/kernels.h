@@ -28,7 +28,9 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(GEMM, gemm)                     \
     X(TRANSPOSE, transpose)           \
     X(COPY_BLOCKS, copy_blocks)       \
-    X(SELECT_FILL, select_fill)
+    X(SELECT_FILL, select_fill)       \
+    X(CAST, cast)                     \
+    X(WHERE, where)
 
 typedef enum dt__kernel {
 #define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
@@ -56,8 +58,10 @@ typedef struct dt__kargs {
     int64_t shape[DT_MAX_RANK];             /* output local shape */
     int64_t offset[DT_MAX_RANK];            /* global index of the output's first element */
     int64_t gshape[DT_MAX_RANK];            /* global output shape */
-    int64_t in_shape[2][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
+    int64_t in_shape[3][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
     int op;                                 /* unary / binary / reduce operator */
+    dt_dtype from;                          /* cast: the operand's dtype (the table's is the
+                                               result's) */
     double a, b;                            /* fill value; arange start, step; random
                                                bounds or mean, stddev; reduce scale */
     uint64_t seed, key;                     /* Philox key (seed) and counter high word (op key) */
@@ -81,6 +85,10 @@ typedef struct dt__kctx {
     void *blas;       /* CUDA: cublasHandle_t bound to the stream */
     bool tf32;        /* CUDA: f32 gemm may use TF32 tensor cores (opt-in) */
 } dt__kctx;
+
+/* Binary operators whose result is bool (one byte per element) whatever the operands' dtype;
+ * the kernel table is indexed by the operands' dtype. */
+#define DT__BINARY_IS_COMPARISON(op) ((op) >= DT_BINARY_EQ && (op) <= DT_BINARY_GE)
 
 /* One local kernel on one device. CPU kernels finish before they return; CUDA kernels are
  * enqueued on x->stream and return without waiting (a launch failure is reported here, an

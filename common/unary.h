@@ -34,6 +34,18 @@ DT__HD double dt__unary_f(int op, double x)
         return sin(x);
     case DT_UNARY_COS:
         return cos(x);
+    case DT_UNARY_ERF:
+        return erf(x);
+    case DT_UNARY_GELU:
+        return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+    case DT_UNARY_GELU_TANH:
+        return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+    case DT_UNARY_SILU:
+        return x / (1.0 + exp(-x));
+    case DT_UNARY_RSQRT:
+        return 1.0 / sqrt(x);
+    case DT_UNARY_LOGICAL_NOT:
+        return x == 0;
     default:
         return x;
     }

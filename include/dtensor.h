@@ -99,12 +99,20 @@ const char *dt_version(void);
 /* Data types and reductions                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
-/* X(NAME, name, C type) */
-#define DT_DTYPE_LIST(X) \
-    X(F32, f32, float)   \
-    X(F64, f64, double)  \
-    X(I32, i32, int32_t) \
-    X(I64, i64, int64_t)
+/* X(NAME, name, C storage type). bf16 (bfloat16) and f16 (IEEE binary16) are stored as
+ * their 16 bits: kernels compute in f32 and round to nearest even on store (dt_f32_to_bf16,
+ * dt_f32_to_f16), GEMMs and reductions accumulate in f32, random numbers are the f32 stream
+ * rounded. bool is one byte, 0 or 1. */
+#define DT_DTYPE_LIST(X)    \
+    X(F32, f32, float)      \
+    X(F64, f64, double)     \
+    X(I32, i32, int32_t)    \
+    X(I64, i64, int64_t)    \
+    X(BF16, bf16, uint16_t) \
+    X(F16, f16, uint16_t)   \
+    X(BOOL, bool, uint8_t)  \
+    X(U8, u8, uint8_t)      \
+    X(I8, i8, int8_t)
 
 typedef enum dt_dtype {
 #define DT__DTYPE_ENUM(NAME, name, ctype) DT_DTYPE_##NAME,
@@ -117,6 +125,24 @@ typedef enum dt_dtype {
 size_t dt_dtype_size(dt_dtype d);
 /* "f32"; "?" for a value outside the list. */
 const char *dt_dtype_name(dt_dtype d);
+/* Kinds: floating (f32, f64, bf16, f16), integer (i32, i64, u8, i8), bool; 0 for a value
+ * outside the list. */
+int dt_dtype_is_floating(dt_dtype d);
+int dt_dtype_is_integer(dt_dtype d);
+/* The dtype mixed operands are computed in, as PyTorch promotes: a floating type over an
+ * integer or bool one, an integer type over bool; within a kind the wider type (bf16 with f16
+ * gives f32, u8 with i8 gives i32). Binary ops and where cast both operands to it. Returns
+ * DT_DTYPE_COUNT when either is outside the list. */
+dt_dtype dt_dtype_promote(dt_dtype a, dt_dtype b);
+/* The 16-bit float conversions every backend uses: round to nearest even, NaN kept quiet,
+ * overflow to infinity, f16 subnormals exact. From double: rounded once (no double rounding
+ * through f32). */
+uint16_t dt_f32_to_bf16(float x);
+float dt_bf16_to_f32(uint16_t x);
+uint16_t dt_f32_to_f16(float x);
+float dt_f16_to_f32(uint16_t x);
+uint16_t dt_f64_to_bf16(double x);
+uint16_t dt_f64_to_f16(double x);
 
 /* X(NAME, name): reduction operators of collectives, reductions and partial layouts. */
 #define DT_REDUCE_LIST(X) \
@@ -468,19 +494,31 @@ typedef struct dt_op_options {
     FILE *program;           /* print the expanded program here before running it */
 } dt_op_options;
 
-/* X(NAME, name): elementwise unary operators. */
-#define DT_UNARY_LIST(X) \
-    X(NEG, neg)          \
-    X(ABS, abs)          \
-    X(EXP, exp)          \
-    X(LOG, log)          \
-    X(SQRT, sqrt)        \
-    X(RELU, relu)        \
-    X(TANH, tanh)        \
-    X(SIGMOID, sigmoid)  \
-    X(SQUARE, square)    \
-    X(SIN, sin)          \
-    X(COS, cos)
+/* X(NAME, name): elementwise unary operators. NEG, ABS, RELU and SQUARE are exact on every
+ * numeric dtype (integers wrap); the others are floating-point functions, computed in double
+ * and rounded once to the element's dtype (integers convert the result as a cast does).
+ * GELU is x * Phi(x) with the normal distribution's Phi = (1 + erf(x / sqrt 2)) / 2;
+ * GELU_TANH the tanh approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)));
+ * SILU x * sigmoid(x); RSQRT 1 / sqrt(x). LOGICAL_NOT takes and gives bool (the only unary
+ * op on bool). */
+#define DT_UNARY_LIST(X)    \
+    X(NEG, neg)             \
+    X(ABS, abs)             \
+    X(EXP, exp)             \
+    X(LOG, log)             \
+    X(SQRT, sqrt)           \
+    X(RELU, relu)           \
+    X(TANH, tanh)           \
+    X(SIGMOID, sigmoid)     \
+    X(SQUARE, square)       \
+    X(SIN, sin)             \
+    X(COS, cos)             \
+    X(ERF, erf)             \
+    X(GELU, gelu)           \
+    X(GELU_TANH, gelu_tanh) \
+    X(SILU, silu)           \
+    X(RSQRT, rsqrt)         \
+    X(LOGICAL_NOT, logical_not)
 
 typedef enum dt_unary_op {
 #define DT__UNARY_ENUM(NAME, name) DT_UNARY_##NAME,
@@ -489,26 +527,30 @@ typedef enum dt_unary_op {
         DT_UNARY_COUNT
 } dt_unary_op;
 
-/* X(NAME, name): elementwise binary operators; comparisons give 1 or 0 in the operands'
- * dtype. Integer DIV truncates; FLOORDIV and FLOORMOD round towards minus infinity as
- * numpy's floor_divide and mod (and tf.math.floordiv / floormod) do, for every dtype, so that
- * a == floordiv(a, b) * b + floormod(a, b); an integer divisor of 0 gives 0. */
-#define DT_BINARY_LIST(X) \
-    X(ADD, add)           \
-    X(SUB, sub)           \
-    X(MUL, mul)           \
-    X(DIV, div)           \
-    X(MAX, maximum)       \
-    X(MIN, minimum)       \
-    X(POW, pow)           \
-    X(EQ, equal)          \
-    X(NE, not_equal)      \
-    X(LT, less)           \
-    X(LE, less_equal)     \
-    X(GT, greater)        \
-    X(GE, greater_equal)  \
-    X(FLOORDIV, floordiv) \
-    X(FLOORMOD, floormod)
+/* X(NAME, name): elementwise binary operators. Comparisons (EQ ... GE) give bool; the logical
+ * ops take and give bool; the others give the operands' dtype. Integer DIV truncates; FLOORDIV and
+ * FLOORMOD round towards minus infinity as numpy's floor_divide and mod (and tf.math.floordiv /
+ * floormod) do, for every dtype, so that a == floordiv(a, b) * b + floormod(a, b); an integer
+ * divisor of 0 gives 0. */
+#define DT_BINARY_LIST(X)       \
+    X(ADD, add)                 \
+    X(SUB, sub)                 \
+    X(MUL, mul)                 \
+    X(DIV, div)                 \
+    X(MAX, maximum)             \
+    X(MIN, minimum)             \
+    X(POW, pow)                 \
+    X(EQ, equal)                \
+    X(NE, not_equal)            \
+    X(LT, less)                 \
+    X(LE, less_equal)           \
+    X(GT, greater)              \
+    X(GE, greater_equal)        \
+    X(FLOORDIV, floordiv)       \
+    X(FLOORMOD, floormod)       \
+    X(LOGICAL_AND, logical_and) \
+    X(LOGICAL_OR, logical_or)   \
+    X(LOGICAL_XOR, logical_xor)
 
 typedef enum dt_binary_op {
 #define DT__BINARY_ENUM(NAME, name) DT_BINARY_##NAME,
@@ -549,10 +591,23 @@ dt_status dt_random_normal(dt_dtype dtype, int rank, const int64_t shape[], uint
 dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, const dt_op_options *opts,
                     dt_tensor **out);
 
-/* Elementwise; binary ops broadcast as numpy does. Operands share dtype and mesh. */
+/* Elementwise; binary ops broadcast as numpy does. Operands share a mesh; operands of two
+ * dtypes are both converted to dt_dtype_promote's (as PyTorch does; a cast step each).
+ * Arithmetic takes numeric dtypes (cast bool first), comparisons any dtype (the result is
+ * bool), the logical ops bool. */
 dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts, dt_tensor **out);
 dt_status dt_binary(dt_binary_op op, const dt_tensor *a, const dt_tensor *b,
                     const dt_op_options *opts, dt_tensor **out);
+
+/* tf.cast: each element converted to `dtype`: floats to integers toward zero (out of range and
+ * NaN as x86 converts: the most negative i32 or i64; u8 and i8 through i32, wrapping), to bool
+ * as x != 0, bool to 1 or 0, between floats and to the 16-bit floats rounded to nearest even
+ * once. Layout kept. */
+dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, const dt_op_options *opts, dt_tensor **out);
+/* tf.where(cond, x, y): x where cond (bool) is true, else y; the three broadcast as numpy does,
+ * x and y are promoted to one dtype (dt_dtype_promote). */
+dt_status dt_where(const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y,
+                   const dt_op_options *opts, dt_tensor **out);
 
 /* op: DT_REDUCE_SUM, MEAN, MAX or MIN over `num_axes` axes (negative counts from the end;
  * num_axes 0 reduces every axis). Correct on uneven and empty shards. */

@@ -394,6 +394,8 @@ static void release_all(void)
         stop_devices((dt_device_type)t);
     if (dt__rt.world != MPI_COMM_NULL)
         MPI_Comm_free(&dt__rt.world);
+    if (dt__rt.mpi_used)
+        dt__coll_shutdown();
     if (topology) {
         hwloc_topology_destroy(topology);
         topology = NULL;
@@ -430,6 +432,7 @@ dt_status dt_init(const dt_init_options *opts)
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
+        dt__coll_init();
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);

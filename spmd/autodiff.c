@@ -74,6 +74,11 @@ static dt_status scalar(ad *a, const dt_tensor *like, double value, dt_tensor **
     return constant(a, like, 0, NULL, value, out);
 }
 
+static dt_status cast(ad *a, const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
+{
+    return keep(a, dt_cast(x, dtype, NULL, out), out);
+}
+
 static dt_status reshape(ad *a, const dt_tensor *x, int rank, const int64_t shape[],
                          dt_tensor **out)
 {
@@ -110,6 +115,17 @@ static dt_status sum_to(ad *a, dt_tensor *dy, int rank, const int64_t shape[], d
         return DT_OK;
     }
     return reshape(a, r, rank, shape, out);
+}
+
+/* The gradient of operand x from g (of a broadcast result, in the promoted dtype): summed down to
+ * x's shape and converted to x's dtype; none flows into an integer or bool operand. */
+static dt_status grad_of(ad *a, dt_tensor *g, const dt_tensor *x, dt_tensor **out)
+{
+    *out = NULL;
+    if (!dt_dtype_is_floating(x->dtype))
+        return DT_OK;
+    DT_TRY(sum_to(a, g, x->rank, x->shape, out));
+    return (*out)->dtype == x->dtype ? DT_OK : cast(a, *out, x->dtype, out);
 }
 
 /* dy_keep (x's shape with some extents 1) broadcast to x's full shape. */
@@ -165,10 +181,11 @@ static dt_status vjp_unary(ad *a, const dt__node *n, dt_tensor *const x[], dt_te
     switch ((dt_unary_op)n->attrs.op) {
     case DT_UNARY_NEG:
         return un(a, DT_UNARY_NEG, dy, &dx[0]);
-    case DT_UNARY_ABS: /* sign(x) = (x > 0) - (x < 0) */
+    case DT_UNARY_ABS: /* sign(x) = (x > 0) - (x < 0), comparisons in x's dtype */
         DT_TRY(scalar(a, x[0], 0.0, &z));
         DT_TRY(bin(a, DT_BINARY_GT, x[0], z, &t));
         DT_TRY(bin(a, DT_BINARY_LT, x[0], z, &u));
+        DT_TRY(cast(a, t, x[0]->dtype, &t));
         DT_TRY(bin(a, DT_BINARY_SUB, t, u, &t));
         return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
     case DT_UNARY_EXP:
@@ -202,9 +219,77 @@ static dt_status vjp_unary(ad *a, const dt__node *n, dt_tensor *const x[], dt_te
         DT_TRY(un(a, DT_UNARY_SIN, x[0], &t));
         DT_TRY(un(a, DT_UNARY_NEG, t, &t));
         return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
-    default:
-        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: unary %s has no gradient rule",
-                        dt_unary_op_name((dt_unary_op)n->attrs.op));
+    case DT_UNARY_ERF: /* dy 2 / sqrt(pi) exp(-x^2) */
+        DT_TRY(un(a, DT_UNARY_SQUARE, x[0], &t));
+        DT_TRY(un(a, DT_UNARY_NEG, t, &t));
+        DT_TRY(un(a, DT_UNARY_EXP, t, &t));
+        DT_TRY(scalar(a, x[0], 1.12837916709551257390, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, z, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_GELU: /* dy (Phi(x) + x phi(x)), Phi = gelu(x) / x written with erf */
+        DT_TRY(scalar(a, x[0], 0.70710678118654752440, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, x[0], z, &t));
+        DT_TRY(un(a, DT_UNARY_ERF, t, &t));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_ADD, t, z, &t));
+        DT_TRY(scalar(a, x[0], 0.5, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, z, &t)); /* Phi(x) */
+        DT_TRY(un(a, DT_UNARY_SQUARE, x[0], &u));
+        DT_TRY(scalar(a, x[0], -0.5, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, u, z, &u));
+        DT_TRY(un(a, DT_UNARY_EXP, u, &u));
+        DT_TRY(scalar(a, x[0], 0.39894228040143267794, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, u, z, &u)); /* phi(x) */
+        DT_TRY(bin(a, DT_BINARY_MUL, u, x[0], &u));
+        DT_TRY(bin(a, DT_BINARY_ADD, t, u, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_GELU_TANH: {
+        /* th = tanh(c (x + k x^3)): dy (0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 k x^2)) */
+        const double c = 0.79788456080286535588, k = 0.044715;
+        dt_tensor *x2, *th, *v;
+        DT_TRY(un(a, DT_UNARY_SQUARE, x[0], &x2));
+        DT_TRY(scalar(a, x[0], k, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, x2, z, &t));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_ADD, t, z, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, x[0], &t));
+        DT_TRY(scalar(a, x[0], c, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, z, &t));
+        DT_TRY(un(a, DT_UNARY_TANH, t, &th));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_ADD, th, z, &u));
+        DT_TRY(scalar(a, x[0], 0.5, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, u, z, &u)); /* 0.5 (1 + th) */
+        DT_TRY(un(a, DT_UNARY_SQUARE, th, &v));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_SUB, z, v, &v)); /* 1 - th^2 */
+        DT_TRY(scalar(a, x[0], 3 * k, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, x2, z, &t));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_ADD, t, z, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, v, t, &v));
+        DT_TRY(bin(a, DT_BINARY_MUL, v, x[0], &v));
+        DT_TRY(scalar(a, x[0], 0.5 * c, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, v, z, &v));
+        DT_TRY(bin(a, DT_BINARY_ADD, u, v, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    }
+    case DT_UNARY_SILU: /* s = sigmoid(x): dy s (1 + x (1 - s)) */
+        DT_TRY(un(a, DT_UNARY_SIGMOID, x[0], &t));
+        DT_TRY(scalar(a, x[0], 1.0, &z));
+        DT_TRY(bin(a, DT_BINARY_SUB, z, t, &u));
+        DT_TRY(bin(a, DT_BINARY_MUL, u, x[0], &u));
+        DT_TRY(bin(a, DT_BINARY_ADD, u, z, &u));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, u, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    case DT_UNARY_RSQRT: /* -dy y^3 / 2 */
+        DT_TRY(un(a, DT_UNARY_SQUARE, y, &t));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, y, &t));
+        DT_TRY(scalar(a, x[0], -0.5, &z));
+        DT_TRY(bin(a, DT_BINARY_MUL, t, z, &t));
+        return bin(a, DT_BINARY_MUL, dy, t, &dx[0]);
+    default: /* logical_not: bool, nothing flows */
+        return DT_OK;
     }
 }
 
@@ -258,11 +343,11 @@ static dt_status vjp_binary(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
         DT_TRY(bin(a, DT_BINARY_MUL, dy, t, &t));
         DT_TRY(un(a, DT_UNARY_NEG, t, &gb));
         break;
-    default: /* comparisons and floordiv: piecewise constant, nothing flows */
+    default: /* comparisons, floordiv and the logical ops: piecewise constant */
         return DT_OK;
     }
-    DT_TRY(sum_to(a, ga, A->rank, A->shape, &dx[0]));
-    return sum_to(a, gb, B->rank, B->shape, &dx[1]);
+    DT_TRY(grad_of(a, ga, A, &dx[0]));
+    return grad_of(a, gb, B, &dx[1]);
 }
 
 static dt_status vjp_reduce(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
@@ -295,6 +380,7 @@ static dt_status vjp_reduce(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
     case DT_REDUCE_MAX:
     case DT_REDUCE_MIN: /* shared equally among the elements equal to the extremum */
         DT_TRY(bin(a, DT_BINARY_EQ, x[0], yk, &t));
+        DT_TRY(cast(a, t, X->dtype, &t));
         DT_TRY(reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &c));
         DT_TRY(bin(a, DT_BINARY_DIV, dk, c, &c));
         return bin(a, DT_BINARY_MUL, t, c, &dx[0]);
@@ -394,6 +480,32 @@ static dt_status vjp_copy_to_mesh(ad *a, const dt__node *n, dt_tensor *const x[]
     return keep(a, dt_copy_to_mesh(dy, &l, NULL, &dx[0]), &dx[0]);
 }
 
+/* The conversion back to the operand's dtype (floating operands only). */
+static dt_status vjp_cast(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                          dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    if (!dt_dtype_is_floating(x[0]->dtype))
+        return DT_OK;
+    return cast(a, dy, x[0]->dtype, &dx[0]);
+}
+
+/* dy to x where cond holds and to y elsewhere (zeros in the other), summed down to each
+ * operand's shape; nothing flows into the condition. */
+static dt_status vjp_where(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                           dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    dt_tensor *z, *gx, *gy;
+    DT_TRY(scalar(a, dy, 0.0, &z));
+    DT_TRY(keep(a, dt_where(x[0], dy, z, NULL, &gx), &gx));
+    DT_TRY(keep(a, dt_where(x[0], z, dy, NULL, &gy), &gy));
+    DT_TRY(grad_of(a, gx, x[1], &dx[1]));
+    return grad_of(a, gy, x[2], &dx[2]);
+}
+
 /* The vjp table: one entry per op, in the op table's order. */
 static const vjp_fn vjp_table[DT__OP_COUNT] = {
 #define DT__VJP_ENTRY(NAME, name) [DT__OP_##NAME] = vjp_##name,
@@ -416,7 +528,7 @@ static dt_status accumulate(ad *a, int v, dt_tensor *g)
 
 static bool differentiable(dt_dtype d)
 {
-    return d == DT_DTYPE_F32 || d == DT_DTYPE_F64;
+    return dt_dtype_is_floating(d);
 }
 
 static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_output, int num_wrt,
@@ -492,8 +604,7 @@ dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wr
     const dt__val *lv = &g->vals[g->outputs[loss_output]];
     if (!differentiable(lv->dtype))
         return dt__fail(DT_ERR_DTYPE,
-                        "dt_function_gradient: loss output %d is %s, expected f32 "
-                        "or f64",
+                        "dt_function_gradient: loss output %d is %s, expected a floating dtype",
                         loss_output, dt_dtype_name(lv->dtype));
     if (num_wrt < 0 || (num_wrt && !wrt))
         return dt__fail(DT_ERR_ARG, "dt_function_gradient: %d inputs to differentiate%s", num_wrt,
@@ -505,9 +616,10 @@ dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wr
                             "inputs",
                             w, wrt[w], g->ninputs);
         const dt__val *iv = &g->vals[g->inputs[wrt[w]]];
-        if (iv->dtype != lv->dtype)
-            return dt__fail(DT_ERR_DTYPE, "dt_function_gradient: input %d is %s, the loss is %s",
-                            wrt[w], dt_dtype_name(iv->dtype), dt_dtype_name(lv->dtype));
+        if (!differentiable(iv->dtype))
+            return dt__fail(DT_ERR_DTYPE,
+                            "dt_function_gradient: input %d is %s, expected a floating dtype",
+                            wrt[w], dt_dtype_name(iv->dtype));
         if (iv->layout.partial)
             return dt__fail(DT_ERR_LAYOUT, "dt_function_gradient: input %d has a partial layout",
                             wrt[w]);

@@ -16,20 +16,22 @@
 /* ---- the op table: one entry here, one file spmd/ops/<name>.c --------------------------- */
 
 /* X(NAME, name) */
-#define DT__OP_LIST(X)      \
-    X(FILL, fill)           \
-    X(ARANGE, arange)       \
-    X(RANDOM, random)       \
-    X(MATMUL, matmul)       \
-    X(UNARY, unary)         \
-    X(BINARY, binary)       \
-    X(REDUCE, reduce)       \
-    X(TRANSPOSE, transpose) \
-    X(RESHAPE, reshape)     \
-    X(SLICE, slice)         \
-    X(CONCAT, concat)       \
-    X(RELAYOUT, relayout)   \
-    X(COPY_TO_MESH, copy_to_mesh)
+#define DT__OP_LIST(X)            \
+    X(FILL, fill)                 \
+    X(ARANGE, arange)             \
+    X(RANDOM, random)             \
+    X(MATMUL, matmul)             \
+    X(UNARY, unary)               \
+    X(BINARY, binary)             \
+    X(REDUCE, reduce)             \
+    X(TRANSPOSE, transpose)       \
+    X(RESHAPE, reshape)           \
+    X(SLICE, slice)               \
+    X(CONCAT, concat)             \
+    X(RELAYOUT, relayout)         \
+    X(COPY_TO_MESH, copy_to_mesh) \
+    X(CAST, cast)                 \
+    X(WHERE, where)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -108,13 +110,16 @@ typedef struct dt__dist {
  * of another device type (CPU <-> CUDA), over the same clients. */
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
+/* Operands of one kernel step (where: condition, x, y). */
+#define DT__STEP_MAX_IN 3
+
 typedef struct dt__step {
     dt__step_kind kind;
     const char *cause; /* the global op */
     const dt_mesh *mesh;
     int nlocal; /* the mesh's local devices (a cached program may outlive its mesh) */
     dt_dtype dtype;
-    int nin, in[2], out; /* slots */
+    int nin, in[DT__STEP_MAX_IN], out; /* slots */
     /* kernel */
     dt__kernel kernel;
     dt__kargs *args; /* per local device */
@@ -322,6 +327,27 @@ dt_status dt__expand_creation(dt__program *p, const char *name, const dt__node *
 void dt__kargs_out(dt__kargs *k, const dt__dist *x, int device);
 /* Mesh axes used by a layout (sharding and partial). */
 unsigned dt__layout_used(const dt_layout *l);
+
+/* Broadcasting ops (binary, where): the shape all operands broadcast to (numpy's rule: axes
+ * aligned right, extent 1 stretches); DT_ERR_SHAPE naming `what` and the shapes otherwise. */
+dt_status dt__broadcast_shape(const char *what, int n, const int ranks[],
+                              const int64_t *const shapes[], int *rank, int64_t shape[]);
+/* The layout of operand x for computing a result laid out as `o` of shape oshape: each axis
+ * of x that spans the result's axis takes its mesh axis; broadcast axes stay unsharded. */
+dt_layout dt__operand_layout(const dt__dist *x, const dt_layout *o, const int64_t oshape[]);
+/* The result layout of a broadcasting op over operands xs[0..n) with result shape oshape:
+ * candidates take each axis's mesh axis from the first operand that shards it, with each
+ * operand first in turn, and the request (without partial axes); the one whose operand moves
+ * (and the result's move to `want`) cost least by the alpha-beta model wins. */
+dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[],
+                               const dt_layout *want);
+/* pull of elementwise ops of one operand: the operand is wanted in the result's layout,
+ * without partial axes. */
+bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                   dt_layout *in_want);
+/* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
+dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
+                        dt__dist *out);
 
 /* ---- entry points shared by the public API files ----------------------------------------- */
 

@@ -36,6 +36,17 @@ dt_layout dt__layout_none(const dt_mesh *m, int rank)
     return l;
 }
 
+bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                   dt_layout *in_want)
+{
+    (void)n;
+    (void)in;
+    (void)i;
+    *in_want = *want;
+    in_want->partial = 0;
+    return true;
+}
+
 unsigned dt__layout_used(const dt_layout *l)
 {
     unsigned used = l->partial;
@@ -183,6 +194,10 @@ static const char *gemm_math(dt_device_type type, dt_dtype dtype)
                                   : "FP32 (cuBLAS sgemm)";
     case DT_DTYPE_F64:
         return cuda ? "FP64 (cuBLAS dgemm)" : "FP64 (OpenBLAS dgemm)";
+    case DT_DTYPE_BF16:
+    case DT_DTYPE_F16:
+        return cuda ? "FP32 accumulation (cuBLAS GemmEx), rounded once"
+                    : "FP32 accumulation (OpenBLAS sgemm on widened copies), rounded once";
     default:
         return "exact integer loops";
     }
@@ -391,7 +406,7 @@ static void kernel_task(dt__device *d, int i, void *arg)
 {
     const run_ctx *c = arg;
     const dt__step *st = c->st;
-    const void *in[2] = {NULL, NULL};
+    const void *in[DT__STEP_MAX_IN] = {NULL};
     for (int j = 0; j < st->nin; j++)
         in[j] = slot_buf(c, st->in[j], i);
     dt_status s = d->backend->enter ? d->backend->enter(d) : DT_OK;
@@ -471,11 +486,8 @@ void dt__program_seal(dt__program *p)
     }
     for (int i = 0; i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
-        int touched[3] = {st->out, st->nin > 0 ? st->in[0] : -1, st->nin > 1 ? st->in[1] : -1};
-        for (int t = 0; t < 3; t++) {
-            if (touched[t] < 0)
-                continue;
-            dt__slot *sl = &p->slots[touched[t]];
+        for (int t = -1; t < st->nin; t++) { /* the output, then each operand */
+            dt__slot *sl = &p->slots[t < 0 ? st->out : st->in[t]];
             if (i < sl->first)
                 sl->first = i;
             if (i > sl->last)

@@ -1,4 +1,5 @@
 /* DTensor: global shape, dtype, layout and one component buffer per local device. */
+#include "../collectives/collectives.h"
 #include "dt.h"
 
 #include <stdlib.h>
@@ -38,9 +39,7 @@ static dt_status check_meta(const char *fn, const dt_layout *l, dt_dtype dtype, 
     if (!l)
         return dt__fail(DT_ERR_ARG, "%s: layout is NULL", fn);
     DT_TRY(dt_layout_check(l));
-    if (!dt__dtype_valid(dtype))
-        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of f32, f64, i32, i64", fn,
-                        (int)dtype);
+    DT_TRY(dt__dtype_check(fn, dtype, DT__ANY));
     if (rank != l->rank) {
         char lb[DT_STRING_MAX];
         dt_layout_to_string(l, lb, sizeof lb);
@@ -397,47 +396,6 @@ static bool first_term(const dt_layout *l, int device)
     return true;
 }
 
-#define REDUCE_INTO(T)                                                    \
-    static void reduce_##T(T *acc, const T *x, size_t n, dt_reduce_op op) \
-    {                                                                     \
-        for (size_t k = 0; k < n; k++)                                    \
-            switch (op) {                                                 \
-            case DT_REDUCE_MAX:                                           \
-                acc[k] = x[k] > acc[k] ? x[k] : acc[k];                   \
-                break;                                                    \
-            case DT_REDUCE_MIN:                                           \
-                acc[k] = x[k] < acc[k] ? x[k] : acc[k];                   \
-                break;                                                    \
-            case DT_REDUCE_PROD:                                          \
-                acc[k] = DT__MUL(acc[k], x[k]);                           \
-                break;                                                    \
-            default:                                                      \
-                acc[k] = DT__ADD(acc[k], x[k]);                           \
-            }                                                             \
-    }
-REDUCE_INTO(float)
-REDUCE_INTO(double)
-REDUCE_INTO(int32_t)
-REDUCE_INTO(int64_t)
-
-static void reduce_into(dt_dtype dtype, void *acc, const void *x, size_t n, dt_reduce_op op)
-{
-    switch (dtype) {
-    case DT_DTYPE_F32:
-        reduce_float(acc, x, n, op);
-        break;
-    case DT_DTYPE_F64:
-        reduce_double(acc, x, n, op);
-        break;
-    case DT_DTYPE_I32:
-        reduce_int32_t(acc, x, n, op);
-        break;
-    default:
-        reduce_int64_t(acc, x, n, op);
-        break;
-    }
-}
-
 /* Place one contributing device's component (contiguous, local shape) into the global dst. */
 static dt_status place(const dt_tensor *t, int device, const void *component, void *dst,
                        void *scratch)
@@ -452,7 +410,7 @@ static dt_status place(const dt_tensor *t, int device, const void *component, vo
     /* A later partial term: pull the block out, reduce, put it back. */
     size_t n = (size_t)dt__num_elements(t->rank, local);
     dt__copy_block(scratch, local, zero, dst, t->shape, off, local, t->rank, es);
-    reduce_into(t->dtype, scratch, component, n, t->layout.partial_op);
+    dt__coll_reduce(t->dtype, t->layout.partial_op, scratch, component, n);
     dt__copy_block(dst, t->shape, off, scratch, local, zero, local, t->rank, es);
     return DT_OK;
 }

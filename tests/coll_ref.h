@@ -15,12 +15,43 @@
 #include <string.h>
 
 /* Element e of device d's send buffer: small integers, exact in every dtype; products stay
- * small (1..3) so that prod over 8 members is exact in f32. */
+ * small (1 or 2, so a product over 8 members is at most 256: exact in every float dtype, and
+ * wrapping in the 8-bit integers as the library's arithmetic does). */
 static inline double ref_val(int d, int64_t e, dt_reduce_op op)
 {
     if (op == DT_REDUCE_PROD)
-        return (double)((d * 7 + e * 3) % 3 + 1);
+        return (double)((d * 7 + e * 3) % 2 + 1);
     return (double)((d * 7 + e * 3 + 5) % 11 - 5);
+}
+
+/* v as an element of dtype t holds it: integers wrap to their width, bool is v != 0, floats
+ * round (bf16 and f16 to nearest even). */
+static inline double ref_as(dt_dtype t, double v)
+{
+    switch (t) {
+    case DT_DTYPE_F32:
+        return (float)v;
+    case DT_DTYPE_I32:
+        return (int32_t)(int64_t)v;
+    case DT_DTYPE_BF16:
+        return dt_bf16_to_f32(dt_f64_to_bf16(v));
+    case DT_DTYPE_F16:
+        return dt_f16_to_f32(dt_f64_to_f16(v));
+    case DT_DTYPE_BOOL:
+        return v != 0;
+    case DT_DTYPE_U8:
+        return (uint8_t)(int64_t)v;
+    case DT_DTYPE_I8:
+        return (int8_t)(int64_t)v;
+    default:
+        return v;
+    }
+}
+
+/* The input element as the send buffer holds it. */
+static inline double ref_in(dt_dtype t, int d, int64_t e, dt_reduce_op op)
+{
+    return ref_as(t, ref_val(d, e, op));
 }
 
 static inline void ref_store(dt_dtype t, void *buf, int64_t i, double v)
@@ -35,8 +66,23 @@ static inline void ref_store(dt_dtype t, void *buf, int64_t i, double v)
     case DT_DTYPE_I32:
         ((int32_t *)buf)[i] = (int32_t)v;
         break;
-    default:
+    case DT_DTYPE_I64:
         ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case DT_DTYPE_BF16:
+        ((uint16_t *)buf)[i] = dt_f64_to_bf16(v);
+        break;
+    case DT_DTYPE_F16:
+        ((uint16_t *)buf)[i] = dt_f64_to_f16(v);
+        break;
+    case DT_DTYPE_BOOL:
+        ((uint8_t *)buf)[i] = v != 0;
+        break;
+    case DT_DTYPE_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v;
+        break;
+    default:
+        ((int8_t *)buf)[i] = (int8_t)(int64_t)v;
         break;
     }
 }
@@ -50,12 +96,22 @@ static inline double ref_load(dt_dtype t, const void *buf, int64_t i)
         return ((const double *)buf)[i];
     case DT_DTYPE_I32:
         return ((const int32_t *)buf)[i];
-    default:
+    case DT_DTYPE_I64:
         return (double)((const int64_t *)buf)[i];
+    case DT_DTYPE_BF16:
+        return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_DTYPE_F16:
+        return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_DTYPE_BOOL:
+    case DT_DTYPE_U8:
+        return ((const uint8_t *)buf)[i];
+    default:
+        return ((const int8_t *)buf)[i];
     }
 }
 
-/* Reduce a list of exact integer values as the dtype would, mean included. */
+/* Reduce a list of values (as the dtype holds them) as the dtype would, mean included: exact
+ * sums and products, then wrapped or rounded once (bf16 and f16 reduce in f32 and round). */
 static inline double ref_reduce(dt_dtype t, dt_reduce_op op, const double *v, int n)
 {
     double acc = v[0];
@@ -75,6 +131,7 @@ static inline double ref_reduce(dt_dtype t, dt_reduce_op op, const double *v, in
             break;
         }
     }
+    acc = ref_as(t, acc);
     if (op != DT_REDUCE_MEAN)
         return acc;
     switch (t) {
@@ -82,8 +139,11 @@ static inline double ref_reduce(dt_dtype t, dt_reduce_op op, const double *v, in
         return (double)((float)acc / (float)n);
     case DT_DTYPE_F64:
         return acc / n;
+    case DT_DTYPE_BF16:
+    case DT_DTYPE_F16:
+        return ref_as(t, acc / n);
     default:
-        return (double)((int64_t)acc / n); /* C division: toward zero */
+        return ref_as(t, (double)((int64_t)acc / n)); /* C division: toward zero */
     }
 }
 
@@ -166,7 +226,7 @@ static inline dt_status ref_run(const dt_mesh *m, const ref_case *c, bool *ok, c
         nrecv[i] = nr;
         void *sb = malloc((size_t)ns * es + 8);
         for (int64_t e = 0; e < ns; e++)
-            ref_store(c->dtype, sb, e, ref_val(d, e, c->op));
+            ref_store(c->dtype, sb, e, ref_in(c->dtype, d, e, c->op));
         recv[i] = c->inplace ? sb : malloc((size_t)nr * es + 8);
         if (!c->inplace)
             memset(recv[i], 0xA5, (size_t)nr * es + 8);
@@ -196,7 +256,7 @@ static inline dt_status ref_run(const dt_mesh *m, const ref_case *c, bool *ok, c
             switch (c->kind) {
             case DT__COLL_ALL_REDUCE:
                 for (int r = 0; r < g; r++)
-                    v[r] = ref_val(mem[r], e, c->op);
+                    v[r] = ref_in(c->dtype, mem[r], e, c->op);
                 want = ref_reduce(c->dtype, c->op, v, g);
                 break;
             case DT__COLL_ALL_GATHER: {
@@ -204,7 +264,7 @@ static inline dt_status ref_run(const dt_mesh *m, const ref_case *c, bool *ok, c
                 int64_t o = e;
                 while (o >= ref_blk(c, g, r, 0))
                     o -= ref_blk(c, g, r++, 0);
-                want = ref_val(mem[r], o, c->op);
+                want = ref_in(c->dtype, mem[r], o, c->op);
                 break;
             }
             case DT__COLL_REDUCE_SCATTER: {
@@ -212,7 +272,7 @@ static inline dt_status ref_run(const dt_mesh *m, const ref_case *c, bool *ok, c
                 for (int b = 0; b < q; b++)
                     o += ref_blk(c, g, b, 0);
                 for (int r = 0; r < g; r++)
-                    v[r] = ref_val(mem[r], o, c->op);
+                    v[r] = ref_in(c->dtype, mem[r], o, c->op);
                 want = ref_reduce(c->dtype, c->op, v, g);
                 break;
             }
@@ -223,11 +283,11 @@ static inline dt_status ref_run(const dt_mesh *m, const ref_case *c, bool *ok, c
                     o -= ref_blk(c, g, src++, q);
                 for (int t = 0; t < q; t++)
                     o += ref_blk(c, g, src, t);
-                want = ref_val(mem[src], o, c->op);
+                want = ref_in(c->dtype, mem[src], o, c->op);
                 break;
             }
             default:
-                want = ref_val(mem[c->root], e, c->op);
+                want = ref_in(c->dtype, mem[c->root], e, c->op);
                 break;
             }
             double got = ref_load(c->dtype, recv[i], e);
@@ -270,6 +330,9 @@ static inline int ref_sweep(const dt_mesh *m, unsigned axes, int64_t big,
             bool red = k == DT__COLL_ALL_REDUCE || k == DT__COLL_REDUCE_SCATTER;
             for (int op = 0; op < (red ? DT_REDUCE_COUNT : 1); op++)
                 for (int ci = 0; ci < 5; ci++) {
+                    /* bool reduces by max and min alone (any, all): the ops never ask more */
+                    if (red && t == DT_DTYPE_BOOL && op != DT_REDUCE_MAX && op != DT_REDUCE_MIN)
+                        continue;
                     ref_case c = {.kind = (dt__coll_kind)k,
                                   .dtype = (dt_dtype)t,
                                   .op = (dt_reduce_op)op,

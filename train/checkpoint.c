@@ -77,12 +77,41 @@ static hid_t h5_i64(void)
 {
     return H5Tcopy(H5T_STD_I64LE);
 }
+static hid_t h5_u16(void)
+{
+    return H5Tcopy(H5T_STD_U16LE);
+}
+/* IEEE binary16, which HDF5 builds from its f32 type: sign bit 15, exponent bits 10..14
+ * (bias 15), mantissa bits 0..9 (h5py and numpy read it as float16). */
+static hid_t h5_f16(void)
+{
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    if (t >= 0 && (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_precision(t, 16) < 0 ||
+                   H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0)) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+static hid_t h5_u8(void)
+{
+    return H5Tcopy(H5T_STD_U8LE);
+}
+static hid_t h5_i8(void)
+{
+    return H5Tcopy(H5T_STD_I8LE);
+}
 
 static const h5_dtype h5_dtypes[DT_DTYPE_COUNT] = {
     [DT_DTYPE_F32] = {"float32", h5_f32, false},
     [DT_DTYPE_F64] = {"float64", h5_f64, false},
     [DT_DTYPE_I32] = {"int32", h5_i32, false},
     [DT_DTYPE_I64] = {"int64", h5_i64, false},
+    [DT_DTYPE_BF16] = {"bfloat16", h5_u16, true}, /* HDF5 has no bfloat16: its raw bits */
+    [DT_DTYPE_F16] = {"float16", h5_f16, false},
+    [DT_DTYPE_BOOL] = {"bool", h5_u8, true}, /* one byte, 0 or 1 */
+    [DT_DTYPE_U8] = {"uint8", h5_u8, false},
+    [DT_DTYPE_I8] = {"int8", h5_i8, false},
 };
 
 static dt_status dtype_row(const char *fn, dt_dtype d, const char *what, const h5_dtype **out)

@@ -1,5 +1,13 @@
-/* CPU local kernels: the (kernel, dtype) table. Reference loops, OpenBLAS for f32/f64 gemm.
- * Kernels see local shapes only (plus global offsets for index-dependent values). */
+/* CPU local kernels: the (kernel, dtype) table. Reference loops, OpenBLAS for gemm.
+ * Kernels see local shapes only (plus global offsets for index-dependent values).
+ *
+ * Each dtype has a storage type S (what a buffer holds) and a compute type C: the same for
+ * f32, f64 and the integers; f32 for bf16 and f16, which are loaded exactly, computed in f32
+ * and rounded to nearest even once on store (common/convert.h); bool is a byte 0 or 1. Values
+ * computed in double (float functions, fill values, arange, random numbers) are rounded once
+ * from double. The shape rules (spmd/ops/) refuse dtypes an op does not take (arithmetic on
+ * bool, float functions of bool, random integers), so the loops below never see them. */
+#include "convert.h"
 #include "dt.h"
 #include "philox.h"
 #include "unary.h"
@@ -18,6 +26,71 @@ const char *dt__kernel_name(dt__kernel k)
     };
     return (unsigned)k < DT__KERNEL_COUNT ? names[k] : "?";
 }
+
+/* ---- per-dtype element access ----------------------------------------------------------- */
+
+/* LD_x: storage -> compute; ST_x: compute -> storage; STD_x: double -> storage, rounded once;
+ * STI_x: int64_t -> storage (integers wrap as C converts; floats round); NEG_x: is a compute
+ * value negative (never, for unsigned types: written per dtype so no comparison is always
+ * false). Floats to integers convert as the x86 reference does (common/convert.h). */
+#define LD_f32(v) (v)
+#define ST_f32(v) (v)
+#define STD_f32(v) ((float)(v))
+#define STI_f32(v) ((float)(v))
+#define NEG_f32(v) ((v) < 0)
+#define LD_f64(v) (v)
+#define ST_f64(v) (v)
+#define STD_f64(v) (v)
+#define STI_f64(v) ((double)(v))
+#define NEG_f64(v) ((v) < 0)
+#define LD_i32(v) (v)
+#define ST_i32(v) (v)
+#define STD_i32(v) dt__f64_to_i32(v)
+#define STI_i32(v) ((int32_t)(v))
+#define NEG_i32(v) ((v) < 0)
+#define LD_i64(v) (v)
+#define ST_i64(v) (v)
+#define STD_i64(v) dt__f64_to_i64(v)
+#define STI_i64(v) ((int64_t)(v))
+#define NEG_i64(v) ((v) < 0)
+#define LD_bf16(v) dt__bf16_to_f32(v)
+#define ST_bf16(v) dt__f32_to_bf16(v)
+#define STD_bf16(v) dt__f64_to_bf16(v)
+#define STI_bf16(v) dt__f64_to_bf16((double)(v))
+#define NEG_bf16(v) ((v) < 0)
+#define LD_f16(v) dt__f16_to_f32(v)
+#define ST_f16(v) dt__f32_to_f16(v)
+#define STD_f16(v) dt__f64_to_f16(v)
+#define STI_f16(v) dt__f64_to_f16((double)(v))
+#define NEG_f16(v) ((v) < 0)
+#define LD_boolean(v) (v)
+#define ST_boolean(v) ((uint8_t)((v) != 0))
+#define STD_boolean(v) ((uint8_t)((v) != 0))
+#define STI_boolean(v) ((uint8_t)((v) != 0))
+#define NEG_boolean(v) 0
+#define LD_u8(v) (v)
+#define ST_u8(v) (v)
+#define STD_u8(v) ((uint8_t)dt__f64_to_i32(v))
+#define STI_u8(v) ((uint8_t)(v))
+#define NEG_u8(v) 0
+#define LD_i8(v) (v)
+#define ST_i8(v) (v)
+#define STD_i8(v) ((int8_t)dt__f64_to_i32(v))
+#define STI_i8(v) ((int8_t)(v))
+#define NEG_i8(v) ((v) < 0)
+
+/* X(name, S, C, is_float, is_signed, lowest, highest): the kernels' view of DT_DTYPE_LIST
+ * (lowest and highest in C: the identities of max and min). */
+#define CPU_DTYPES(X)                                    \
+    X(f32, float, float, 1, 1, -INFINITY, INFINITY)      \
+    X(f64, double, double, 1, 1, -INFINITY, INFINITY)    \
+    X(i32, int32_t, int32_t, 0, 1, INT32_MIN, INT32_MAX) \
+    X(i64, int64_t, int64_t, 0, 1, INT64_MIN, INT64_MAX) \
+    X(bf16, uint16_t, float, 1, 1, -INFINITY, INFINITY)  \
+    X(f16, uint16_t, float, 1, 1, -INFINITY, INFINITY)   \
+    X(boolean, uint8_t, uint8_t, 0, 0, 0, 1)             \
+    X(u8, uint8_t, uint8_t, 0, 0, 0, UINT8_MAX)          \
+    X(i8, int8_t, int8_t, 0, 1, INT8_MIN, INT8_MAX)
 
 /* ---- index helpers ----------------------------------------------------------------------- */
 
@@ -41,13 +114,41 @@ static void strides_of(int rank, const int64_t shape[], int64_t st[])
     }
 }
 
+/* Strides of an operand broadcast to the output's rank (0 along its extent-1 axes). */
+static void bcast_strides(int rank, const int64_t in_shape[], int64_t st[])
+{
+    strides_of(rank, in_shape, st);
+    for (int i = 0; i < rank; i++)
+        if (in_shape[i] == 1)
+            st[i] = 0;
+}
+
+/* True when operand q of k (q < nops) has the output's shape: plain element-wise loops. */
+static bool same_shapes(const dt__kargs *k, int nops)
+{
+    for (int q = 0; q < nops; q++)
+        for (int i = 0; i < k->rank; i++)
+            if (k->in_shape[q][i] != k->shape[i])
+                return false;
+    return true;
+}
+
+/* Offset of multi-index idx under strides st. */
+static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
+{
+    int64_t o = 0;
+    for (int q = 0; q < rank; q++)
+        o += idx[q] * st[q];
+    return o;
+}
+
 /* ---- typed kernels ----------------------------------------------------------------------- */
 
-#define DEFINE_KERNELS(T, NAME, IS_FLOAT, LOWEST, HIGHEST)                                         \
+#define DEFINE_KERNELS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                           \
     static void fill_##NAME(const dt__kargs *k, const void *const in[], void *out)                 \
     {                                                                                              \
         (void)in;                                                                                  \
-        T *o = out, v = (T)k->a;                                                                   \
+        S *o = out, v = STD_##NAME(k->a);                                                          \
         int64_t n = dt__num_elements(k->rank, k->shape);                                           \
         for (int64_t i = 0; i < n; i++)                                                            \
             o[i] = v;                                                                              \
@@ -55,21 +156,277 @@ static void strides_of(int rank, const int64_t shape[], int64_t st[])
     static void arange_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
     {                                                                                              \
         (void)in;                                                                                  \
-        T *o = out;                                                                                \
+        S *o = out;                                                                                \
         for (int64_t i = 0; i < k->shape[0]; i++)                                                  \
-            o[i] = (T)(k->a + k->b * (double)(k->offset[0] + i));                                  \
+            o[i] = STD_##NAME(k->a + k->b * (double)(k->offset[0] + i));                           \
     }                                                                                              \
+    static void unary_##NAME(const dt__kargs *k, const void *const in[], void *out)                \
+    {                                                                                              \
+        const S *x = in[0];                                                                        \
+        S *o = out;                                                                                \
+        int64_t n = dt__num_elements(k->rank, k->shape);                                           \
+        switch ((dt_unary_op)k->op) {                                                              \
+        case DT_UNARY_NEG:                                                                         \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                o[i] = ST_##NAME(DT__NEG(LD_##NAME(x[i])));                                        \
+            break;                                                                                 \
+        case DT_UNARY_ABS:                                                                         \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                C v = LD_##NAME(x[i]);                                                             \
+                o[i] = ST_##NAME(NEG_##NAME(v) ? DT__NEG(v) : v);                                  \
+            }                                                                                      \
+            break;                                                                                 \
+        case DT_UNARY_RELU:                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                C v = LD_##NAME(x[i]);                                                             \
+                o[i] = ST_##NAME(v > 0 ? v : (C)0);                                                \
+            }                                                                                      \
+            break;                                                                                 \
+        case DT_UNARY_SQUARE:                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                C v = LD_##NAME(x[i]);                                                             \
+                o[i] = ST_##NAME(DT__MUL(v, v));                                                   \
+            }                                                                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                o[i] = STD_##NAME(dt__unary_f(k->op, (double)LD_##NAME(x[i])));                    \
+        }                                                                                          \
+    }                                                                                              \
+    /* numpy's divmod: the quotient rounded towards minus infinity and the remainder with the      \
+     * divisor's sign; floats through the exact fmod (as npy_divmod), so that 1 // 0.1 is 9;       \
+     * an integer divisor of 0 gives 0 and 0 (as the integer DIV)                                  \
+     */                                                                                            \
+    static C floor_divmod_##NAME(C a, C b, C *mod)                                                 \
+    {                                                                                              \
+        if (!IS_FLOAT && b == 0) {                                                                 \
+            *mod = 0;                                                                              \
+            return 0;                                                                              \
+        }                                                                                          \
+        if (!IS_FLOAT) {                                                                           \
+            C q = IS_SIGNED && b == (C)-1 ? DT__NEG(a) : (C)(a / b);                               \
+            C r = DT__SUB(a, DT__MUL(q, b));                                                       \
+            bool fix = r != 0 && NEG_##NAME(r) != NEG_##NAME(b);                                   \
+            *mod = fix ? DT__ADD(r, b) : r;                                                        \
+            return fix ? DT__SUB(q, (C)1) : q;                                                     \
+        }                                                                                          \
+        C m = (C)fmod((double)a, (double)b);                                                       \
+        if (b == 0) {                                                                              \
+            *mod = m;                                                                              \
+            return (C)(a / b);                                                                     \
+        }                                                                                          \
+        C div = (C)((a - m) / b);                                                                  \
+        if (m != 0 && NEG_##NAME(b) != NEG_##NAME(m)) {                                            \
+            m = (C)(m + b);                                                                        \
+            div = (C)(div - (C)1);                                                                 \
+        }                                                                                          \
+        *mod = m != 0 ? m : (C)copysign(0.0, (double)b);                                           \
+        if (div == 0)                                                                              \
+            return (C)copysign(0.0, (double)(a / b));                                              \
+        C fl = (C)floor((double)div);                                                              \
+        return div - fl > (C)0.5 ? (C)(fl + (C)1) : fl;                                            \
+    }                                                                                              \
+    static C reduce_one_##NAME(int op, C acc, C v)                                                 \
+    {                                                                                              \
+        return op == DT_REDUCE_MAX   ? (v > acc ? v : acc)                                         \
+               : op == DT_REDUCE_MIN ? (v < acc ? v : acc)                                         \
+                                     : DT__ADD(acc, v);                                            \
+    }                                                                                              \
+    /* One binary op in C (pow aside); comparisons and logical ops give 0 or 1. */                 \
+    static C binary_one_##NAME(int op, C a, C b)                                                   \
+    {                                                                                              \
+        switch ((dt_binary_op)op) {                                                                \
+        case DT_BINARY_ADD:                                                                        \
+            return DT__ADD(a, b);                                                                  \
+        case DT_BINARY_SUB:                                                                        \
+            return DT__SUB(a, b);                                                                  \
+        case DT_BINARY_MUL:                                                                        \
+            return DT__MUL(a, b);                                                                  \
+        case DT_BINARY_DIV:                                                                        \
+            return IS_FLOAT                  ? (C)(a / b)                                          \
+                   : b == 0                  ? (C)0                                                \
+                   : IS_SIGNED && b == (C)-1 ? DT__NEG(a)                                          \
+                                             : (C)(a / b);                                         \
+        case DT_BINARY_MAX:                                                                        \
+            return a > b ? a : b;                                                                  \
+        case DT_BINARY_MIN:                                                                        \
+            return a < b ? a : b;                                                                  \
+        case DT_BINARY_EQ:                                                                         \
+            return (C)(a == b);                                                                    \
+        case DT_BINARY_NE:                                                                         \
+            return (C)(a != b);                                                                    \
+        case DT_BINARY_LT:                                                                         \
+            return (C)(a < b);                                                                     \
+        case DT_BINARY_LE:                                                                         \
+            return (C)(a <= b);                                                                    \
+        case DT_BINARY_GT:                                                                         \
+            return (C)(a > b);                                                                     \
+        case DT_BINARY_GE:                                                                         \
+            return (C)(a >= b);                                                                    \
+        case DT_BINARY_FLOORDIV:                                                                   \
+        case DT_BINARY_FLOORMOD: {                                                                 \
+            C mod, div = floor_divmod_##NAME(a, b, &mod);                                          \
+            return op == DT_BINARY_FLOORDIV ? div : mod;                                           \
+        }                                                                                          \
+        case DT_BINARY_LOGICAL_AND:                                                                \
+            return (C)(a != 0 && b != 0);                                                          \
+        case DT_BINARY_LOGICAL_OR:                                                                 \
+            return (C)(a != 0 || b != 0);                                                          \
+        case DT_BINARY_LOGICAL_XOR:                                                                \
+            return (C)((a != 0) != (b != 0));                                                      \
+        default:                                                                                   \
+            return a;                                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    /* element i of the result: comparisons write bool (one byte per element), the rest the        \
+     * operands' dtype; pow is computed in double and rounded once */                              \
+    static inline void binary_put_##NAME(int op, void *out, int64_t i, C a, C b)                   \
+    {                                                                                              \
+        if (op == DT_BINARY_POW)                                                                   \
+            ((S *)out)[i] = STD_##NAME(pow((double)a, (double)b));                                 \
+        else if (DT__BINARY_IS_COMPARISON(op))                                                     \
+            ((uint8_t *)out)[i] = (uint8_t)(binary_one_##NAME(op, a, b) != 0);                     \
+        else                                                                                       \
+            ((S *)out)[i] = ST_##NAME(binary_one_##NAME(op, a, b));                                \
+    }                                                                                              \
+    static void binary_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
+    {                                                                                              \
+        const S *a = in[0], *b = in[1];                                                            \
+        int r = k->rank;                                                                           \
+        int64_t n = dt__num_elements(r, k->shape);                                                 \
+        if (same_shapes(k, 2)) {                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                binary_put_##NAME(k->op, out, i, LD_##NAME(a[i]), LD_##NAME(b[i]));                \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t sa[DT_MAX_RANK], sb[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                          \
+        bcast_strides(r, k->in_shape[0], sa);                                                      \
+        bcast_strides(r, k->in_shape[1], sb);                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            binary_put_##NAME(k->op, out, i, LD_##NAME(a[offset_of(r, idx, sa)]),                  \
+                              LD_##NAME(b[offset_of(r, idx, sb)]));                                \
+            next_index(r, k->shape, idx);                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    /* out has in's rank with reduced axes (k->mask) of extent 1. Each output adds its inputs      \
+     * in input order, in C; the 16-bit floats accumulate in f32 per output (output-major)         \
+     * and round once. */                                                                          \
+    static void reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
+    {                                                                                              \
+        const S *x = in[0];                                                                        \
+        S *o = out;                                                                                \
+        int r = k->rank;                                                                           \
+        int64_t no = dt__num_elements(r, k->shape), ni = dt__num_elements(r, k->in_shape[0]);      \
+        C init = k->op == DT_REDUCE_MAX ? LOWEST : k->op == DT_REDUCE_MIN ? HIGHEST : (C)0;        \
+        if (sizeof(C) == sizeof(S)) { /* input-major, accumulating in the output */                \
+            C *acc = out;                                                                          \
+            int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                                       \
+            strides_of(r, k->shape, so);                                                           \
+            for (int i = 0; i < r; i++)                                                            \
+                if (k->mask & (1u << i))                                                           \
+                    so[i] = 0;                                                                     \
+            for (int64_t i = 0; i < no; i++)                                                       \
+                acc[i] = init;                                                                     \
+            for (int64_t i = 0; i < ni; i++) {                                                     \
+                int64_t io = offset_of(r, idx, so);                                                \
+                acc[io] = reduce_one_##NAME(k->op, acc[io], LD_##NAME(x[i]));                      \
+                next_index(r, k->in_shape[0], idx);                                                \
+            }                                                                                      \
+            for (int64_t i = 0; k->a != 1.0 && i < no; i++)                                        \
+                o[i] = STD_##NAME((double)acc[i] * k->a);                                          \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t si[DT_MAX_RANK], rext[DT_MAX_RANK], rst[DT_MAX_RANK], oidx[DT_MAX_RANK] = {0};     \
+        int nr = 0;                                                                                \
+        strides_of(r, k->in_shape[0], si);                                                         \
+        for (int i = 0; i < r; i++)                                                                \
+            if (k->mask & (1u << i)) {                                                             \
+                rext[nr] = k->in_shape[0][i];                                                      \
+                rst[nr++] = si[i];                                                                 \
+            }                                                                                      \
+        int64_t per = ni && no ? ni / no : 0;                                                      \
+        for (int64_t j = 0; j < no; j++) {                                                         \
+            int64_t base = 0, ridx[DT_MAX_RANK] = {0};                                             \
+            for (int i = 0; i < r; i++)                                                            \
+                if (!(k->mask & (1u << i)))                                                        \
+                    base += oidx[i] * si[i];                                                       \
+            C acc = init;                                                                          \
+            for (int64_t q = 0; q < per; q++) {                                                    \
+                acc =                                                                              \
+                    reduce_one_##NAME(k->op, acc, LD_##NAME(x[base + offset_of(nr, ridx, rst)]));  \
+                next_index(nr, rext, ridx);                                                        \
+            }                                                                                      \
+            o[j] = k->a != 1.0 ? STD_##NAME((double)acc * k->a) : ST_##NAME(acc);                  \
+            next_index(r, k->shape, oidx);                                                         \
+        }                                                                                          \
+    }                                                                                              \
+    static void transpose_##NAME(const dt__kargs *k, const void *const in[], void *out)            \
+    {                                                                                              \
+        const S *x = in[0];                                                                        \
+        S *o = out;                                                                                \
+        int r = k->rank;                                                                           \
+        int64_t n = dt__num_elements(r, k->shape), si[DT_MAX_RANK], sp[DT_MAX_RANK],               \
+                idx[DT_MAX_RANK] = {0};                                                            \
+        strides_of(r, k->in_shape[0], si);                                                         \
+        for (int i = 0; i < r; i++)                                                                \
+            sp[i] = si[k->perm[i]];                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            o[i] = x[offset_of(r, idx, sp)];                                                       \
+            next_index(r, k->shape, idx);                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    static void select_fill_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
+    {                                                                                              \
+        int64_t n = dt__num_elements(k->rank, k->shape);                                           \
+        if (k->select) {                                                                           \
+            if (n)                                                                                 \
+                memcpy(out, in[0], (size_t)n * sizeof(S));                                         \
+            return;                                                                                \
+        }                                                                                          \
+        S *o = out, v = STD_##NAME(k->a);                                                          \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = v;                                                                              \
+    }                                                                                              \
+    /* out[i] = cond[i] ? x[i] : y[i], each operand broadcast to the output */                     \
+    static void where_##NAME(const dt__kargs *k, const void *const in[], void *out)                \
+    {                                                                                              \
+        const uint8_t *c = in[0];                                                                  \
+        const S *x = in[1], *y = in[2];                                                            \
+        S *o = out;                                                                                \
+        int r = k->rank;                                                                           \
+        int64_t n = dt__num_elements(r, k->shape);                                                 \
+        if (same_shapes(k, 3)) {                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                o[i] = c[i] ? x[i] : y[i];                                                         \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t sc[DT_MAX_RANK], sx[DT_MAX_RANK], sy[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};         \
+        bcast_strides(r, k->in_shape[0], sc);                                                      \
+        bcast_strides(r, k->in_shape[1], sx);                                                      \
+        bcast_strides(r, k->in_shape[2], sy);                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            o[i] = c[offset_of(r, idx, sc)] ? x[offset_of(r, idx, sx)] : y[offset_of(r, idx, sy)]; \
+            next_index(r, k->shape, idx);                                                          \
+        }                                                                                          \
+    }
+
+CPU_DTYPES(DEFINE_KERNELS)
+
+/* Random numbers, for the floating types; the 16-bit ones take the f32 stream, rounded. */
+#define DEFINE_RANDOM(NAME, S)                                                                     \
     static void random_##NAME(const dt__kargs *k, void *out, bool normal)                          \
     {                                                                                              \
-        T *o = out;                                                                                \
+        S *o = out;                                                                                \
+        bool wide = sizeof(S) == 8;                                                                \
         int64_t n = dt__num_elements(k->rank, k->shape), gst[DT_MAX_RANK], idx[DT_MAX_RANK] = {0}; \
         strides_of(k->rank, k->gshape, gst);                                                       \
         for (int64_t i = 0; i < n; i++) {                                                          \
             uint64_t e = 0;                                                                        \
             for (int a = 0; a < k->rank; a++)                                                      \
                 e += (uint64_t)(k->offset[a] + idx[a]) * (uint64_t)gst[a];                         \
-            double u = dt__random_value(normal, sizeof(T) == 8, k->seed, k->key, e);               \
-            o[i] = (T)dt__random_scale(normal, k->a, k->b, u);                                     \
+            double u = dt__random_value(normal, wide, k->seed, k->key, e);                         \
+            double v = dt__random_scale(normal, k->a, k->b, u);                                    \
+            o[i] = wide ? STD_##NAME(v) : STD_##NAME((float)v);                                    \
             next_index(k->rank, k->shape, idx);                                                    \
         }                                                                                          \
     }                                                                                              \
@@ -82,205 +439,56 @@ static void strides_of(int rank, const int64_t shape[], int64_t st[])
     {                                                                                              \
         (void)in;                                                                                  \
         random_##NAME(k, out, true);                                                               \
-    }                                                                                              \
-    static void unary_##NAME(const dt__kargs *k, const void *const in[], void *out)                \
-    {                                                                                              \
-        const T *x = in[0];                                                                        \
-        T *o = out;                                                                                \
-        int64_t n = dt__num_elements(k->rank, k->shape);                                           \
-        switch ((dt_unary_op)k->op) {                                                              \
-        case DT_UNARY_NEG:                                                                         \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = DT__NEG(x[i]);                                                              \
-            break;                                                                                 \
-        case DT_UNARY_ABS:                                                                         \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = x[i] < 0 ? DT__NEG(x[i]) : x[i];                                            \
-            break;                                                                                 \
-        case DT_UNARY_RELU:                                                                        \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = x[i] > 0 ? x[i] : (T)0;                                                     \
-            break;                                                                                 \
-        case DT_UNARY_SQUARE:                                                                      \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = DT__MUL(x[i], x[i]);                                                        \
-            break;                                                                                 \
-        default:                                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = (T)dt__unary_f(k->op, (double)x[i]);                                        \
-        }                                                                                          \
-    }                                                                                              \
-    /* numpy's divmod: the quotient rounded towards minus infinity and the remainder with the      \
-     * divisor's sign; floats through the exact fmod (as npy_divmod), so that 1 // 0.1 is 9;       \
-     * an integer divisor of 0 gives 0 and 0 (as the integer DIV)                                  \
-     */                                                                                            \
-    static T floor_divmod_##NAME(T a, T b, T *mod)                                                 \
-    {                                                                                              \
-        if (!IS_FLOAT && b == 0) {                                                                 \
-            *mod = 0;                                                                              \
-            return 0;                                                                              \
-        }                                                                                          \
-        if (!IS_FLOAT) {                                                                           \
-            T q = b == (T)-1 ? DT__NEG(a) : (T)(a / b);                                            \
-            T r = DT__SUB(a, DT__MUL(q, b));                                                       \
-            bool fix = r != 0 && (r < 0) != (b < 0);                                               \
-            *mod = fix ? DT__ADD(r, b) : r;                                                        \
-            return fix ? DT__SUB(q, (T)1) : q;                                                     \
-        }                                                                                          \
-        T m = (T)fmod((double)a, (double)b);                                                       \
-        if (b == 0) {                                                                              \
-            *mod = m;                                                                              \
-            return (T)(a / b);                                                                     \
-        }                                                                                          \
-        T div = (T)((a - m) / b);                                                                  \
-        if (m != 0 && (b < 0) != (m < 0)) {                                                        \
-            m = (T)(m + b);                                                                        \
-            div = (T)(div - (T)1);                                                                 \
-        }                                                                                          \
-        *mod = m != 0 ? m : (T)copysign(0.0, (double)b);                                           \
-        if (div == 0)                                                                              \
-            return (T)copysign(0.0, (double)(a / b));                                              \
-        T fl = (T)floor((double)div);                                                              \
-        return div - fl > (T)0.5 ? (T)(fl + (T)1) : fl;                                            \
-    }                                                                                              \
-    static T binary_one_##NAME(int op, T a, T b)                                                   \
-    {                                                                                              \
-        switch ((dt_binary_op)op) {                                                                \
-        case DT_BINARY_ADD:                                                                        \
-            return DT__ADD(a, b);                                                                  \
-        case DT_BINARY_SUB:                                                                        \
-            return DT__SUB(a, b);                                                                  \
-        case DT_BINARY_MUL:                                                                        \
-            return DT__MUL(a, b);                                                                  \
-        case DT_BINARY_DIV:                                                                        \
-            return IS_FLOAT ? (T)(a / b) : b == 0 ? (T)0 : b == (T)-1 ? DT__NEG(a) : (T)(a / b);   \
-        case DT_BINARY_MAX:                                                                        \
-            return a > b ? a : b;                                                                  \
-        case DT_BINARY_MIN:                                                                        \
-            return a < b ? a : b;                                                                  \
-        case DT_BINARY_POW:                                                                        \
-            return (T)pow((double)a, (double)b);                                                   \
-        case DT_BINARY_EQ:                                                                         \
-            return (T)(a == b);                                                                    \
-        case DT_BINARY_NE:                                                                         \
-            return (T)(a != b);                                                                    \
-        case DT_BINARY_LT:                                                                         \
-            return (T)(a < b);                                                                     \
-        case DT_BINARY_LE:                                                                         \
-            return (T)(a <= b);                                                                    \
-        case DT_BINARY_GT:                                                                         \
-            return (T)(a > b);                                                                     \
-        case DT_BINARY_GE:                                                                         \
-            return (T)(a >= b);                                                                    \
-        case DT_BINARY_FLOORDIV:                                                                   \
-        case DT_BINARY_FLOORMOD: {                                                                 \
-            T mod, div = floor_divmod_##NAME(a, b, &mod);                                          \
-            return op == DT_BINARY_FLOORDIV ? div : mod;                                           \
-        }                                                                                          \
-        default:                                                                                   \
-            return a;                                                                              \
-        }                                                                                          \
-    }                                                                                              \
-    static void binary_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
-    {                                                                                              \
-        const T *a = in[0], *b = in[1];                                                            \
-        T *o = out;                                                                                \
-        int r = k->rank;                                                                           \
-        int64_t n = dt__num_elements(r, k->shape);                                                 \
-        bool same = true;                                                                          \
-        for (int i = 0; i < r; i++)                                                                \
-            same = same && k->in_shape[0][i] == k->shape[i] && k->in_shape[1][i] == k->shape[i];   \
-        if (same) {                                                                                \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                o[i] = binary_one_##NAME(k->op, a[i], b[i]);                                       \
-            return;                                                                                \
-        }                                                                                          \
-        int64_t sa[DT_MAX_RANK], sb[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                          \
-        strides_of(r, k->in_shape[0], sa);                                                         \
-        strides_of(r, k->in_shape[1], sb);                                                         \
-        for (int i = 0; i < r; i++) {                                                              \
-            if (k->in_shape[0][i] == 1)                                                            \
-                sa[i] = 0;                                                                         \
-            if (k->in_shape[1][i] == 1)                                                            \
-                sb[i] = 0;                                                                         \
-        }                                                                                          \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            int64_t ia = 0, ib = 0;                                                                \
-            for (int q = 0; q < r; q++) {                                                          \
-                ia += idx[q] * sa[q];                                                              \
-                ib += idx[q] * sb[q];                                                              \
-            }                                                                                      \
-            o[i] = binary_one_##NAME(k->op, a[ia], b[ib]);                                         \
-            next_index(r, k->shape, idx);                                                          \
-        }                                                                                          \
-    }                                                                                              \
-    /* out has in's rank with reduced axes (k->mask) of extent 1. */                               \
-    static void reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
-    {                                                                                              \
-        const T *x = in[0];                                                                        \
-        T *o = out;                                                                                \
-        int r = k->rank;                                                                           \
-        int64_t no = dt__num_elements(r, k->shape), ni = dt__num_elements(r, k->in_shape[0]);      \
-        int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                                           \
-        strides_of(r, k->shape, so);                                                               \
-        for (int i = 0; i < r; i++)                                                                \
-            if (k->mask & (1u << i))                                                               \
-                so[i] = 0;                                                                         \
-        T init = k->op == DT_REDUCE_MAX ? LOWEST : k->op == DT_REDUCE_MIN ? HIGHEST : (T)0;        \
-        for (int64_t i = 0; i < no; i++)                                                           \
-            o[i] = init;                                                                           \
-        for (int64_t i = 0; i < ni; i++) {                                                         \
-            int64_t io = 0;                                                                        \
-            for (int q = 0; q < r; q++)                                                            \
-                io += idx[q] * so[q];                                                              \
-            T v = x[i];                                                                            \
-            if (k->op == DT_REDUCE_MAX)                                                            \
-                o[io] = v > o[io] ? v : o[io];                                                     \
-            else if (k->op == DT_REDUCE_MIN)                                                       \
-                o[io] = v < o[io] ? v : o[io];                                                     \
-            else                                                                                   \
-                o[io] = DT__ADD(o[io], v);                                                         \
-            next_index(r, k->in_shape[0], idx);                                                    \
-        }                                                                                          \
-        if (k->a != 1.0)                                                                           \
-            for (int64_t i = 0; i < no; i++)                                                       \
-                o[i] = (T)(o[i] * k->a);                                                           \
-    }                                                                                              \
-    static void transpose_##NAME(const dt__kargs *k, const void *const in[], void *out)            \
-    {                                                                                              \
-        const T *x = in[0];                                                                        \
-        T *o = out;                                                                                \
-        int r = k->rank;                                                                           \
-        int64_t n = dt__num_elements(r, k->shape), si[DT_MAX_RANK], sp[DT_MAX_RANK],               \
-                idx[DT_MAX_RANK] = {0};                                                            \
-        strides_of(r, k->in_shape[0], si);                                                         \
-        for (int i = 0; i < r; i++)                                                                \
-            sp[i] = si[k->perm[i]];                                                                \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            int64_t ii = 0;                                                                        \
-            for (int q = 0; q < r; q++)                                                            \
-                ii += idx[q] * sp[q];                                                              \
-            o[i] = x[ii];                                                                          \
-            next_index(r, k->shape, idx);                                                          \
-        }                                                                                          \
-    }                                                                                              \
-    static void select_fill_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
-    {                                                                                              \
-        int64_t n = dt__num_elements(k->rank, k->shape);                                           \
-        if (k->select) {                                                                           \
-            if (n)                                                                                 \
-                memcpy(out, in[0], (size_t)n * sizeof(T));                                         \
-            return;                                                                                \
-        }                                                                                          \
-        T *o = out;                                                                                \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            o[i] = (T)k->a;                                                                        \
+    }
+DEFINE_RANDOM(f32, float)
+DEFINE_RANDOM(f64, double)
+DEFINE_RANDOM(bf16, uint16_t)
+DEFINE_RANDOM(f16, uint16_t)
+
+/* ---- cast: out (the table's dtype) from k->from, broadcast from in_shape[0] -------------- */
+
+/* X(NAME, ...) again with an extra first argument (the cast's result), for the nested list. */
+#define CPU_DTYPES_ARG(X, A)        \
+    X(A, f32, float, F32, 1)        \
+    X(A, f64, double, F64, 1)       \
+    X(A, i32, int32_t, I32, 0)      \
+    X(A, i64, int64_t, I64, 0)      \
+    X(A, bf16, uint16_t, BF16, 1)   \
+    X(A, f16, uint16_t, F16, 1)     \
+    X(A, boolean, uint8_t, BOOL, 0) \
+    X(A, u8, uint8_t, U8, 0)        \
+    X(A, i8, int8_t, I8, 0)
+
+/* Integers and bool go through int64_t, floats through double (both exact), then convert
+ * once to the result (STI / STD). */
+#define CAST_FROM(NAME, FNAME, FS, FENUM, FIS_FLOAT)               \
+    case DT_DTYPE_##FENUM: {                                       \
+        const FS *x = in[0];                                       \
+        for (int64_t i = 0; i < n; i++) {                          \
+            FS v = x[plain ? i : offset_of(r, idx, sx)];           \
+            o[i] = FIS_FLOAT ? STD_##NAME((double)LD_##FNAME(v))   \
+                             : STI_##NAME((int64_t)LD_##FNAME(v)); \
+            if (!plain)                                            \
+                next_index(r, k->shape, idx);                      \
+        }                                                          \
+        break;                                                     \
     }
 
-DEFINE_KERNELS(float, f32, 1, -INFINITY, INFINITY)
-DEFINE_KERNELS(double, f64, 1, -INFINITY, INFINITY)
-DEFINE_KERNELS(int32_t, i32, 0, INT32_MIN, INT32_MAX)
-DEFINE_KERNELS(int64_t, i64, 0, INT64_MIN, INT64_MAX)
+#define DEFINE_CAST(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                       \
+    static void cast_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
+    {                                                                                       \
+        S *o = out;                                                                         \
+        int r = k->rank;                                                                    \
+        int64_t n = dt__num_elements(r, k->shape), sx[DT_MAX_RANK], idx[DT_MAX_RANK] = {0}; \
+        bool plain = same_shapes(k, 1);                                                     \
+        bcast_strides(r, k->in_shape[0], sx);                                               \
+        switch (k->from) {                                                                  \
+            CPU_DTYPES_ARG(CAST_FROM, NAME)                                                 \
+        default:                                                                            \
+            break;                                                                          \
+        }                                                                                   \
+    }
+CPU_DTYPES(DEFINE_CAST)
 
 /* ---- gemm: C[b] = op(A[b]) op(B[b]), row-major; op = transpose when ta / tb -------------- */
 
@@ -305,6 +513,8 @@ DEFINE_KERNELS(int64_t, i64, 0, INT64_MIN, INT64_MAX)
     }
 GEMM_REF(int32_t, i32)
 GEMM_REF(int64_t, i64)
+GEMM_REF(uint8_t, u8)
+GEMM_REF(int8_t, i8)
 
 #define GEMM_BLAS(T, NAME, FN)                                                                  \
     static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)              \
@@ -327,9 +537,52 @@ GEMM_REF(int64_t, i64)
 GEMM_BLAS(float, f32, cblas_sgemm)
 GEMM_BLAS(double, f64, cblas_dgemm)
 
+/* 16-bit floats: each matrix widened to f32 (exact), one sgemm accumulating in f32, the
+ * product rounded once. Without memory for the widened copies, a loop accumulating in f32
+ * gives the same products (in another summation order). */
+#define GEMM_HALF(NAME)                                                                     \
+    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
+    {                                                                                       \
+        const uint16_t *A = in[0], *B = in[1];                                              \
+        uint16_t *Cm = out;                                                                 \
+        int64_t m = k->m, n = k->n, kk = k->k;                                              \
+        float *fa = malloc(sizeof(float) * (size_t)(m * kk + 1)),                           \
+              *fb = malloc(sizeof(float) * (size_t)(kk * n + 1)),                           \
+              *fc = malloc(sizeof(float) * (size_t)(m * n + 1));                            \
+        for (int64_t b = 0; b < k->batch; b++) {                                            \
+            const uint16_t *a = A + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride; \
+            uint16_t *c = Cm + b * m * n;                                                   \
+            if (fa && fb && fc) {                                                           \
+                for (int64_t i = 0; i < m * kk; i++)                                        \
+                    fa[i] = LD_##NAME(a[i]);                                                \
+                for (int64_t i = 0; i < kk * n; i++)                                        \
+                    fb[i] = LD_##NAME(bb[i]);                                               \
+                dt__kargs one = *k;                                                         \
+                one.batch = 1;                                                              \
+                gemm_f32(&one, (const void *const[]){fa, fb}, fc);                          \
+                for (int64_t i = 0; i < m * n; i++)                                         \
+                    c[i] = ST_##NAME(fc[i]);                                                \
+                continue;                                                                   \
+            }                                                                               \
+            for (int64_t i = 0; i < m; i++)                                                 \
+                for (int64_t j = 0; j < n; j++) {                                           \
+                    float s = 0;                                                            \
+                    for (int64_t q = 0; q < kk; q++)                                        \
+                        s += LD_##NAME(k->ta ? a[q * m + i] : a[i * kk + q]) *              \
+                             LD_##NAME(k->tb ? bb[j * kk + q] : bb[q * n + j]);             \
+                    c[i * n + j] = ST_##NAME(s);                                            \
+                }                                                                           \
+        }                                                                                   \
+        free(fa);                                                                           \
+        free(fb);                                                                           \
+        free(fc);                                                                           \
+    }
+GEMM_HALF(bf16)
+GEMM_HALF(f16)
+
 /* ---- copy blocks (dtype-independent: element size from the table's dtype) ---------------- */
 
-#define COPY_BLOCKS(T, NAME)                                                                       \
+#define COPY_BLOCKS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                              \
     static void copy_blocks_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
     {                                                                                              \
         for (int i = 0; i < k->nblocks; i++) {                                                     \
@@ -338,44 +591,66 @@ GEMM_BLAS(double, f64, cblas_dgemm)
             const int64_t *ss = b->src_shape, *ds = b->dst_shape, *ex = b->extent;                 \
             if (dt__num_elements(rr, ex) == 0)                                                     \
                 continue;                                                                          \
-            dt__copy_block((T *)out + b->dst_at, ds, b->dst_off, (const T *)in[0] + b->src_at, ss, \
-                           b->src_off, ex, rr, sizeof(T));                                         \
+            dt__copy_block((S *)out + b->dst_at, ds, b->dst_off, (const S *)in[0] + b->src_at, ss, \
+                           b->src_off, ex, rr, sizeof(S));                                         \
         }                                                                                          \
     }
-COPY_BLOCKS(float, f32)
-COPY_BLOCKS(double, f64)
-COPY_BLOCKS(int32_t, i32)
-COPY_BLOCKS(int64_t, i64)
+CPU_DTYPES(COPY_BLOCKS)
 
 /* The table's entries: each loop above behind the kernel signature (CPU kernels finish
  * before they return and cannot fail). */
-#define WRAP(NAME, name, ctype)                                                 \
-    static dt_status cpu_##NAME##_##name(const dt__kctx *x, const dt__kargs *k, \
-                                         const void *const in[], void *out)     \
-    {                                                                           \
-        (void)x;                                                                \
-        NAME##_##name(k, in, out);                                              \
-        return DT_OK;                                                           \
+#define WRAP(KNAME, NAME)                                                        \
+    static dt_status cpu_##KNAME##_##NAME(const dt__kctx *x, const dt__kargs *k, \
+                                          const void *const in[], void *out)     \
+    {                                                                            \
+        (void)x;                                                                 \
+        KNAME##_##NAME(k, in, out);                                              \
+        return DT_OK;                                                            \
     }
-#define WRAP_ALL(NAME) \
-    WRAP(NAME, f32, float) WRAP(NAME, f64, double) WRAP(NAME, i32, int32_t) WRAP(NAME, i64, int64_t)
-#define WRAP_KERNEL(NAME, name) WRAP_ALL(name)
-DT__KERNEL_LIST(WRAP_KERNEL)
+#define WRAP_DTYPE(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST) \
+    WRAP(fill, NAME)                                                 \
+    WRAP(arange, NAME)                                               \
+    WRAP(unary, NAME)                                                \
+    WRAP(binary, NAME)                                               \
+    WRAP(reduce, NAME)                                               \
+    WRAP(transpose, NAME)                                            \
+    WRAP(copy_blocks, NAME)                                          \
+    WRAP(select_fill, NAME)                                          \
+    WRAP(cast, NAME)                                                 \
+    WRAP(where, NAME)
+CPU_DTYPES(WRAP_DTYPE)
+#define WRAP_FLOAT(NAME) WRAP(philox_uniform, NAME) WRAP(philox_normal, NAME) WRAP(gemm, NAME)
+WRAP_FLOAT(f32)
+WRAP_FLOAT(f64)
+WRAP_FLOAT(bf16)
+WRAP_FLOAT(f16)
+WRAP(gemm, i32)
+WRAP(gemm, i64)
+WRAP(gemm, u8)
+WRAP(gemm, i8)
 
-#define ROW(NAME)                                                         \
-    [DT_DTYPE_F32] = cpu_##NAME##_f32, [DT_DTYPE_F64] = cpu_##NAME##_f64, \
-    [DT_DTYPE_I32] = cpu_##NAME##_i32, [DT_DTYPE_I64] = cpu_##NAME##_i64
+#define FLOATS(K)                                                   \
+    [DT_DTYPE_F32] = cpu_##K##_f32, [DT_DTYPE_F64] = cpu_##K##_f64, \
+    [DT_DTYPE_BF16] = cpu_##K##_bf16, [DT_DTYPE_F16] = cpu_##K##_f16
+#define NUMERIC(K)                                                             \
+    FLOATS(K), [DT_DTYPE_I32] = cpu_##K##_i32, [DT_DTYPE_I64] = cpu_##K##_i64, \
+               [DT_DTYPE_U8] = cpu_##K##_u8, [DT_DTYPE_I8] = cpu_##K##_i8
+#define ALL(K) NUMERIC(K), [DT_DTYPE_BOOL] = cpu_##K##_boolean
 
+/* Random numbers only for the floating types and no gemm on bool: the shape rules refuse
+ * those with DT_ERR_DTYPE before any lookup. */
 const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
-    [DT__K_FILL] = {ROW(fill)},
-    [DT__K_ARANGE] = {ROW(arange)},
-    [DT__K_PHILOX_UNIFORM] = {ROW(philox_uniform)},
-    [DT__K_PHILOX_NORMAL] = {ROW(philox_normal)},
-    [DT__K_UNARY] = {ROW(unary)},
-    [DT__K_BINARY] = {ROW(binary)},
-    [DT__K_REDUCE] = {ROW(reduce)},
-    [DT__K_GEMM] = {ROW(gemm)},
-    [DT__K_TRANSPOSE] = {ROW(transpose)},
-    [DT__K_COPY_BLOCKS] = {ROW(copy_blocks)},
-    [DT__K_SELECT_FILL] = {ROW(select_fill)},
+    [DT__K_FILL] = {ALL(fill)},
+    [DT__K_ARANGE] = {ALL(arange)},
+    [DT__K_PHILOX_UNIFORM] = {FLOATS(philox_uniform)},
+    [DT__K_PHILOX_NORMAL] = {FLOATS(philox_normal)},
+    [DT__K_UNARY] = {ALL(unary)},
+    [DT__K_BINARY] = {ALL(binary)},
+    [DT__K_REDUCE] = {ALL(reduce)},
+    [DT__K_GEMM] = {NUMERIC(gemm)},
+    [DT__K_TRANSPOSE] = {ALL(transpose)},
+    [DT__K_COPY_BLOCKS] = {ALL(copy_blocks)},
+    [DT__K_SELECT_FILL] = {ALL(select_fill)},
+    [DT__K_CAST] = {ALL(cast)},
+    [DT__K_WHERE] = {ALL(where)},
 };

@@ -4,7 +4,8 @@
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
     (void)in;
-    return dt__infer_creation("arange", &n->attrs, out);
+    DT_TRY(dt__infer_creation("arange", &n->attrs, out));
+    return dt__dtype_check("arange", n->attrs.dtype, DT__NUMERIC);
 }
 
 static void args(void *ctx, int d, dt__kargs *k)

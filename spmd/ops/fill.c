@@ -5,9 +5,7 @@
 
 dt_status dt__infer_creation(const char *name, const dt__attrs *a, dt__val *out)
 {
-    if (!dt__dtype_valid(a->dtype))
-        return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of f32, f64, i32, i64", name,
-                        (int)a->dtype);
+    DT_TRY(dt__dtype_check(name, a->dtype, DT__ANY));
     if (a->rank < 0 || a->rank > DT_MAX_RANK)
         return dt__fail(DT_ERR_SHAPE, "%s: rank %d outside 0..%d", name, a->rank, DT_MAX_RANK);
     int64_t n = dt__num_elements(a->rank, a->shape);

@@ -41,8 +41,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     dt__shape_str(sa, sizeof sa, a->rank, a->shape);
     dt__shape_str(sb, sizeof sb, b->rank, b->shape);
     if (a->dtype != b->dtype)
-        return dt__fail(DT_ERR_DTYPE, "matmul: a is %s, b is %s", dt_dtype_name(a->dtype),
-                        dt_dtype_name(b->dtype));
+        return dt__fail(DT_ERR_DTYPE, "matmul: a is %s, b is %s (cast one first)",
+                        dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
+    DT_TRY(dt__dtype_check("matmul", a->dtype, DT__NUMERIC));
     if (a->rank < 2 || b->rank < 2 || !(b->rank == a->rank || b->rank == 2))
         return dt__fail(DT_ERR_SHAPE,
                         "matmul: a is %s, b is %s: both need rank >= 2, and b the rank of a or 2",

@@ -10,10 +10,7 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     (void)in;
     const char *name = n->attrs.op == NORMAL ? "random_normal" : "random_uniform";
     DT_TRY(dt__infer_creation(name, &n->attrs, out));
-    if (n->attrs.dtype != DT_DTYPE_F32 && n->attrs.dtype != DT_DTYPE_F64)
-        return dt__fail(DT_ERR_DTYPE, "%s: dtype %s, expected f32 or f64", name,
-                        dt_dtype_name(n->attrs.dtype));
-    return DT_OK;
+    return dt__dtype_check(name, n->attrs.dtype, DT__FLOATING);
 }
 
 static void args(void *ctx, int d, dt__kargs *k)

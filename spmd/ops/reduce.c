@@ -15,9 +15,16 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     if (op != DT_REDUCE_SUM && op != DT_REDUCE_MEAN && op != DT_REDUCE_MAX && op != DT_REDUCE_MIN)
         return dt__fail(DT_ERR_ARG, "reduce: operator %s is not sum, mean, max or min",
                         dt_reduce_op_name((dt_reduce_op)op));
-    if (op == DT_REDUCE_MEAN && x->dtype != DT_DTYPE_F32 && x->dtype != DT_DTYPE_F64)
-        return dt__fail(DT_ERR_DTYPE, "reduce: mean of %s, expected f32 or f64",
-                        dt_dtype_name(x->dtype));
+    /* mean is floating only (Python's reduce_mean of integers truncates in its own layer);
+     * sums of bool are refused as arithmetic on bool (cast first); max and min of bool are
+     * any and all */
+    DT_TRY(dt__dtype_check(op == DT_REDUCE_MEAN  ? "reduce mean"
+                           : op == DT_REDUCE_SUM ? "reduce sum"
+                                                 : "reduce",
+                           x->dtype,
+                           op == DT_REDUCE_MEAN  ? DT__FLOATING
+                           : op == DT_REDUCE_SUM ? DT__NUMERIC
+                                                 : DT__ANY));
     if (n->attrs.mask >> x->rank) {
         char sb[DT__SHAPE_STR_MAX];
         return dt__fail(DT_ERR_ARG, "reduce: axes mask 0x%x names axes beyond %s of rank %d",

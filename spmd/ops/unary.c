@@ -10,6 +10,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     if ((unsigned)n->attrs.op >= DT_UNARY_COUNT)
         return dt__fail(DT_ERR_ARG, "unary: operator %d is outside 0..%d", n->attrs.op,
                         DT_UNARY_COUNT - 1);
+    /* logical_not is the one unary op of bool; every other takes the numeric dtypes */
+    DT_TRY(dt__dtype_check(dt_unary_op_name((dt_unary_op)n->attrs.op), in[0]->dtype,
+                           n->attrs.op == DT_UNARY_LOGICAL_NOT ? DT__BOOL : DT__NUMERIC));
     out->dtype = in[0]->dtype;
     out->rank = in[0]->rank;
     memcpy(out->shape, in[0]->shape, sizeof out->shape);
@@ -53,23 +56,12 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "unary", &y, want, out);
 }
 
-static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
-                 dt_layout *in_want)
-{
-    (void)n;
-    (void)in;
-    (void)i;
-    *in_want = *want;
-    in_want->partial = 0;
-    return true;
-}
-
 const dt__op_def dt__op_unary = {.name = "unary",
                                  .min_inputs = 1,
                                  .max_inputs = 1,
                                  .infer = infer,
                                  .expand = expand,
-                                 .pull = pull};
+                                 .pull = dt__pull_same};
 
 dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts, dt_tensor **out)
 {

@@ -542,6 +542,11 @@ static const spec set[] = {
     {"r3", DT_DTYPE_F64, 3, {3, 5, 2}, "unsharded,x,y"},
     {"empty", DT_DTYPE_I32, 2, {0, 3}, "x,unsharded"},
     {"rep", DT_DTYPE_I64, 2, {3, 3}, "unsharded,unsharded"},
+    {"h", DT_DTYPE_F16, 2, {5, 3}, "y,x"},
+    {"bf", DT_DTYPE_BF16, 1, {7}, "x"},
+    {"bl", DT_DTYPE_BOOL, 2, {3, 4}, "x,unsharded"},
+    {"u8", DT_DTYPE_U8, 2, {4, 6}, "unsharded,y"},
+    {"i8", DT_DTYPE_I8, 1, {5}, "y"},
 };
 #define NSET ((int)(sizeof set / sizeof set[0]))
 

@@ -2,6 +2,7 @@
 #include "dt.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -81,20 +82,116 @@ Test(status, last_error_after_failure_names_the_value)
 
 Test(status, dtype_sizes_and_names)
 {
-    cr_expect_eq(DT_DTYPE_COUNT, 4);
-    cr_expect_eq(dt_dtype_size(DT_DTYPE_F32), 4);
-    cr_expect_eq(dt_dtype_size(DT_DTYPE_F64), 8);
-    cr_expect_eq(dt_dtype_size(DT_DTYPE_I32), 4);
-    cr_expect_eq(dt_dtype_size(DT_DTYPE_I64), 8);
-    cr_expect_str_eq(dt_dtype_name(DT_DTYPE_F32), "f32");
-    cr_expect_str_eq(dt_dtype_name(DT_DTYPE_F64), "f64");
-    cr_expect_str_eq(dt_dtype_name(DT_DTYPE_I32), "i32");
-    cr_expect_str_eq(dt_dtype_name(DT_DTYPE_I64), "i64");
+    cr_expect_eq(DT_DTYPE_COUNT, 9);
+    const struct {
+        dt_dtype t;
+        size_t size;
+        const char *name;
+        int floating, integer;
+    } want[] = {{DT_DTYPE_F32, 4, "f32", 1, 0},   {DT_DTYPE_F64, 8, "f64", 1, 0},
+                {DT_DTYPE_I32, 4, "i32", 0, 1},   {DT_DTYPE_I64, 8, "i64", 0, 1},
+                {DT_DTYPE_BF16, 2, "bf16", 1, 0}, {DT_DTYPE_F16, 2, "f16", 1, 0},
+                {DT_DTYPE_BOOL, 1, "bool", 0, 0}, {DT_DTYPE_U8, 1, "u8", 0, 1},
+                {DT_DTYPE_I8, 1, "i8", 0, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        cr_expect_eq(dt_dtype_size(want[i].t), want[i].size, "%s", want[i].name);
+        cr_expect_str_eq(dt_dtype_name(want[i].t), want[i].name);
+        cr_expect_eq(dt_dtype_is_floating(want[i].t), want[i].floating, "%s", want[i].name);
+        cr_expect_eq(dt_dtype_is_integer(want[i].t), want[i].integer, "%s", want[i].name);
+    }
     const int bad[] = {DT_DTYPE_COUNT, -1, 77};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_expect_eq(dt_dtype_size((dt_dtype)bad[i]), 0, "dtype %d", bad[i]);
         cr_expect_str_eq(dt_dtype_name((dt_dtype)bad[i]), "?", "dtype %d", bad[i]);
+        cr_expect_eq(dt_dtype_promote((dt_dtype)bad[i], DT_DTYPE_F32), DT_DTYPE_COUNT);
     }
+}
+
+/* PyTorch's promotion rules (torch.result_type), as a table over the dtypes both have. */
+Test(status, dtype_promotion)
+{
+    const struct {
+        dt_dtype a, b, want;
+    } cases[] = {
+        {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_F64},    {DT_DTYPE_I64, DT_DTYPE_F32, DT_DTYPE_F32},
+        {DT_DTYPE_I32, DT_DTYPE_I64, DT_DTYPE_I64},    {DT_DTYPE_BF16, DT_DTYPE_F16, DT_DTYPE_F32},
+        {DT_DTYPE_BF16, DT_DTYPE_F32, DT_DTYPE_F32},   {DT_DTYPE_I64, DT_DTYPE_BF16, DT_DTYPE_BF16},
+        {DT_DTYPE_BOOL, DT_DTYPE_U8, DT_DTYPE_U8},     {DT_DTYPE_BOOL, DT_DTYPE_F16, DT_DTYPE_F16},
+        {DT_DTYPE_U8, DT_DTYPE_I8, DT_DTYPE_I32},      {DT_DTYPE_I8, DT_DTYPE_I32, DT_DTYPE_I32},
+        {DT_DTYPE_BOOL, DT_DTYPE_BOOL, DT_DTYPE_BOOL}, {DT_DTYPE_U8, DT_DTYPE_F64, DT_DTYPE_F64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_expect_eq(dt_dtype_promote(cases[i].a, cases[i].b), cases[i].want, "%s, %s",
+                     dt_dtype_name(cases[i].a), dt_dtype_name(cases[i].b));
+        cr_expect_eq(dt_dtype_promote(cases[i].b, cases[i].a), cases[i].want, "%s, %s",
+                     dt_dtype_name(cases[i].b), dt_dtype_name(cases[i].a));
+    }
+}
+
+/* gcc's IEEE binary16 (an extension to ISO C): the reference of the f16 conversions. */
+__extension__ typedef _Float16 gcc_f16;
+
+/* The 16-bit conversions against independent references: every f16 bit pattern through
+ * _Float16 (gcc's IEEE binary16), and bf16 against round-to-nearest-even written from the
+ * definition with doubles (the midpoint between the two neighbours). */
+Test(status, half_conversions)
+{
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        gcc_f16 ref;
+        uint16_t bits = (uint16_t)h;
+        memcpy(&ref, &bits, 2);
+        float f = dt_f16_to_f32(bits);
+        if (ref != ref) {
+            cr_expect(f != f, "f16 %04x is NaN", h);
+            continue;
+        }
+        cr_expect(f == (float)ref, "f16 %04x: %g, want %g", h, f, (double)(float)ref);
+        cr_expect_eq(dt_f32_to_f16(f), bits, "f16 %04x round trip", h);
+    }
+    /* f32 -> f16: every exponent band, halfway cases, overflow and subnormals, against
+     * gcc_f16's own conversion (gcc converts with round-to-nearest-even) */
+    uint32_t seed = 12345;
+    for (int i = 0; i < 2000000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t u = (seed & 0x80000000u) | (0x30000000u + seed % 0x18000000u);
+        float x;
+        memcpy(&x, &u, 4);
+        gcc_f16 r = (gcc_f16)x;
+        uint16_t rb;
+        memcpy(&rb, &r, 2);
+        cr_assert_eq(dt_f32_to_f16(x), rb, "f32 %08x -> f16 %04x, want %04x", u, dt_f32_to_f16(x),
+                     rb);
+        /* from double: rounded once, as gcc_f16 converts a double */
+        double d = (double)x + ldexp((double)(seed % 1000) - 500.0, -40) * fabs((double)x);
+        gcc_f16 rd = (gcc_f16)d;
+        memcpy(&rb, &rd, 2);
+        cr_assert_eq(dt_f64_to_f16(d), rb, "f64 %.17g -> f16", d);
+    }
+    /* bf16: the nearest of the two neighbours, ties to even */
+    for (int i = 0; i < 2000000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        uint32_t u = seed;
+        float x;
+        memcpy(&x, &u, 4);
+        if (x != x || isinf(x))
+            continue;
+        uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+        float fl, fh;
+        memcpy(&fl, &lo, 4);
+        memcpy(&fh, &hi, 4);
+        /* past the largest bf16 the next value is 2^128 (IEEE rounds, then overflows) */
+        double dfh = (hi & 0x7fffffffu) == 0x7f800000u ? copysign(ldexp(1, 128), (double)x) : fh;
+        double dl = fabs((double)x - (double)fl), dh = fabs(dfh - (double)x);
+        uint16_t want =
+            (uint16_t)((dl < dh || (dl == dh && !((lo >> 16) & 1))) ? lo >> 16 : hi >> 16);
+        cr_assert_eq(dt_f32_to_bf16(x), want, "f32 %08x -> bf16 %04x, want %04x", u,
+                     dt_f32_to_bf16(x), want);
+    }
+    cr_expect_eq(dt_f32_to_bf16(NAN) & 0x7fc0, 0x7fc0);
+    cr_expect_eq(dt_f32_to_f16(NAN) & 0x7e00, 0x7e00);
+    cr_expect_eq(dt_f32_to_f16(65519.0f), 0x7bff);
+    cr_expect_eq(dt_f32_to_f16(65520.0f), 0x7c00);
+    cr_expect_eq(dt_f32_to_bf16(3.4028235e38f), 0x7f80); /* FLT_MAX rounds up to inf */
 }
 
 Test(status, reduce_op_names)

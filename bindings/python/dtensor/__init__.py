@@ -27,6 +27,7 @@ import threading as _threading
 import types as _types
 import weakref
 
+import ml_dtypes
 import numpy as np
 
 from . import _dtensor as _c
@@ -55,19 +56,40 @@ __all__ = [
     "keras", "from_dlpack", "local_components", "CrossDeviceOps", "NcclAllReduce",
     "HierarchicalCopyAllReduce", "ReductionToOneDevice", "CommunicationImplementation",
     "CommunicationOptions", "FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner",
-    "TFConfigClusterResolver", "PSVariable", "Variable", "PerWorkerDataset", "train",
-    "Checkpoint", "CheckpointManager",
+    "TFConfigClusterResolver", "PSVariable", "Variable", "PerWorkerDataset", "bfloat16",
+    "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "where",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "erf", "gelu", "silu", "swish",
+    "rsqrt", "nn", "math", "train", "Checkpoint", "CheckpointManager",
 ]
 
 UNSHARDED = "unsharded"
 
+#: numpy's bfloat16 (from ml_dtypes, as JAX and TensorFlow take it).
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16, float32, float64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+int8, uint8, int32, int64 = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32),
+                             np.dtype(np.int64))
+bool_ = np.dtype(np.bool_)
+
 _DTYPES = {
-    np.dtype(np.float32): _c.DTYPE_F32,
-    np.dtype(np.float64): _c.DTYPE_F64,
-    np.dtype(np.int32): _c.DTYPE_I32,
-    np.dtype(np.int64): _c.DTYPE_I64,
+    float32: _c.DTYPE_F32,
+    float64: _c.DTYPE_F64,
+    int32: _c.DTYPE_I32,
+    int64: _c.DTYPE_I64,
+    bfloat16: _c.DTYPE_BF16,
+    float16: _c.DTYPE_F16,
+    bool_: _c.DTYPE_BOOL,
+    uint8: _c.DTYPE_U8,
+    int8: _c.DTYPE_I8,
 }
 _NUMPY = {code: dt for dt, code in _DTYPES.items()}
+_DTYPE_NAMES = ", ".join(str(d) for d in _DTYPES)
+
+
+def _raw(a):
+    """The bytes of a numpy array as the C layer takes them: bfloat16 (which the buffer
+    protocol cannot describe) as its 16-bit patterns, everything else as it is."""
+    return a.view(np.uint16) if a.dtype == bfloat16 else a
 _DEVICE_TYPES = {"CPU": _c.DEVICE_CPU, "GPU": _c.DEVICE_CUDA, "CUDA": _c.DEVICE_CUDA}
 
 class _Registry:
@@ -99,7 +121,7 @@ _live = _Registry()
 def _code(dtype):
     dt = np.dtype(dtype)
     if dt not in _DTYPES:
-        raise TypeError(f"dtype {dt} is not one of float32, float64, int32, int64")
+        raise TypeError(f"dtype {dt} is not one of {_DTYPE_NAMES}")
     return _DTYPES[dt]
 
 
@@ -610,7 +632,7 @@ class DTensor:
                 f"numpy() needs a fully replicated DTensor, this one has layout "
                 f"{self._layout._text!r}: use dtensor.gather(t) or dtensor.unpack(t)")
         out = np.empty(self._shape, dtype=self._dtype)
-        _c.tensor_to_host(self._handle, 0, out)
+        _c.tensor_to_host(self._handle, 0, _raw(out))
         return out
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
@@ -719,7 +741,7 @@ def dtensor_from_array(arr, layout, shape=None, dtype=None):
     if shape is not None:
         a = a.reshape(shape)
     handle = _c.tensor_from_host(layout.mesh._handle, layout._text, _code(a.dtype),
-                                 list(a.shape), a)
+                                 list(a.shape), _raw(a))
     return DTensor(handle, layout)
 
 
@@ -848,7 +870,7 @@ def local_components(tensor):
 def _from_components(comps, layout, shape, dtype):
     """A DTensor from components already checked against the layout."""
     handle = _c.tensor_pack(layout.mesh._handle, layout._text, _code(dtype), list(shape),
-                            comps, [list(c.shape) for c in comps])
+                            [_raw(c) for c in comps], [list(c.shape) for c in comps])
     return DTensor(handle, layout)
 
 
@@ -861,7 +883,7 @@ def unpack(tensor):
     out = []
     for i, shape in enumerate(tensor._local_shapes):
         a = np.empty(shape, dtype=tensor.dtype)
-        _c.tensor_to_host(tensor._handle, i, a)
+        _c.tensor_to_host(tensor._handle, i, _raw(a))
         out.append(a)
     return out
 
@@ -871,7 +893,7 @@ def gather(tensor):
     are reduced). The only call that materialises a global tensor."""
     tensor = _value(tensor)
     out = np.empty(tensor.shape, dtype=tensor.dtype)
-    _c.tensor_to_host(tensor._handle, -1, out)
+    _c.tensor_to_host(tensor._handle, -1, _raw(out))
     return out
 
 
@@ -1008,17 +1030,14 @@ def is_dtensor(tensor):
 
 
 def cast(x, dtype):
-    """tf.cast: the same tensor in another dtype, in its layout. Each device converts its own
-    component (numpy's conversion: floats to integers truncate), no communication; not
-    available inside a traced function."""
+    """tf.cast: the same tensor in another dtype, in its layout: each device converts its own
+    component (floats to integers toward zero, to bool as x != 0, to the 16-bit floats rounded
+    to nearest even), no communication. Recorded by tapes and traced functions like any op."""
     x = _value(x)
-    dt = np.dtype(dtype)
-    _code(dt)
-    if dt == x.dtype:
+    code = _code(dtype)
+    if np.dtype(dtype) == x.dtype:
         return x
-    if x._local_shapes is None:
-        raise DTensorError("cast: not supported inside a traced dtensor.function")
-    return _from_components([c.astype(dt) for c in unpack(x)], x.layout, x.shape, dt)
+    return _apply("cast", [x], code)
 
 def range(start, limit=None, delta=1, dtype=np.int64, layout=None):  # noqa: A001 (tf.range)
     """Like tf.range: [start, limit) by delta, or [0, start) with one argument."""
@@ -1123,13 +1142,14 @@ def _apply(op, tensors, *attrs):
 
 
 def _as_dtensor(x, like):
-    """Scalars and arrays next to a DTensor become replicated DTensors on its mesh."""
+    """Scalars and arrays next to a DTensor become replicated DTensors on its mesh (Python
+    scalars take the DTensor's dtype, as TensorFlow's; numpy arrays keep theirs)."""
     if isinstance(x, (DTensor, DVariable)):
         return _value(x)
-    a = np.asarray(x, dtype=like.dtype)
+    a = np.asarray(x, dtype=None if isinstance(x, np.ndarray) else like.dtype)
     rep = Layout.replicated(like.layout.mesh, a.ndim)
     if a.ndim == 0:
-        return _create("fill", [], like.dtype, rep, a=float(a))
+        return _create("fill", [], a.dtype, rep, a=float(a))
     return dtensor_from_array(a, rep)
 
 
@@ -1155,6 +1175,18 @@ sigmoid = _unary(_c.UNARY_SIGMOID)
 square = _unary(_c.UNARY_SQUARE)
 sin = _unary(_c.UNARY_SIN)
 cos = _unary(_c.UNARY_COS)
+erf = _unary(_c.UNARY_ERF)
+silu = swish = _unary(_c.UNARY_SILU)
+rsqrt = _unary(_c.UNARY_RSQRT)
+logical_not = _unary(_c.UNARY_LOGICAL_NOT)
+_gelu_erf = _unary(_c.UNARY_GELU)
+_gelu_tanh = _unary(_c.UNARY_GELU_TANH)
+
+
+def gelu(features, approximate=False):
+    """tf.nn.gelu: x Phi(x) with the normal distribution's Phi (erf form), or its tanh
+    approximation when ``approximate``."""
+    return (_gelu_tanh if approximate else _gelu_erf)(features)
 
 
 def _binary(code):
@@ -1182,6 +1214,27 @@ less = _binary(_c.BINARY_LT)
 less_equal = _binary(_c.BINARY_LE)
 greater = _binary(_c.BINARY_GT)
 greater_equal = _binary(_c.BINARY_GE)
+logical_and = _binary(_c.BINARY_LOGICAL_AND)
+logical_or = _binary(_c.BINARY_LOGICAL_OR)
+logical_xor = _binary(_c.BINARY_LOGICAL_XOR)
+
+
+def where(condition, x=None, y=None):
+    """tf.where(condition, x, y): x where the bool condition holds, else y; the three broadcast
+    as numpy does and x and y are promoted to one dtype. (The one-argument form, the indices
+    of true elements, has a data-dependent shape and is not supported.)"""
+    if x is None or y is None:
+        raise NotImplementedError("where(condition) without x and y (indices of the true "
+                                  "elements) is not supported: its shape depends on the data")
+    like = next((v for v in (x, y, condition) if isinstance(v, (DTensor, DVariable))), None)
+    if like is None:
+        raise TypeError("where: no operand is a DTensor")
+    like = _value(like)
+    c = condition if isinstance(condition, (DTensor, DVariable)) else \
+        _as_dtensor(np.asarray(condition, dtype=bool), like)
+    x = x if isinstance(x, (DTensor, DVariable)) else _as_dtensor(x, like)
+    y = y if isinstance(y, (DTensor, DVariable)) else _as_dtensor(y, like)
+    return _apply("where", (c, x, y))
 
 
 def _reduce(code):
@@ -1290,6 +1343,11 @@ def _install_operators():
         setattr(DTensor, name, lambda self, other, fn=fn: fn(_as_dtensor(other, self), self))
     DTensor.__neg__ = lambda self: neg(self)
     DTensor.__abs__ = lambda self: abs(self)
+    # &, |, ^ and ~ are the logical ops, as on TensorFlow's bool tensors
+    for name, fn in {"__and__": logical_and, "__or__": logical_or, "__xor__": logical_xor}.items():
+        setattr(DTensor, name, lambda self, other, fn=fn: fn(self, other))
+        setattr(DTensor, "__r" + name[2:], lambda self, other, fn=fn: fn(other, self))
+    DTensor.__invert__ = lambda self: logical_not(self)
 
 
 _install_operators()
@@ -1579,7 +1637,7 @@ class Sequential:
             h = _c.model_variable_read(self._handle, i)
             dtype, shape, _ = _c.tensor_meta(h)
             a = np.empty(shape, dtype=_NUMPY[dtype])
-            _c.tensor_to_host(h, -1, a)
+            _c.tensor_to_host(h, -1, _raw(a))
             h.free()
             out.append(a)
         return out
@@ -1789,7 +1847,7 @@ class Strategy:
         if isinstance(value, DTensor) and value.layout.mesh is self.mesh:
             shape = value._local_shapes[i]
             a = np.empty(shape, dtype=value.dtype)
-            _c.tensor_to_host(value._handle, i, a)
+            _c.tensor_to_host(value._handle, i, _raw(a))
             return self._replica_tensor(a, i)
         return value
 
@@ -1810,7 +1868,7 @@ class Strategy:
                                f"strategy.run")
         a = np.empty(var.shape, dtype=var.dtype)
         own = mesh.local_device_ids()
-        _c.tensor_to_host(var._handle, i if mesh is self.mesh and i < len(own) else 0, a)
+        _c.tensor_to_host(var._handle, i if mesh is self.mesh and i < len(own) else 0, _raw(a))
         t = self._replica_tensor(a, i)
         var._replicas[key] = (var._version, t)
         return t
@@ -2331,6 +2389,21 @@ def compute_average_loss(per_example_loss, global_batch_size):
     """tf.nn.compute_average_loss: sum(per_example) / global_batch_size."""
     return reduce_sum(per_example_loss) / float(global_batch_size)
 
+
+# ---- tf.nn and tf.math: the names above under TensorFlow's module paths -----------------------
+
+nn = _types.SimpleNamespace(
+    relu=relu, sigmoid=sigmoid, tanh=tanh, gelu=gelu, silu=silu, swish=swish,
+    compute_average_loss=compute_average_loss)
+math = _types.SimpleNamespace(
+    add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
+    floordiv=floordiv, floormod=floormod, mod=mod, maximum=maximum, minimum=minimum, pow=pow,
+    equal=equal, not_equal=not_equal, less=less, less_equal=less_equal, greater=greater,
+    greater_equal=greater_equal, logical_and=logical_and, logical_or=logical_or,
+    logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs, exp=exp,
+    log=log, sqrt=sqrt, rsqrt=rsqrt, square=square, sin=sin, cos=cos, tanh=tanh, erf=erf,
+    sigmoid=sigmoid, reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max,
+    reduce_min=reduce_min)
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 

@@ -714,24 +714,18 @@ typedef struct DLManagedTensor {
 
 enum { DL_CPU = 1, DL_CUDA = 2 };
 
+/* DLPack type codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool. */
 static int dl_dtype(dt_dtype t, DLDataType *out)
 {
-    switch (t) {
-    case DT_DTYPE_F32:
-        *out = (DLDataType){2, 32, 1};
-        return 0;
-    case DT_DTYPE_F64:
-        *out = (DLDataType){2, 64, 1};
-        return 0;
-    case DT_DTYPE_I32:
-        *out = (DLDataType){0, 32, 1};
-        return 0;
-    case DT_DTYPE_I64:
-        *out = (DLDataType){0, 64, 1};
-        return 0;
-    default:
+    static const DLDataType codes[DT_DTYPE_COUNT] = {
+        [DT_DTYPE_F32] = {2, 32, 1}, [DT_DTYPE_F64] = {2, 64, 1},  [DT_DTYPE_I32] = {0, 32, 1},
+        [DT_DTYPE_I64] = {0, 64, 1}, [DT_DTYPE_BF16] = {4, 16, 1}, [DT_DTYPE_F16] = {2, 16, 1},
+        [DT_DTYPE_BOOL] = {6, 8, 1}, [DT_DTYPE_U8] = {1, 8, 1},    [DT_DTYPE_I8] = {0, 8, 1},
+    };
+    if ((unsigned)t >= DT_DTYPE_COUNT)
         return -1;
-    }
+    *out = codes[t];
+    return 0;
 }
 
 /* What an exported component keeps: the DTensor's handle (its free waits) and the shape. */
@@ -1081,8 +1075,9 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
     const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
     if (!op || (text_o != Py_None && !text))
         return NULL;
-    static const char *const known[] = {"matmul",  "unary", "binary", "reduce",   "transpose",
-                                        "reshape", "slice", "concat", "relayout", "copy_to_mesh"};
+    static const char *const known[] = {"matmul",    "unary",        "binary", "reduce",
+                                        "transpose", "reshape",      "slice",  "concat",
+                                        "relayout",  "copy_to_mesh", "cast",   "where"};
     bool found = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         found = found || strcmp(op, known[i]) == 0;
@@ -1092,7 +1087,7 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t n = PySequence_Size(ts_o);
-    if (n < 1 || n > 64) {
+    if (n < 1 || n > 64 || (strcmp(op, "where") == 0 && n != 3)) {
         PyErr_Format(PyExc_ValueError, "%s: %zd operands", op, n);
         return NULL;
     }
@@ -1169,6 +1164,10 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             s = dt_slice(ts[0], at[0], at[1], &o, &t);
         else if (strcmp(op, "concat") == 0)
             s = dt_concat((int)n, ts, code, &o, &t);
+        else if (strcmp(op, "cast") == 0)
+            s = dt_cast(ts[0], (dt_dtype)code, &o, &t);
+        else if (strcmp(op, "where") == 0)
+            s = dt_where(ts[0], ts[1], ts[2], &o, &t);
         else if (strcmp(op, "relayout") == 0)
             s = dt_relayout(ts[0], &c.layout, &o, &t);
         else
