@@ -953,7 +953,9 @@ dt_status dt_generator_reset(dt_generator *g, uint64_t seed, uint64_t counter);
  *   /metadata                 attributes: the user's key = value strings
  *
  * NAME may hold '/' (groups in the file); each part is made of [A-Za-z0-9_.:-]. Dtypes map
- * to HDF5's little-endian IEEE floats and two's-complement integers.
+ * to HDF5's little-endian IEEE floats (f16 as IEEE half) and two's-complement integers; bf16,
+ * which HDF5 lacks, is stored as its raw 16 bits and bool as one byte, each with the
+ * dataset attribute dtype = "bfloat16" / "bool" (every dataset has the attribute).
  *
  * Under a launcher the file is opened through HDF5's MPI-IO driver by every client; a single
  * client without MPI uses HDF5's sec2 driver. Saving gathers nothing: each client writes only
