@@ -390,4 +390,9 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */
 const dt__graph *dt__function_graph(const dt_function *f);
 
+/* Make `value` (owned: taken on success, left with the caller on error) the variable's value
+ * without a copy: it must have the variable's dtype, shape and layout (the errors of
+ * dt_variable_assign otherwise, on this client alone: the caller agrees). Not collective. */
+dt_status dt__variable_adopt(dt_variable *v, dt_tensor *value);
+
 #endif /* DT_SPMD_ENGINE_H */

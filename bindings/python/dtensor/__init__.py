@@ -59,7 +59,7 @@ __all__ = [
     "TFConfigClusterResolver", "PSVariable", "Variable", "PerWorkerDataset", "bfloat16",
     "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "where",
     "logical_and", "logical_or", "logical_xor", "logical_not", "erf", "gelu", "silu", "swish",
-    "rsqrt", "nn", "math",
+    "rsqrt", "nn", "math", "train", "Checkpoint", "CheckpointManager",
     # row-wise ops
     "softmax", "log_softmax", "reduce_logsumexp", "layer_norm", "rms_norm", "argmax", "argmin",
     "cumsum",
@@ -1073,6 +1073,51 @@ class _Random:
         return _create("normal", shape, dtype, layout, a=mean, b=stddev, seed=k0, key=k1)
 
 
+class Generator:
+    """tf.random.Generator over the stateless ops: a seed and a counter; each draw is the
+    stateless op with (seed, counter), then the counter moves on, so a run that draws in the
+    same order gets the same numbers, and a checkpoint (``dtensor.train.Checkpoint(rng=g)``)
+    continues the stream after a restore. Draws are collective like any op."""
+
+    def __init__(self, seed=0, counter=0):
+        self._handle = _c.generator_create(int(seed) & 0xFFFFFFFFFFFFFFFF)
+        if counter:
+            _c.generator_state(self._handle, int(seed) & 0xFFFFFFFFFFFFFFFF, int(counter))
+        _live.add(self)
+
+    @classmethod
+    def from_seed(cls, seed):
+        return cls(seed)
+
+    @property
+    def state(self):
+        """(seed, counter): the counter is the key of the next draw."""
+        return _c.generator_state(self._handle)
+
+    def reset_from_seed(self, seed):
+        _c.generator_state(self._handle, int(seed) & 0xFFFFFFFFFFFFFFFF, 0)
+
+    def _draw(self, kind, shape, a, b, dtype, layout):
+        layout = layout or _requested()
+        if layout is None and getattr(_state, "mesh", None) is not None:
+            layout = Layout.replicated(_state.mesh, len(shape))
+        if layout is None:
+            raise ValueError(f"Generator.{kind}: no layout: pass layout=, or draw inside "
+                             f"dtensor.call_with_layout or dtensor.default_mesh")
+        h = _c.generator_draw(self._handle, kind, layout.mesh._handle, layout._text,
+                              _code(dtype), [int(s) for s in shape], float(a), float(b),
+                              _show_programs())
+        return _result(h, layout.mesh)
+
+    def uniform(self, shape, minval=0, maxval=None, dtype=np.float32, layout=None):
+        return self._draw("uniform", shape, minval, 1.0 if maxval is None else maxval, dtype,
+                          layout)
+
+    def normal(self, shape, mean=0.0, stddev=1.0, dtype=np.float32, layout=None):
+        return self._draw("normal", shape, mean, stddev, dtype, layout)
+
+
+_Random.Generator = Generator
 random = _Random()
 
 
@@ -2439,4 +2484,5 @@ math = _types.SimpleNamespace(
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
-from . import data, keras  # noqa: E402 (they import the names defined above)
+from . import data, keras, train  # noqa: E402 (they import the names defined above)
+from .train import Checkpoint, CheckpointManager  # noqa: E402
