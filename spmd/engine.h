@@ -31,7 +31,11 @@
     X(RELAYOUT, relayout)         \
     X(COPY_TO_MESH, copy_to_mesh) \
     X(CAST, cast)                 \
-    X(WHERE, where)
+    X(WHERE, where)               \
+    X(SOFTMAX, softmax)           \
+    X(NORM, norm)                 \
+    X(ARG_REDUCE, arg_reduce)     \
+    X(CUMSUM, cumsum)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -110,8 +114,8 @@ typedef struct dt__dist {
  * of another device type (CPU <-> CUDA), over the same clients. */
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
-/* Operands of one kernel step (where: condition, x, y). */
-#define DT__STEP_MAX_IN 3
+/* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
+#define DT__STEP_MAX_IN 5
 
 typedef struct dt__step {
     dt__step_kind kind;
@@ -351,6 +355,27 @@ bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
                         dt__dist *out);
 
+/* Row-wise ops (softmax, norm, arg_reduce, cumsum). The dtype their sums are held in: f32 for
+ * the 16-bit floats (one rounding at the end), else the dtype itself (common/kernels.h). */
+static inline dt_dtype dt__acc_dtype(dt_dtype t)
+{
+    return t == DT_DTYPE_BF16 || t == DT_DTYPE_F16 ? DT_DTYPE_F32 : t;
+}
+/* Where an op that keeps its operand's shape computes (the operand x as it lies, or the
+ * request): x's layout without partial axes, or `want`'s when moving x there first costs less
+ * than moving the result afterwards (unary's rule). */
+dt_layout dt__rowwise_layout(const dt__dist *x, const dt_layout *want);
+/* x's layout with the axes of `mask` unsharded (their extents become `extent`, the rest
+ * keep x's), and the mesh axes that sharded them marked partial under `op`. */
+void dt__rowwise_reduced(const dt__dist *x, unsigned mask, int64_t extent, dt_reduce_op op,
+                         dt_layout *l, int64_t shape[]);
+/* Axes of a call (negative count from the end; none: every axis) into attributes: mask, and
+ * axis (the last one). A bad axis is kept for the shape rule (every client agrees on the
+ * failure there): mask 0, axis the value given, begin[0] 1 (outside the rank) or 2 (twice);
+ * dt__axis_error reports it. */
+void dt__axes_attrs(int rank, int num_axes, const int axes[], dt__attrs *a);
+dt_status dt__axis_error(const char *name, const dt__attrs *a, int rank);
+
 /* ---- entry points shared by the public API files ----------------------------------------- */
 
 /* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
@@ -366,5 +391,10 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
 /* The graph of an ended function (NULL when it was not ended successfully); read by the
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */
 const dt__graph *dt__function_graph(const dt_function *f);
+
+/* Make `value` (owned: taken on success, left with the caller on error) the variable's value
+ * without a copy: it must have the variable's dtype, shape and layout (the errors of
+ * dt_variable_assign otherwise, on this client alone: the caller agrees). Not collective. */
+dt_status dt__variable_adopt(dt_variable *v, dt_tensor *value);
 
 #endif /* DT_SPMD_ENGINE_H */
