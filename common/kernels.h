@@ -30,7 +30,14 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(COPY_BLOCKS, copy_blocks)       \
     X(SELECT_FILL, select_fill)       \
     X(CAST, cast)                     \
-    X(WHERE, where)
+    X(WHERE, where)                   \
+    DT__KERNEL_LIST_SHAPE(X)
+
+/* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
+#define DT__KERNEL_LIST_SHAPE(X) \
+    X(GATHER, gather)            \
+    X(SEGMENT_SUM, segment_sum)  \
+    X(ONE_HOT, one_hot)
 
 typedef enum dt__kernel {
 #define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
@@ -74,6 +81,10 @@ typedef struct dt__kargs {
     int nblocks;                            /* copy_blocks */
     dt__block *blocks;                      /* host memory, nblocks entries */
     int64_t out_elems;                      /* size of the output buffer in elements */
+    /* gather, segment_sum, one_hot: nidx indices (dtype `from`: i32, i64, u8 or i8) select
+     * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
+     * an index outside the range selects nothing (gather writes zeros) */
+    int64_t nidx, lo, rows, inner;
 } dt__kargs;
 
 /* What a kernel needs of the device it runs on (embedded in the device record). */

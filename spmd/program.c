@@ -284,6 +284,8 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
                 work += (double)dt__num_elements(k.blocks[q].rank, k.blocks[q].extent);
             if (kernel == DT__K_REDUCE || kernel == DT__K_BINARY)
                 work += (double)dt__num_elements(k.rank, k.in_shape[0]);
+            if (kernel == DT__K_SEGMENT_SUM)
+                work += (double)k.nidx * (double)k.inner;
             st->work += work;
             st->args[li] = k;
         } else
