@@ -31,6 +31,10 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(SELECT_FILL, select_fill)       \
     X(CAST, cast)                     \
     X(WHERE, where)                   \
+    X(SOFTMAX, softmax)               \
+    X(NORM, norm)                     \
+    X(SCAN, scan)                     \
+    X(ARG_REDUCE, arg_reduce)         \
     DT__KERNEL_LIST_SHAPE(X)
 
 /* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
@@ -81,11 +85,77 @@ typedef struct dt__kargs {
     int nblocks;                            /* copy_blocks */
     dt__block *blocks;                      /* host memory, nblocks entries */
     int64_t out_elems;                      /* size of the output buffer in elements */
+    /* softmax, norm, scan, arg_reduce (below) */
+    int axis;      /* scan, arg_reduce: the local axis they run along */
+    unsigned mode; /* DT__SOFTMAX_*, DT__NORM_*, DT__SCAN_*, DT__ARG_* (with flags) */
+    int64_t start; /* scan: the shard's place in its group; arg_reduce: global index of the
+                      shard's first element along the axis */
+    dt_dtype to;   /* arg_reduce: the index dtype written (i32 or i64) */
     /* gather, segment_sum, one_hot: nidx indices (dtype `from`: i32, i64, u8 or i8) select
      * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
      * an index outside the range selects nothing (gather writes zeros) */
     int64_t nidx, lo, rows, inner;
 } dt__kargs;
+
+/* Kernels of the row-wise ops. The table is indexed by x's dtype. "acc" is x's accumulation
+ * dtype: f32 for bf16 and f16 (and f32), f64 for f64, the dtype itself for integers; the
+ * statistics below are held in it so that a 16-bit tensor's sums round once, at the end.
+ *
+ * SOFTMAX (floating x; k->mask: the axes reduced; in_shape[0]: x's local shape; m and s have
+ * x's shape with those axes of extent 1; shift(m) = m where finite, else 0, as TensorFlow's
+ * reduce_logsumexp shifts):
+ *   SUMEXP       in x, m (x's dtype)        out s (acc) = sum exp(x - shift(m))
+ *   SOFTMAX      in x, m, s                 out y = exp(x - shift(m)) / s
+ *   LOG_SOFTMAX  in x, m, s                 out y = x - shift(m) - log(s)
+ *   LSE          in m, s (shape of out)     out shift(m) + log(s)
+ *   MAX          in x                       out m (x's dtype) = the maximum (NaN skipped)
+ * NORM (floating x, over its last axis; stats in acc, of x's shape with the last axis 1;
+ * k->a: the scale of sums (1 / the global extent of the axis); k->b: epsilon):
+ *   MEAN         in x                       out mu = a sum x
+ *   VAR          in x, mu                   out v = a sum (x - mu)^2
+ *   MEAN_SQUARE  in x                       out ms = a sum x^2
+ *   LAYER        in x, mu, v[, gamma][, beta]  y = (x - mu) rsqrt(v + b) gamma + beta
+ *   RMS          in x, ms[, gamma]          out y = x rsqrt(ms + b) gamma
+ *   (| DT__NORM_GAMMA, DT__NORM_BETA: which of gamma, beta (x's dtype, the local extent of the
+ *   last axis) follow)
+ * SCAN (numeric x, along k->axis; in_shape[0]: x's local shape):
+ *   TOTAL        in x                       out t (acc, axis of extent 1) = sum along the axis
+ *   SCAN         in x[, totals]             out y = the running sum (| EXCLUSIVE: without the
+ *                element itself; | REVERSE: from the end); with | CARRY, in_shape[1] is the
+ *                totals of every shard of the group (acc, axis of extent g) and each row adds
+ *                those before shard k->start (after it, when REVERSE)
+ * ARG_REDUCE (any x, along k->axis; k->op: DT_REDUCE_MAX or MIN; ties to the lowest index, a
+ * NaN wins (the first), as numpy's argmax):
+ *   INDEX        in x                       out the index (k->to) of the extremum, plus k->start
+ *   RECORDS      in x                       out per row 2 int64 words along the axis: the
+ *                extremum's bits (its storage, zero-extended) and its global index (k->start
+ *                added; -1 for an empty shard)
+ *   MERGE        in records of g shards (in_shape[0]: axis of extent 2g, in shard order)
+ *                                           out the winner's global index (k->to) */
+enum {
+    DT__SOFTMAX_SUMEXP,
+    DT__SOFTMAX_SOFTMAX,
+    DT__SOFTMAX_LOG_SOFTMAX,
+    DT__SOFTMAX_LSE,
+    DT__SOFTMAX_MAX,
+    DT__NORM_MEAN = 0,
+    DT__NORM_VAR,
+    DT__NORM_MEAN_SQUARE,
+    DT__NORM_LAYER,
+    DT__NORM_RMS,
+    DT__NORM_GAMMA = 16,
+    DT__NORM_BETA = 32,
+    DT__SCAN_TOTAL = 0,
+    DT__SCAN_SCAN,
+    DT__SCAN_EXCLUSIVE = 16,
+    DT__SCAN_REVERSE = 32,
+    DT__SCAN_CARRY = 64,
+    DT__ARG_INDEX = 0,
+    DT__ARG_RECORDS,
+    DT__ARG_MERGE,
+};
+/* The kernel's mode without its flags. */
+#define DT__MODE_KIND(m) ((m)&15u)
 
 /* What a kernel needs of the device it runs on (embedded in the device record). */
 typedef struct dt__kctx {

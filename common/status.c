@@ -49,6 +49,14 @@ const char *dt_status_string(dt_status s)
     return (unsigned)s < DT_STATUS_COUNT ? descs[s] : "unknown status";
 }
 
+#ifndef DT_VERSION
+#define DT_VERSION "unknown"
+#endif
+const char *dt_version(void)
+{
+    return DT_VERSION;
+}
+
 bool dt__dtype_valid(dt_dtype d)
 {
     return (unsigned)d < DT_DTYPE_COUNT;

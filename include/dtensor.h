@@ -67,7 +67,8 @@ extern "C" {
     X(ERR_DEVICE, "device error")       \
     X(ERR_COMM, "communication error")  \
     X(ERR_STATE, "wrong runtime state") \
-    X(ERR_UNSUPPORTED, "unsupported")
+    X(ERR_UNSUPPORTED, "unsupported")   \
+    X(ERR_IO, "input/output error")
 
 typedef enum dt_status {
 #define DT__STATUS_ENUM(name, desc) DT_##name,
@@ -82,6 +83,9 @@ const char *dt_status_name(dt_status s);
 const char *dt_status_string(dt_status s);
 /* The message of the last failing call on this thread; "" when none failed yet. */
 const char *dt_last_error(void);
+
+/* The library's version, "0.1.0" (written into every checkpoint). */
+const char *dt_version(void);
 
 /* Propagate a failure from a dt_status expression to the caller. */
 #define DT_TRY(expr)                       \
@@ -610,6 +614,56 @@ dt_status dt_where(const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y
 dt_status dt_reduce(dt_reduce_op op, const dt_tensor *x, int num_axes, const int axes[],
                     int keepdims, const dt_op_options *opts, dt_tensor **out);
 
+/* Row-wise ops: softmax, normalization, arg reductions and running sums, along any axis,
+ * sharded or not. A sharded axis costs collectives of the small per-row statistics only (the
+ * [..., 1, ...] tensors), never a gather of x. */
+
+/* tf.nn.softmax and tf.nn.log_softmax along `axis` (negative counts from the end) of a floating
+ * x: exp(x - m) / sum exp(x - m) and x - m - log sum exp(x - m), m the maximum along the axis
+ * (where finite, else 0). When the axis is sharded, each device reduces its shard and one
+ * all-reduce MAX then one all-reduce SUM of the [..., 1, ...] statistics cross its mesh axis.
+ * A partial x is summed first. The result keeps x's layout. The 16-bit floats compute in f32
+ * and round once. */
+dt_status dt_softmax(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out);
+dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out);
+/* tf.math.reduce_logsumexp: log sum exp(x) over `num_axes` axes (0: every axis), as
+ * m + log sum exp(x - m), m the maximum where finite (else 0, as TensorFlow); keepdims keeps the
+ * reduced axes with extent 1. Floating x; the collectives of softmax over every mesh axis that
+ * shards a reduced axis. */
+dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
+                       const dt_op_options *opts, dt_tensor **out);
+
+/* Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta with
+ * the mean and the biased variance of each row; rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma.
+ * x floating of rank >= 1; gamma and beta of shape [last extent] and x's dtype, each may be NULL
+ * (no scale, no offset); epsilon >= 0. The statistics are kept in f32 for the 16-bit floats.
+ * When the last axis is sharded, the row sums are all-reduced over its mesh axis (layer_norm:
+ * one all-reduce SUM for the mean, one for the variance; rms_norm: one) and gamma and beta are
+ * laid out like x's last axis. */
+dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
+                        double epsilon, const dt_op_options *opts, dt_tensor **out);
+dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gamma, double epsilon,
+                      const dt_op_options *opts, dt_tensor **out);
+
+/* tf.math.argmax and argmin along `axis` (removed from the result): the index of the largest
+ * (smallest) element, the first on ties and the first NaN when there is one (numpy's rule). Any
+ * dtype; index_dtype DT_DTYPE_I64 (TensorFlow's default) or DT_DTYPE_I32; the axis must not be
+ * empty. When the axis is sharded, each device finds its shard's extremum and its global index
+ * and one all-gather of these records (16 bytes per row and shard) over the mesh axis lets every
+ * device pick the winner. A partial x is summed first. */
+dt_status dt_argmax(const dt_tensor *x, int axis, dt_dtype index_dtype, const dt_op_options *opts,
+                    dt_tensor **out);
+dt_status dt_argmin(const dt_tensor *x, int axis, dt_dtype index_dtype, const dt_op_options *opts,
+                    dt_tensor **out);
+
+/* tf.math.cumsum along `axis` of a numeric x: `exclusive` leaves each element out of its own
+ * sum, `reverse` sums from the end. When the axis is sharded, each device scans its shard, the
+ * shard totals (a [..., 1, ...] tensor per device) are all-gathered over the mesh axis and each
+ * device adds the totals of the shards before it (after it, when reversed). Integers wrap; the
+ * 16-bit floats accumulate in f32. A partial x stays partial (the scan is linear). */
+dt_status dt_cumsum(const dt_tensor *x, int axis, int exclusive, int reverse,
+                    const dt_op_options *opts, dt_tensor **out);
+
 /* Result axis i is x's axis perm[i]; the layout moves with the axes (no communication). */
 dt_status dt_transpose(const dt_tensor *x, const int perm[], const dt_op_options *opts,
                        dt_tensor **out);
@@ -966,6 +1020,168 @@ dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
  * mirrored on several clients and the parameter-server strategy). */
 dt_status dt_model_train_step(dt_strategy *s, dt_model *m, dt_loss loss, dt_optimizer *opt,
                               const dt_tensor *x, const dt_tensor *y, double *step_loss);
+
+/* Updates applied so far (Keras's optimizer.iterations; Adam's bias correction uses it). */
+int64_t dt_optimizer_iterations(const dt_optimizer *o);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Random generator                                                                         */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * tf.random.Generator over the stateless random ops: a seed and a counter. Each draw is the
+ * stateless op with (seed, key = counter) and then advances the counter by one, so a program
+ * that draws in the same order gets the same numbers, and a checkpoint that saves the state
+ * (dt_checkpoint_add_generator) continues the same stream after a restore. Draws are
+ * collective ops like any other: every client draws in the same order. The counter advances
+ * only when the draw succeeds (which every client agrees on).
+ */
+typedef struct dt_generator dt_generator;
+
+/* A generator at (seed, counter 0). Not collective. */
+dt_status dt_generator_create(uint64_t seed, dt_generator **out);
+void dt_generator_free(dt_generator *g);
+/* dt_random_uniform / dt_random_normal with (seed, counter), then counter + 1. Collective. */
+dt_status dt_generator_uniform(dt_generator *g, dt_dtype dtype, int rank, const int64_t shape[],
+                               double low, double high, const dt_op_options *opts, dt_tensor **out);
+dt_status dt_generator_normal(dt_generator *g, dt_dtype dtype, int rank, const int64_t shape[],
+                              double mean, double stddev, const dt_op_options *opts,
+                              dt_tensor **out);
+/* The state (either pointer may be NULL) and setting it (tf's reset_from_seed / state.assign).
+ * Not collective: every client keeps its own copy of the same state. */
+dt_status dt_generator_state(const dt_generator *g, uint64_t *seed, uint64_t *counter);
+dt_status dt_generator_reset(dt_generator *g, uint64_t seed, uint64_t counter);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Checkpoints                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+/*
+ * Sharded state saved and restored with resharding, as tf.train.Checkpoint / DTensor's
+ * checkpointing, in one HDF5 file (train/checkpoint.c) that h5py, h5dump and HDFView read:
+ *
+ *   /                         attributes format = "dtensor-checkpoint", format_version = 1,
+ *                             library_version, num_clients (of the writer)
+ *   /variables/NAME           one dataset per variable at its GLOBAL shape and dtype, with
+ *                             attributes layout ("x,unsharded"), mesh ("x=2,y=2"),
+ *                             device_type ("CPU") and dtype ("float32", ...)
+ *   /tensors/NAME             tensors saved without a variable (dt_checkpoint_add_tensor)
+ *   /optimizers/NAME          attributes kind, learning_rate, momentum, nesterov, beta_1,
+ *                             beta_2, epsilon; dataset iterations (int64);
+ *                             slots/VARIABLE/m and slots/VARIABLE/v (momentum, Adam's moments)
+ *   /counters/NAME            int64 scalars: step counters, and save_counter
+ *   /random/NAME/seed, counter uint64 scalars: generators' states
+ *   /metadata                 attributes: the user's key = value strings
+ *
+ * NAME may hold '/' (groups in the file); each part is made of [A-Za-z0-9_.:-]. Dtypes map
+ * to HDF5's little-endian IEEE floats (f16 as IEEE half) and two's-complement integers; bf16,
+ * which HDF5 lacks, is stored as its raw 16 bits and bool as one byte, each with the
+ * dataset attribute dtype = "bfloat16" / "bool" (every dataset has the attribute).
+ *
+ * Under a launcher the file is opened through HDF5's MPI-IO driver by every client; a single
+ * client without MPI uses HDF5's sec2 driver. Saving gathers nothing: each client writes only
+ * the blocks its devices own, as hyperslabs, with collective writes; a block held by several
+ * devices (replicated mesh axes) is written once, by the device whose coordinates on those
+ * axes are all 0. A partial tensor is first reduced (relayout to its non-partial layout).
+ * Restoring reads, for each local device, only the block of its shard in the target layout,
+ * so a checkpoint restores into any mesh, layout, device count and client count.
+ *
+ * A write goes to PATH.tmp, which is renamed to PATH (then the directory is synced) only when
+ * every client has written and the file is closed and synced: a crash or kill during a save
+ * leaves the previous PATH whole. A truncated, foreign or missing file is DT_ERR_IO naming it
+ * and HDF5's reason; HDF5 prints nothing. Variables of the parameter-server strategy (kept in
+ * MPI windows, dt_ps_variable_*, models under PARAMETER_SERVER) cannot be checkpointed yet:
+ * DT_ERR_UNSUPPORTED names them.
+ *
+ *     dt_checkpoint *ck;
+ *     DT_TRY(dt_checkpoint_create(&ck));
+ *     DT_TRY(dt_checkpoint_add_model(ck, "model", model));
+ *     DT_TRY(dt_checkpoint_add_optimizer(ck, "optimizer", opt));
+ *     DT_TRY(dt_checkpoint_add_counter(ck, "step", &step));
+ *     DT_TRY(dt_checkpoint_write(ck, "run/ckpt.h5"));   // Collective
+ *     ...                                               // later, in any mesh or client count
+ *     DT_TRY(dt_checkpoint_read(ck, "run/ckpt.h5"));    // Collective
+ */
+typedef struct dt_checkpoint dt_checkpoint;
+
+/* An empty checkpoint: a list of named objects to save and restore, borrowed (each must
+ * outlive its uses in write and read). Every client must add the same objects, in the same
+ * order, with the same names. Not collective. */
+dt_status dt_checkpoint_create(dt_checkpoint **out);
+void dt_checkpoint_free(dt_checkpoint *c);
+/* A variable, saved as /variables/NAME and restored into (its layout stays; the values are
+ * read in it). A name used twice is DT_ERR_ARG. */
+dt_status dt_checkpoint_add_variable(dt_checkpoint *c, const char *name, dt_variable *v);
+/* Every variable of a model, as NAME/<variable name> ("model/dense_0/kernel"). */
+dt_status dt_checkpoint_add_model(dt_checkpoint *c, const char *name, dt_model *m);
+/* A tensor saved as /tensors/NAME (any layout, partial included); read does not restore it:
+ * read it back with dt_checkpoint_read_tensor. */
+dt_status dt_checkpoint_add_tensor(dt_checkpoint *c, const char *name, const dt_tensor *t);
+/* An optimizer: its iterations and its slots, each saved under the name of the variable it
+ * belongs to, which must be one the checkpoint holds (DT_ERR_ARG at write otherwise). Read
+ * restores the iterations and the slots of the checkpoint's variables, in their layouts; the
+ * kind (SGD, Adam) must match. */
+dt_status dt_checkpoint_add_optimizer(dt_checkpoint *c, const char *name, dt_optimizer *o);
+/* A generator's seed and counter. */
+dt_status dt_checkpoint_add_generator(dt_checkpoint *c, const char *name, dt_generator *g);
+/* An int64 counter (a step number) read from and written to *value. */
+dt_status dt_checkpoint_add_counter(dt_checkpoint *c, const char *name, int64_t *value);
+/* A user metadata string (key: [A-Za-z0-9_.:-]+), written as an attribute of /metadata;
+ * setting a key again replaces its value. */
+dt_status dt_checkpoint_set_metadata(dt_checkpoint *c, const char *key, const char *value);
+/* The value of a metadata key, as set or as read by the last dt_checkpoint_read; NULL when
+ * absent. Valid until the next change of c. */
+const char *dt_checkpoint_metadata(const dt_checkpoint *c, const char *key);
+/* The metadata keys, in the order set or read: i in 0 .. dt_checkpoint_num_metadata - 1. */
+int dt_checkpoint_num_metadata(const dt_checkpoint *c);
+const char *dt_checkpoint_metadata_key(const dt_checkpoint *c, int i);
+
+/* Write every object to `path` (through path.tmp, renamed when complete). Collective. */
+dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path);
+/* Restore every object from `path`. Every variable, counter, generator and optimizer of c
+ * must be in the file (DT_ERR_ARG naming the first missing one); a variable's shape and dtype
+ * must match the file's (DT_ERR_SHAPE / DT_ERR_DTYPE naming the variable and both). Objects
+ * in the file that c does not hold are ignored. Checks end before any object changes, and
+ * every value is read before any is assigned: on error nothing changes. Collective. */
+dt_status dt_checkpoint_read(dt_checkpoint *c, const char *path);
+/* tf.train.Checkpoint.save: increment the save counter (kept in the file as
+ * /counters/save_counter, restored by read) and write "<prefix>-<counter>.h5"; `path` (size
+ * bytes, may be NULL) receives that name. Collective. */
+dt_status dt_checkpoint_save(dt_checkpoint *c, const char *prefix, char *path, size_t size);
+int64_t dt_checkpoint_save_counter(const dt_checkpoint *c);
+/* Set the save counter (a binding keeping its own count). Not collective. */
+dt_status dt_checkpoint_set_save_counter(dt_checkpoint *c, int64_t n);
+
+/* The tensor stored at `name` in the file ("variables/dense_0/kernel", "tensors/x"), read in
+ * `layout` (any mesh, not partial): each client reads only its devices' blocks. Collective. */
+dt_status dt_checkpoint_read_tensor(const char *path, const char *name, const dt_layout *layout,
+                                    dt_tensor **out);
+/* The global shape and dtype of the tensor at `name` in the file (shape: DT_MAX_RANK entries).
+ * Not collective (every client may call it alone). */
+dt_status dt_checkpoint_tensor_info(const char *path, const char *name, dt_dtype *dtype, int *rank,
+                                    int64_t shape[]);
+
+/* The checkpoint with the highest N among "ckpt-N.h5" in `directory` (tf.train.
+ * latest_checkpoint): its path into `path` (size bytes), "" when there is none. Not
+ * collective. */
+dt_status dt_checkpoint_latest(const char *directory, char *path, size_t size);
+
+/* tf.train.CheckpointManager: saves c as DIRECTORY/ckpt-N.h5 and keeps the newest
+ * max_to_keep (<= 0 keeps all). Checkpoints already in the directory are adopted, so a
+ * restarted job continues the numbering and finds the latest. */
+typedef struct dt_checkpoint_manager dt_checkpoint_manager;
+
+/* Creates the directory when missing (client 0; the outcome is agreed). Collective. */
+dt_status dt_checkpoint_manager_create(dt_checkpoint *c, const char *directory, int max_to_keep,
+                                       dt_checkpoint_manager **out);
+void dt_checkpoint_manager_free(dt_checkpoint_manager *m);
+/* Write the next checkpoint (number < 0: one more than the newest; else that number, as
+ * manager.save(checkpoint_number=step)), then delete the oldest beyond max_to_keep (client
+ * 0). *path (may be NULL) gets its name, valid until the next save. Collective. */
+dt_status dt_checkpoint_manager_save(dt_checkpoint_manager *m, int64_t number, const char **path);
+/* The newest checkpoint kept, NULL when none. */
+const char *dt_checkpoint_manager_latest(const dt_checkpoint_manager *m);
+/* Kept checkpoints, oldest first. */
+int dt_checkpoint_manager_num_checkpoints(const dt_checkpoint_manager *m);
+const char *dt_checkpoint_manager_checkpoint(const dt_checkpoint_manager *m, int i);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Strategies                                                                               */

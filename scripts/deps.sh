@@ -3,6 +3,8 @@
 set -euo pipefail
 pkgs=(gcc libc6-dev meson ninja-build pkg-config libmpich-dev mpich libhwloc-dev hwloc
       libcriterion-dev libopenblas-dev librandom123-dev libjansson-dev python3-dev python3-venv
+      # checkpoints: parallel HDF5 over MPICH's MPI-IO (pkg-config hdf5-mpich), h5dump
+      libhdf5-mpich-dev hdf5-tools
       # clang and its libFuzzer runtime for scripts/fuzz.sh
       clang libclang-rt-14-dev
       # ScaLAPACK baseline of benchmarks/ (optional there). It pulls in OpenMPI, which takes

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 venv=build/venv
 # meson and the C extension use the system interpreter (TOOLCHAIN.md).
 [ -x $venv/bin/python ] || /usr/bin/python3 -m venv $venv || exit 1
-$venv/bin/pip install -q --disable-pip-version-check numpy ml_dtypes pytest meson-python meson ninja || exit 1
+$venv/bin/pip install -q --disable-pip-version-check numpy ml_dtypes pytest meson-python meson ninja h5py || exit 1
 $venv/bin/pip install -q --disable-pip-version-check --no-build-isolation \
     --config-settings=build-dir=build/pywheel . || exit 1
 rm -rf build/pytest && mkdir -p build/pytest

@@ -506,6 +506,126 @@ static dt_status vjp_where(ad *a, const dt__node *n, dt_tensor *const x[], dt_te
     return grad_of(a, gy, x[2], &dx[2]);
 }
 
+/* ---- row-wise ops (softmax.c, norm.c, arg_reduce.c, cumsum.c) ---------------------------- */
+
+/* The reduced axes of a mask, and a tensor's shape with them of extent 1. */
+static int axes_of(unsigned mask, const dt_tensor *x, int axes[], int64_t kshape[])
+{
+    int n = 0;
+    for (int i = 0; i < x->rank; i++) {
+        kshape[i] = (mask & (1u << i)) ? 1 : x->shape[i];
+        if (mask & (1u << i))
+            axes[n++] = i;
+    }
+    return n;
+}
+
+/* softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy); logsumexp: dy exp(x - y),
+ * sums over the reduced axes kept as extent 1 (and dy, y reshaped so when keepdims was off). */
+static dt_status vjp_softmax(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                             dt_tensor *dy, dt_tensor *dx[])
+{
+    int axes[DT_MAX_RANK];
+    int64_t kshape[DT_MAX_RANK];
+    int nax = axes_of(n->attrs.mask, x[0], axes, kshape);
+    dt_tensor *t, *u;
+    switch (n->attrs.op) {
+    case DT__SOFTMAX_SOFTMAX:
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, y, &t));
+        DT_TRY(reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &t));
+        DT_TRY(bin(a, DT_BINARY_SUB, dy, t, &t));
+        return bin(a, DT_BINARY_MUL, y, t, &dx[0]);
+    case DT__SOFTMAX_LOG_SOFTMAX:
+        DT_TRY(reduce_keep(a, DT_REDUCE_SUM, dy, nax, axes, &t));
+        DT_TRY(un(a, DT_UNARY_EXP, y, &u));
+        DT_TRY(bin(a, DT_BINARY_MUL, u, t, &t));
+        return bin(a, DT_BINARY_SUB, dy, t, &dx[0]);
+    default: {
+        dt_tensor *dk = dy, *yk = y;
+        if (!n->attrs.keepdims) {
+            DT_TRY(reshape(a, dy, x[0]->rank, kshape, &dk));
+            DT_TRY(reshape(a, y, x[0]->rank, kshape, &yk));
+        }
+        DT_TRY(bin(a, DT_BINARY_SUB, x[0], yk, &t));
+        DT_TRY(un(a, DT_UNARY_EXP, t, &t));
+        return bin(a, DT_BINARY_MUL, t, dk, &dx[0]);
+    }
+    }
+}
+
+/* With xhat the normalized x (the op itself without gamma and beta), r = 1 / sqrt(var + eps)
+ * and g = dy gamma: layer_norm dx = r (g - mean(g) - xhat mean(g xhat)), rms_norm
+ * dx = r (g - xhat mean(g xhat)), means over the last axis; dgamma = sum(dy xhat) and
+ * dbeta = sum(dy) over every other axis (partial over a batch-sharding mesh axis: the
+ * expansion resolves them in gamma's layout). */
+static dt_status vjp_norm(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                          dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    dt_tensor *X = x[0];
+    bool layer = n->attrs.op == DT__NORM_LAYER;
+    double eps = n->attrs.a;
+    int last = X->rank - 1, others[DT_MAX_RANK], nothers = 0;
+    for (int i = 0; i < last; i++)
+        others[nothers++] = i;
+    unsigned has = n->attrs.mask;
+    dt_tensor *gamma = (has & DT__NORM_GAMMA) ? x[1] : NULL;
+    dt_tensor *xhat, *r, *g = dy, *t, *u, *c;
+    DT_TRY(keep(a,
+                layer ? dt_layer_norm(X, NULL, NULL, eps, NULL, &xhat)
+                      : dt_rms_norm(X, NULL, eps, NULL, &xhat),
+                &xhat));
+    /* r = rsqrt(mean over the last axis of (x - mean)^2, or of x^2, plus eps) */
+    t = X;
+    if (layer) {
+        DT_TRY(reduce_keep(a, DT_REDUCE_MEAN, X, 1, &last, &u));
+        DT_TRY(bin(a, DT_BINARY_SUB, X, u, &t));
+    }
+    DT_TRY(un(a, DT_UNARY_SQUARE, t, &t));
+    DT_TRY(reduce_keep(a, DT_REDUCE_MEAN, t, 1, &last, &t));
+    DT_TRY(scalar(a, X, eps, &c));
+    DT_TRY(bin(a, DT_BINARY_ADD, t, c, &t));
+    DT_TRY(un(a, DT_UNARY_RSQRT, t, &r));
+    if (gamma)
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, gamma, &g));
+    DT_TRY(bin(a, DT_BINARY_MUL, g, xhat, &t));
+    DT_TRY(reduce_keep(a, DT_REDUCE_MEAN, t, 1, &last, &t));
+    DT_TRY(bin(a, DT_BINARY_MUL, xhat, t, &t)); /* xhat mean(g xhat) */
+    DT_TRY(bin(a, DT_BINARY_SUB, g, t, &t));
+    if (layer) {
+        DT_TRY(reduce_keep(a, DT_REDUCE_MEAN, g, 1, &last, &u));
+        DT_TRY(bin(a, DT_BINARY_SUB, t, u, &t));
+    }
+    DT_TRY(bin(a, DT_BINARY_MUL, r, t, &dx[0]));
+    int next = 1;
+    if (gamma) {
+        DT_TRY(bin(a, DT_BINARY_MUL, dy, xhat, &t));
+        if (nothers)
+            DT_TRY(keep(a, dt_reduce(DT_REDUCE_SUM, t, nothers, others, 0, NULL, &t), &t));
+        dx[next++] = t;
+    }
+    if (has & DT__NORM_BETA) {
+        t = dy;
+        if (nothers)
+            DT_TRY(keep(a, dt_reduce(DT_REDUCE_SUM, t, nothers, others, 0, NULL, &t), &t));
+        dx[next] = t;
+    }
+    return DT_OK;
+}
+
+/* Integer indices: nothing flows (the pass skips the op: its result is not floating). */
+#define vjp_arg_reduce NULL
+
+/* The running sum taken the other way: cumsum of dy with reverse flipped. */
+static dt_status vjp_cumsum(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int flags = n->attrs.keepdims;
+    return keep(a, dt_cumsum(dy, n->attrs.axis, flags & 1, !(flags & 2), NULL, &dx[0]), &dx[0]);
+}
+
 /* ---- shape and index ops ----------------------------------------------------------------- */
 
 /* The table's gradient: dy's rows added at the ids (requested in the table's layout by the

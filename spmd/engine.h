@@ -32,6 +32,10 @@
     X(COPY_TO_MESH, copy_to_mesh) \
     X(CAST, cast)                 \
     X(WHERE, where)               \
+    X(SOFTMAX, softmax)           \
+    X(NORM, norm)                 \
+    X(ARG_REDUCE, arg_reduce)     \
+    X(CUMSUM, cumsum)             \
     DT__OP_LIST_SHAPE(X)
 
 /* The shape and index ops (gather, unsorted_segment_sum, one_hot, einsum, stack, pad, tile,
@@ -131,8 +135,8 @@ typedef struct dt__dist {
  * of another device type (CPU <-> CUDA), over the same clients. */
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
-/* Operands of one kernel step (where: condition, x, y). */
-#define DT__STEP_MAX_IN 3
+/* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
+#define DT__STEP_MAX_IN 5
 
 typedef struct dt__step {
     dt__step_kind kind;
@@ -356,13 +360,16 @@ dt_status dt__broadcast_shape(const char *what, int n, const int ranks[],
 /* The layout of operand x for computing a result laid out as `o` of shape oshape: each axis
  * of x that spans the result's axis takes its mesh axis; broadcast axes stay unsharded. */
 dt_layout dt__operand_layout(const dt__dist *x, const dt_layout *o, const int64_t oshape[]);
-/* A result layout taking each axis's mesh axis from the first operand of xs[0..n) that
- * shards it (so xs[0]'s sharding wins where operands conflict). */
-dt_layout dt__merged_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[]);
-/* Cost of bringing each of xs[0..n) to its operand layout for a result in o, plus the
- * result's move to `want` (when not NULL). */
-double dt__broadcast_cost(int n, const dt__dist *const xs[], const dt_layout *o, int rank,
-                          const int64_t oshape[], const dt_layout *want);
+/* The result layout of a broadcasting op over operands xs[0..n) with result shape oshape:
+ * candidates take each axis's mesh axis from the first operand that shards it, with each
+ * operand first in turn, and the request (without partial axes); the one whose operand moves
+ * (and the result's move to `want`) cost least by the alpha-beta model wins. */
+dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[],
+                               const dt_layout *want);
+/* pull of elementwise ops of one operand: the operand is wanted in the result's layout,
+ * without partial axes. */
+bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                   dt_layout *in_want);
 /* Choosing a mesh axis (or none) for each of an op's axes (gather, unsorted_segment_sum,
  * one_hot, einsum): every slot takes one of its candidates, no mesh axis twice; cost(ctx,
  * axis) prices a full assignment (INFINITY: impossible) and the cheapest wins (the first found
@@ -385,6 +392,27 @@ int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[])
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
                         dt__dist *out);
 
+/* Row-wise ops (softmax, norm, arg_reduce, cumsum). The dtype their sums are held in: f32 for
+ * the 16-bit floats (one rounding at the end), else the dtype itself (common/kernels.h). */
+static inline dt_dtype dt__acc_dtype(dt_dtype t)
+{
+    return t == DT_DTYPE_BF16 || t == DT_DTYPE_F16 ? DT_DTYPE_F32 : t;
+}
+/* Where an op that keeps its operand's shape computes (the operand x as it lies, or the
+ * request): x's layout without partial axes, or `want`'s when moving x there first costs less
+ * than moving the result afterwards (unary's rule). */
+dt_layout dt__rowwise_layout(const dt__dist *x, const dt_layout *want);
+/* x's layout with the axes of `mask` unsharded (their extents become `extent`, the rest
+ * keep x's), and the mesh axes that sharded them marked partial under `op`. */
+void dt__rowwise_reduced(const dt__dist *x, unsigned mask, int64_t extent, dt_reduce_op op,
+                         dt_layout *l, int64_t shape[]);
+/* Axes of a call (negative count from the end; none: every axis) into attributes: mask, and
+ * axis (the last one). A bad axis is kept for the shape rule (every client agrees on the
+ * failure there): mask 0, axis the value given, begin[0] 1 (outside the rank) or 2 (twice);
+ * dt__axis_error reports it. */
+void dt__axes_attrs(int rank, int num_axes, const int axes[], dt__attrs *a);
+dt_status dt__axis_error(const char *name, const dt__attrs *a, int rank);
+
 /* ---- entry points shared by the public API files ----------------------------------------- */
 
 /* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
@@ -400,5 +428,10 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
 /* The graph of an ended function (NULL when it was not ended successfully); read by the
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */
 const dt__graph *dt__function_graph(const dt_function *f);
+
+/* Make `value` (owned: taken on success, left with the caller on error) the variable's value
+ * without a copy: it must have the variable's dtype, shape and layout (the errors of
+ * dt_variable_assign otherwise, on this client alone: the caller agrees). Not collective. */
+dt_status dt__variable_adopt(dt_variable *v, dt_tensor *value);
 
 #endif /* DT_SPMD_ENGINE_H */

@@ -36,6 +36,17 @@ dt_layout dt__layout_none(const dt_mesh *m, int rank)
     return l;
 }
 
+bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                   dt_layout *in_want)
+{
+    (void)n;
+    (void)in;
+    (void)i;
+    *in_want = *want;
+    in_want->partial = 0;
+    return true;
+}
+
 unsigned dt__layout_used(const dt_layout *l)
 {
     unsigned used = l->partial;
@@ -192,6 +203,29 @@ static const char *gemm_math(dt_device_type type, dt_dtype dtype)
     }
 }
 
+/* The mode of a row-wise kernel (common/kernels.h), for the printer. */
+static const char *row_mode_name(dt__kernel kernel, unsigned mode)
+{
+    static const char *const softmax[] = {"sum of exp", "exp / sum", "x - max - log sum",
+                                          "max + log sum", "max"};
+    static const char *const norm[] = {"mean", "variance", "mean square", "layer_norm", "rms_norm"};
+    static const char *const arg[] = {"index", "records", "merge"};
+    unsigned m = DT__MODE_KIND(mode);
+    switch (kernel) {
+    case DT__K_SOFTMAX:
+        return m < 5 ? softmax[m] : "?";
+    case DT__K_NORM:
+        return m < 5 ? norm[m] : "?";
+    case DT__K_SCAN:
+        return m == DT__SCAN_TOTAL                ? "totals"
+               : (mode & DT__SCAN_CARRY) != 0     ? "running sum plus the shards before"
+               : (mode & DT__SCAN_EXCLUSIVE) != 0 ? "exclusive running sum"
+                                                  : "running sum";
+    default:
+        return m < 3 ? arg[m] : "?";
+    }
+}
+
 /* The printed line of a kernel, from the busiest device's arguments. */
 static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_type type,
                         dt_dtype dtype, const dt__kargs *k, double mults_total, double mults_max,
@@ -235,6 +269,14 @@ static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_typ
         break;
     case DT__K_COPY_BLOCKS:
         snprintf(buf, size, "copy %s local -> %s (%d blocks)", dn, out, k->nblocks);
+        break;
+    case DT__K_SOFTMAX:
+    case DT__K_NORM:
+    case DT__K_SCAN:
+    case DT__K_ARG_REDUCE:
+        shape_text(a, sizeof a, k->rank, k->in_shape[0]);
+        snprintf(buf, size, "%s %s %s local %s -> %s", dt__kernel_name(kernel),
+                 row_mode_name(kernel, k->mode), dn, a, out);
         break;
     default:
         snprintf(buf, size, "%s %s local %s", dt__kernel_name(kernel), dn, out);
@@ -282,7 +324,8 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
             double work = (double)e + mults;
             for (int q = 0; q < k.nblocks; q++)
                 work += (double)dt__num_elements(k.blocks[q].rank, k.blocks[q].extent);
-            if (kernel == DT__K_REDUCE || kernel == DT__K_BINARY)
+            if (kernel == DT__K_REDUCE || kernel == DT__K_BINARY || kernel == DT__K_SOFTMAX ||
+                kernel == DT__K_NORM || kernel == DT__K_SCAN || kernel == DT__K_ARG_REDUCE)
                 work += (double)dt__num_elements(k.rank, k.in_shape[0]);
             if (kernel == DT__K_SEGMENT_SUM)
                 work += (double)k.nidx * (double)k.inner;

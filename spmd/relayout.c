@@ -999,12 +999,15 @@ dt_layout dt__operand_layout(const dt__dist *x, const dt_layout *o, const int64_
     return l;
 }
 
-dt_layout dt__merged_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[])
+/* A result layout taking each axis's mesh axis from the first of xs (in the order `first`,
+ * then the others) that shards it. */
+static dt_layout merged_layout(int n, const dt__dist *const xs[], int first, int rank,
+                               const int64_t oshape[])
 {
     dt_layout l = dt__layout_none(xs[0]->layout.mesh, rank);
     unsigned used = 0;
-    for (int q = 0; q < n; q++) {
-        const dt__dist *x = xs[q];
+    for (int k = 0; k < n; k++) {
+        const dt__dist *x = xs[(first + k) % n];
         int off = rank - x->rank;
         for (int i = 0; i < x->rank; i++) {
             int ax = x->layout.axes[i];
@@ -1018,17 +1021,32 @@ dt_layout dt__merged_layout(int n, const dt__dist *const xs[], int rank, const i
     return l;
 }
 
-double dt__broadcast_cost(int n, const dt__dist *const xs[], const dt_layout *o, int rank,
-                          const int64_t oshape[], const dt_layout *want)
+dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[],
+                               const dt_layout *want)
 {
-    double c = 0;
-    for (int q = 0; q < n; q++) {
-        dt_layout lq = dt__operand_layout(xs[q], o, oshape);
-        c += dt__relayout_cost(&xs[q]->layout, &lq, xs[q]->dtype, xs[q]->rank, xs[q]->shape);
+    dt_layout best = merged_layout(n, xs, 0, rank, oshape);
+    double best_cost = INFINITY;
+    for (int c = 0; c <= n; c++) {
+        dt_layout o;
+        if (c < n) {
+            o = merged_layout(n, xs, c, rank, oshape);
+        } else if (want) {
+            o = *want;
+            o.partial = 0;
+        } else {
+            break;
+        }
+        double cost = want ? dt__relayout_cost(&o, want, xs[0]->dtype, rank, oshape) : 0;
+        for (int q = 0; q < n; q++) {
+            dt_layout lq = dt__operand_layout(xs[q], &o, oshape);
+            cost += dt__relayout_cost(&xs[q]->layout, &lq, xs[q]->dtype, xs[q]->rank, xs[q]->shape);
+        }
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = o;
+        }
     }
-    if (want)
-        c += dt__relayout_cost(o, want, xs[0]->dtype, rank, oshape);
-    return c;
+    return best;
 }
 
 /* ---- choosing mesh axes for an op's axes ------------------------------------------------- */

@@ -96,6 +96,14 @@ dt_status dt_variable_assign(dt_variable *v, const dt_tensor *value)
     return replace(v, s, next);
 }
 
+dt_status dt__variable_adopt(dt_variable *v, dt_tensor *value)
+{
+    DT_TRY(fits("dt__variable_adopt", v, value));
+    dt_tensor_free(v->value);
+    v->value = value;
+    return DT_OK;
+}
+
 static dt_status update(const char *fn, dt_binary_op op, dt_variable *v, const dt_tensor *value)
 {
     DT_TRY(check_value(fn, v, value));

@@ -7,17 +7,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct slot {
-    const dt_variable *var;
-    dt_tensor *m, *v; /* momentum or first moment; second moment */
-} slot;
+typedef dt__opt_slot slot;
 
-struct dt_optimizer {
-    dt_optimizer_config cfg;
-    int64_t iterations;
-    slot *slots;
-    int nslots;
-};
+int64_t dt_optimizer_iterations(const dt_optimizer *o)
+{
+    return o ? o->iterations : 0;
+}
+
+int dt__optimizer_slot_count(const dt_optimizer *o)
+{
+    if (o->cfg.kind == DT_OPTIMIZER_ADAM)
+        return 2;
+    return o->cfg.momentum > 0 ? 1 : 0;
+}
+
+dt_status dt__optimizer_set_slot(dt_optimizer *o, const dt_variable *v, dt_tensor *m, dt_tensor *w)
+{
+    for (int i = 0; i < o->nslots; i++)
+        if (o->slots[i].var == v) {
+            dt_tensor_free(o->slots[i].m);
+            dt_tensor_free(o->slots[i].v);
+            o->slots[i].m = m;
+            o->slots[i].v = w;
+            return DT_OK;
+        }
+    slot *n = realloc(o->slots, sizeof *n * (size_t)(o->nslots + 1));
+    if (!n)
+        return dt__fail(DT_ERR_NOMEM, "optimizer: out of memory for %d slots", o->nslots + 1);
+    o->slots = n;
+    o->slots[o->nslots++] = (slot){.var = v, .m = m, .v = w};
+    return DT_OK;
+}
 
 dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out)
 {

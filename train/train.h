@@ -58,6 +58,32 @@ struct dt_model {
     dt_layout grad_xl, grad_yl;
 };
 
+/* An optimizer's state per variable (train/optimizer.c), made on the variable's first update
+ * in its layout; the checkpoint (train/checkpoint.c) saves and restores it. */
+typedef struct dt__opt_slot {
+    const dt_variable *var;
+    dt_tensor *m, *v; /* momentum or first moment; second moment (Adam) */
+} dt__opt_slot;
+
+struct dt_optimizer {
+    dt_optimizer_config cfg;
+    int64_t iterations;
+    dt__opt_slot *slots;
+    int nslots;
+};
+
+/* Slot tensors per variable: 0 (SGD without momentum), 1 (m) or 2 (m, v). */
+int dt__optimizer_slot_count(const dt_optimizer *o);
+/* Give v's slot the tensors m and w (w NULL unless Adam), adopted, freeing any it had. On
+ * error nothing is adopted. Not collective. */
+dt_status dt__optimizer_set_slot(dt_optimizer *o, const dt_variable *v, dt_tensor *m, dt_tensor *w);
+
+/* tf.random.Generator's state (train/generator.c). */
+struct dt_generator {
+    uint64_t seed;
+    uint64_t counter; /* the key of the next draw */
+};
+
 /* The strategy a new model takes: the one in scope, else NULL. */
 dt_strategy *dt__strategy_scope(void);
 /* A 1-D mesh "batch" over this client's local devices only (no communication between
@@ -80,5 +106,9 @@ dt_status dt__ps_var_push(const dt__ps_var *pv, const void *delta);
  * variables' metadata); eager or traced. */
 dt_status dt__model_forward(const dt_model *m, const dt_tensor *x, const dt_tensor *const w[],
                             dt_tensor **out);
+
+/* Checkpoints (train/checkpoint.c): a test hook called on every client after each tensor's
+ * dataset of a save is written (tests kill a client there); NULL normally. */
+extern void (*dt__checkpoint_test_hook)(int item);
 
 #endif /* DT_TRAIN_H */

@@ -133,6 +133,27 @@ static bool same_shapes(const dt__kargs *k, int nops)
     return true;
 }
 
+/* A local shape seen around the axes of `mask` when they are contiguous: outer (the product of
+ * the axes before them), n (of the masked axes) and inner (of the axes after); false when the
+ * masked axes are not contiguous. No axis masked: n is 1 and inner 1. */
+static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *outer, int64_t *n,
+                     int64_t *inner)
+{
+    int lo = rank, hi = rank - 1;
+    for (int i = 0; i < rank; i++)
+        if (mask & (1u << i)) {
+            lo = lo == rank ? i : lo;
+            hi = i;
+        }
+    for (int i = lo; i <= hi; i++)
+        if (!(mask & (1u << i)))
+            return false;
+    *outer = *n = *inner = 1;
+    for (int i = 0; i < rank; i++)
+        *(i < lo ? outer : i <= hi ? n : inner) *= shape[i];
+    return true;
+}
+
 /* Offset of multi-index idx under strides st. */
 static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
 {
@@ -318,6 +339,19 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
         int r = k->rank;                                                                           \
         int64_t no = dt__num_elements(r, k->shape), ni = dt__num_elements(r, k->in_shape[0]);      \
         C init = k->op == DT_REDUCE_MAX ? LOWEST : k->op == DT_REDUCE_MIN ? HIGHEST : (C)0;        \
+        int64_t rows, per_row, inner;                                                              \
+        if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1) {         \
+            /* rows reduced over their contiguous last axes: the running value in a register       \
+             * (accumulating in memory chains every element through one address, many times        \
+             * slower); the same operations in the same order as the loops below */                \
+            for (int64_t q = 0; q < rows; q++) {                                                   \
+                C acc = init;                                                                      \
+                for (int64_t j = 0; j < per_row; j++)                                              \
+                    acc = reduce_one_##NAME(k->op, acc, LD_##NAME(x[q * per_row + j]));            \
+                o[q] = k->a != 1.0 ? STD_##NAME((double)acc * k->a) : ST_##NAME(acc);              \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         if (sizeof(C) == sizeof(S)) { /* input-major, accumulating in the output */                \
             C *acc = out;                                                                          \
             int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                                       \
@@ -489,6 +523,334 @@ DEFINE_RANDOM(f16, uint16_t)
         }                                                                                   \
     }
 CPU_DTYPES(DEFINE_CAST)
+
+/* ---- row-wise kernels: softmax, norm, scan, arg_reduce (modes in common/kernels.h) -------- */
+
+/* exp and log in a compute type (float: the f32 functions; double: the f64 ones). */
+#define CEXP(C, v) ((C)(sizeof(C) == sizeof(double) ? exp((double)(v)) : expf((float)(v))))
+#define CLOG(C, v) ((C)(sizeof(C) == sizeof(double) ? log((double)(v)) : logf((float)(v))))
+/* TensorFlow's shift of reduce_logsumexp: the maximum where it is finite, else 0. */
+#define SHIFT(C, m) (isfinite((double)(m)) ? (m) : (C)0)
+
+/* S: storage; C: compute and accumulation type (float for f32, bf16, f16; double for f64).
+ * Sums over a row accumulate in double and round once to C. */
+#define DEFINE_SOFTMAX(NAME, S, C)                                                            \
+    static void softmax_generic_##NAME(const dt__kargs *k, const void *const in[], void *out) \
+    {                                                                                         \
+        /* any mask: m and s broadcast over the masked axes */                                \
+        unsigned mode = DT__MODE_KIND(k->mode);                                               \
+        const S *x = in[0], *m = in[1];                                                       \
+        const C *s = in[2];                                                                   \
+        int r = k->rank;                                                                      \
+        const int64_t *xs = k->in_shape[0];                                                   \
+        int64_t ks[DT_MAX_RANK], sm[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                     \
+        for (int i = 0; i < r; i++)                                                           \
+            ks[i] = (k->mask & (1u << i)) ? 1 : xs[i];                                        \
+        bcast_strides(r, ks, sm);                                                             \
+        for (int i = 0; i < r; i++)                                                           \
+            if (k->mask & (1u << i))                                                          \
+                sm[i] = 0;                                                                    \
+        int64_t nx = dt__num_elements(r, xs), nk = dt__num_elements(r, ks);                   \
+        for (int64_t q = 0; mode == DT__SOFTMAX_SUMEXP && q < nk; q++)                        \
+            ((C *)out)[q] = 0;                                                                \
+        for (int64_t q = 0; mode == DT__SOFTMAX_MAX && q < nk; q++)                           \
+            ((S *)out)[q] = ST_##NAME(-INFINITY);                                             \
+        for (int64_t i = 0; i < nx; i++) {                                                    \
+            int64_t q = offset_of(r, idx, sm);                                                \
+            C v = LD_##NAME(x[i]);                                                            \
+            if (mode == DT__SOFTMAX_MAX) {                                                    \
+                if (v > LD_##NAME(((S *)out)[q]))                                             \
+                    ((S *)out)[q] = x[i];                                                     \
+                next_index(r, xs, idx);                                                       \
+                continue;                                                                     \
+            }                                                                                 \
+            C sh = SHIFT(C, LD_##NAME(m[q]));                                                 \
+            if (mode == DT__SOFTMAX_SUMEXP)                                                   \
+                ((C *)out)[q] += CEXP(C, v - sh);                                             \
+            else if (mode == DT__SOFTMAX_SOFTMAX)                                             \
+                ((S *)out)[i] = ST_##NAME(CEXP(C, v - sh) / s[q]);                            \
+            else                                                                              \
+                ((S *)out)[i] = ST_##NAME(v - sh - CLOG(C, s[q]));                            \
+            next_index(r, xs, idx);                                                           \
+        }                                                                                     \
+    }                                                                                         \
+    static void softmax_##NAME(const dt__kargs *k, const void *const in[], void *out)         \
+    {                                                                                         \
+        unsigned mode = DT__MODE_KIND(k->mode);                                               \
+        if (mode == DT__SOFTMAX_LSE) {                                                        \
+            const S *m = in[0];                                                               \
+            const C *s = in[1];                                                               \
+            S *o = out;                                                                       \
+            int64_t n = dt__num_elements(k->rank, k->shape);                                  \
+            for (int64_t i = 0; i < n; i++)                                                   \
+                o[i] = ST_##NAME(SHIFT(C, LD_##NAME(m[i])) + CLOG(C, s[i]));                  \
+            return;                                                                           \
+        }                                                                                     \
+        int64_t outer, n, inner;                                                              \
+        if (!row_view(k->rank, k->in_shape[0], k->mask, &outer, &n, &inner)) {                \
+            softmax_generic_##NAME(k, in, out);                                               \
+            return;                                                                           \
+        }                                                                                     \
+        const S *x = in[0], *m = in[1];                                                       \
+        if (mode == DT__SOFTMAX_MAX) {                                                        \
+            S *mo = out;                                                                      \
+            for (int64_t o = 0; o < outer; o++)                                               \
+                for (int64_t i = 0; i < inner; i++) {                                         \
+                    const S *row = x + o * n * inner + i;                                     \
+                    C best = -INFINITY;                                                       \
+                    for (int64_t j = 0; j < n; j++) {                                         \
+                        C v = LD_##NAME(row[j * inner]);                                      \
+                        best = v > best ? v : best;                                           \
+                    }                                                                         \
+                    mo[o * inner + i] = ST_##NAME(best);                                      \
+                }                                                                             \
+            return;                                                                           \
+        }                                                                                     \
+        if (mode == DT__SOFTMAX_SUMEXP) {                                                     \
+            C *s = out;                                                                       \
+            for (int64_t o = 0; o < outer; o++)                                               \
+                for (int64_t i = 0; i < inner; i++) {                                         \
+                    const S *row = x + o * n * inner + i;                                     \
+                    C sh = SHIFT(C, LD_##NAME(m[o * inner + i]));                             \
+                    double acc = 0;                                                           \
+                    for (int64_t j = 0; j < n; j++)                                           \
+                        acc += (double)CEXP(C, LD_##NAME(row[j * inner]) - sh);               \
+                    s[o * inner + i] = (C)acc;                                                \
+                }                                                                             \
+            return;                                                                           \
+        }                                                                                     \
+        const C *s = in[2];                                                                   \
+        S *y = out;                                                                           \
+        for (int64_t o = 0; o < outer; o++)                                                   \
+            for (int64_t i = 0; i < inner; i++) {                                             \
+                int64_t q = o * inner + i, at = o * n * inner + i;                            \
+                C sh = SHIFT(C, LD_##NAME(m[q]));                                             \
+                if (mode == DT__SOFTMAX_SOFTMAX) {                                            \
+                    C inv = (C)1 / s[q];                                                      \
+                    for (int64_t j = 0; j < n; j++, at += inner)                              \
+                        y[at] = ST_##NAME(CEXP(C, LD_##NAME(x[at]) - sh) * inv);              \
+                } else {                                                                      \
+                    C off = sh + CLOG(C, s[q]);                                               \
+                    for (int64_t j = 0; j < n; j++, at += inner)                              \
+                        y[at] = ST_##NAME(LD_##NAME(x[at]) - off);                            \
+                }                                                                             \
+            }                                                                                 \
+    }
+DEFINE_SOFTMAX(f32, float, float)
+DEFINE_SOFTMAX(f64, double, double)
+DEFINE_SOFTMAX(bf16, uint16_t, float)
+DEFINE_SOFTMAX(f16, uint16_t, float)
+
+/* Over the last axis: rows of n elements; statistics in C (one per row), sums in double. */
+#define DEFINE_NORM(NAME, S, C)                                                              \
+    static void norm_##NAME(const dt__kargs *k, const void *const in[], void *out)           \
+    {                                                                                        \
+        const S *x = in[0];                                                                  \
+        int r = k->rank;                                                                     \
+        const int64_t *xs = k->in_shape[0];                                                  \
+        int64_t n = r ? xs[r - 1] : 1, rows = 1;                                             \
+        for (int i = 0; i + 1 < r; i++)                                                      \
+            rows *= xs[i];                                                                   \
+        unsigned mode = DT__MODE_KIND(k->mode);                                              \
+        if (mode == DT__NORM_MEAN || mode == DT__NORM_VAR || mode == DT__NORM_MEAN_SQUARE) { \
+            const C *mu = in[1];                                                             \
+            C *st = out;                                                                     \
+            for (int64_t q = 0; q < rows; q++) {                                             \
+                const S *row = x + q * n;                                                    \
+                double acc = 0, c = mode == DT__NORM_VAR ? (double)mu[q] : 0;                \
+                for (int64_t j = 0; j < n; j++) {                                            \
+                    double v = (double)LD_##NAME(row[j]) - c;                                \
+                    acc += mode == DT__NORM_MEAN ? v : v * v;                                \
+                }                                                                            \
+                st[q] = (C)(acc * k->a);                                                     \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        bool layer = mode == DT__NORM_LAYER;                                                 \
+        const C *mu = layer ? in[1] : NULL, *var = layer ? in[2] : in[1];                    \
+        int next = layer ? 3 : 2;                                                            \
+        const S *gamma = (k->mode & DT__NORM_GAMMA) ? in[next++] : NULL;                     \
+        const S *beta = (k->mode & DT__NORM_BETA) ? in[next] : NULL;                         \
+        S *y = out;                                                                          \
+        for (int64_t q = 0; q < rows; q++) {                                                 \
+            C c = mu ? mu[q] : (C)0, rs = (C)(1.0 / sqrt((double)var[q] + k->b));            \
+            const S *row = x + q * n;                                                        \
+            S *yr = y + q * n;                                                               \
+            for (int64_t j = 0; j < n; j++) {                                                \
+                C v = (LD_##NAME(row[j]) - c) * rs;                                          \
+                if (gamma)                                                                   \
+                    v *= LD_##NAME(gamma[j]);                                                \
+                if (beta)                                                                    \
+                    v += LD_##NAME(beta[j]);                                                 \
+                yr[j] = ST_##NAME(v);                                                        \
+            }                                                                                \
+        }                                                                                    \
+    }
+DEFINE_NORM(f32, float, float)
+DEFINE_NORM(f64, double, double)
+DEFINE_NORM(bf16, uint16_t, float)
+DEFINE_NORM(f16, uint16_t, float)
+
+/* Running sums along k->axis in C (integers wrap). A row (inner == 1) keeps its sum in a
+ * register; interleaved columns (inner > 1) keep one sum per column and advance a whole row of
+ * columns at a time (one column at a time when there is no memory for the sums). */
+#define SCAN_STEP(NAME, C, a, xv, yp) \
+    do {                              \
+        C v_ = LD_##NAME(xv);         \
+        if (excl) {                   \
+            *(yp) = ST_##NAME(a);     \
+            (a) = DT__ADD((a), v_);   \
+        } else {                      \
+            (a) = DT__ADD((a), v_);   \
+            *(yp) = ST_##NAME(a);     \
+        }                             \
+    } while (0)
+#define DEFINE_SCAN(NAME, S, C)                                                              \
+    /* the totals of the shards before `start` (after it, when rev) for column i of row o */ \
+    static C scan_carry_##NAME(const C *tot, int64_t g, int64_t start, bool rev, int64_t o,  \
+                               int64_t i, int64_t inner)                                     \
+    {                                                                                        \
+        C a = 0;                                                                             \
+        for (int64_t b = rev ? start + 1 : 0; tot && b < (rev ? g : start); b++)             \
+            a = DT__ADD(a, tot[(o * g + b) * inner + i]);                                    \
+        return a;                                                                            \
+    }                                                                                        \
+    static void scan_##NAME(const dt__kargs *k, const void *const in[], void *out)           \
+    {                                                                                        \
+        const S *x = in[0];                                                                  \
+        S *y = out;                                                                          \
+        int64_t outer, n, inner;                                                             \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                \
+        if (DT__MODE_KIND(k->mode) == DT__SCAN_TOTAL) {                                      \
+            C *t = out;                                                                      \
+            for (int64_t o = 0; o < outer; o++) {                                            \
+                C *tr = t + o * inner;                                                       \
+                if (inner == 1) { /* a row: the sum in a register */                         \
+                    C a = 0;                                                                 \
+                    for (int64_t j = 0; j < n; j++)                                          \
+                        a = DT__ADD(a, LD_##NAME(x[o * n + j]));                             \
+                    tr[0] = a;                                                               \
+                    continue;                                                                \
+                }                                                                            \
+                for (int64_t i = 0; i < inner; i++)                                          \
+                    tr[i] = 0;                                                               \
+                for (int64_t j = 0; j < n; j++) {                                            \
+                    const S *xr = x + (o * n + j) * inner;                                   \
+                    for (int64_t i = 0; i < inner; i++)                                      \
+                        tr[i] = DT__ADD(tr[i], LD_##NAME(xr[i]));                            \
+                }                                                                            \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        bool excl = k->mode & DT__SCAN_EXCLUSIVE, rev = k->mode & DT__SCAN_REVERSE;          \
+        const C *tot = (k->mode & DT__SCAN_CARRY) ? in[1] : NULL;                            \
+        int64_t g = tot ? k->in_shape[1][k->axis] : 0;                                       \
+        C *acc = inner > 1 ? malloc(sizeof(C) * (size_t)inner) : NULL;                       \
+        for (int64_t o = 0; o < outer; o++) {                                                \
+            const S *xo = x + o * n * inner;                                                 \
+            S *yo = y + o * n * inner;                                                       \
+            if (!acc) {                                                                      \
+                for (int64_t i = 0; i < inner; i++) {                                        \
+                    C a = scan_carry_##NAME(tot, g, k->start, rev, o, i, inner);             \
+                    for (int64_t jj = 0; jj < n; jj++) {                                     \
+                        int64_t at = (rev ? n - 1 - jj : jj) * inner + i;                    \
+                        SCAN_STEP(NAME, C, a, xo[at], &yo[at]);                              \
+                    }                                                                        \
+                }                                                                            \
+                continue;                                                                    \
+            }                                                                                \
+            for (int64_t i = 0; i < inner; i++)                                              \
+                acc[i] = scan_carry_##NAME(tot, g, k->start, rev, o, i, inner);              \
+            for (int64_t jj = 0; jj < n; jj++) {                                             \
+                int64_t at = (rev ? n - 1 - jj : jj) * inner;                                \
+                for (int64_t i = 0; i < inner; i++)                                          \
+                    SCAN_STEP(NAME, C, acc[i], xo[at + i], &yo[at + i]);                     \
+            }                                                                                \
+        }                                                                                    \
+        free(acc);                                                                           \
+    }
+DEFINE_SCAN(f32, float, float)
+DEFINE_SCAN(f64, double, double)
+DEFINE_SCAN(i32, int32_t, int32_t)
+DEFINE_SCAN(i64, int64_t, int64_t)
+DEFINE_SCAN(bf16, uint16_t, float)
+DEFINE_SCAN(f16, uint16_t, float)
+DEFINE_SCAN(u8, uint8_t, uint8_t)
+DEFINE_SCAN(i8, int8_t, int8_t)
+
+/* The extremum of n values at stride `stride` for argmax (op MAX) or argmin: the first on
+ * ties, and the first NaN, which ends the search (numpy's rule); its index (-1 when n is 0),
+ * its value in *best. */
+#define DEFINE_ARG(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                           \
+    static int64_t arg_row_##NAME(int op, const S *row, int64_t n, int64_t stride, S *best)    \
+    {                                                                                          \
+        int64_t at = -1;                                                                       \
+        C b = 0;                                                                               \
+        for (int64_t j = 0; j < n; j++) {                                                      \
+            C v = LD_##NAME(row[j * stride]);                                                  \
+            if (IS_FLOAT && isnan((double)v)) {                                                \
+                at = j;                                                                        \
+                break;                                                                         \
+            }                                                                                  \
+            if (at < 0 || (op == DT_REDUCE_MAX ? v > b : v < b)) {                             \
+                b = v;                                                                         \
+                at = j;                                                                        \
+            }                                                                                  \
+        }                                                                                      \
+        if (at >= 0)                                                                           \
+            *best = row[at * stride];                                                          \
+        return at;                                                                             \
+    }                                                                                          \
+    static void arg_reduce_##NAME(const dt__kargs *k, const void *const in[], void *out)       \
+    {                                                                                          \
+        unsigned mode = DT__MODE_KIND(k->mode);                                                \
+        int64_t outer, n, inner;                                                               \
+        row_view(k->rank, k->in_shape[0], 1u << k->axis, &outer, &n, &inner);                  \
+        for (int64_t o = 0; o < outer; o++)                                                    \
+            for (int64_t i = 0; i < inner; i++) {                                              \
+                int64_t at;                                                                    \
+                if (mode == DT__ARG_MERGE) {                                                   \
+                    /* the records of the shards in order: the best, the first NaN wins */     \
+                    const int64_t *w = (const int64_t *)in[0] + o * n * inner + i;             \
+                    C b = 0;                                                                   \
+                    at = -1;                                                                   \
+                    for (int64_t r = 0; r < n / 2; r++) {                                      \
+                        int64_t bits = w[2 * r * inner], idx = w[(2 * r + 1) * inner];         \
+                        S sv;                                                                  \
+                        memcpy(&sv, &bits, sizeof sv);                                         \
+                        C v = LD_##NAME(sv);                                                   \
+                        if (idx < 0)                                                           \
+                            continue;                                                          \
+                        if (IS_FLOAT && isnan((double)v)) {                                    \
+                            at = idx;                                                          \
+                            break;                                                             \
+                        }                                                                      \
+                        if (at < 0 || (k->op == DT_REDUCE_MAX ? v > b : v < b)) {              \
+                            b = v;                                                             \
+                            at = idx;                                                          \
+                        }                                                                      \
+                    }                                                                          \
+                } else {                                                                       \
+                    S bs = 0;                                                                  \
+                    at = arg_row_##NAME(k->op, (const S *)in[0] + o * n * inner + i, n, inner, \
+                                        &bs);                                                  \
+                    if (at >= 0)                                                               \
+                        at += k->start;                                                        \
+                    if (mode == DT__ARG_RECORDS) {                                             \
+                        int64_t *w = out, bits = 0;                                            \
+                        memcpy(&bits, &bs, sizeof bs);                                         \
+                        w[(o * 2) * inner + i] = bits;                                         \
+                        w[(o * 2 + 1) * inner + i] = at;                                       \
+                        continue;                                                              \
+                    }                                                                          \
+                }                                                                              \
+                if (k->to == DT_DTYPE_I64)                                                     \
+                    ((int64_t *)out)[o * inner + i] = at;                                      \
+                else                                                                           \
+                    ((int32_t *)out)[o * inner + i] = (int32_t)at;                             \
+            }                                                                                  \
+    }
+CPU_DTYPES(DEFINE_ARG)
 
 /* ---- gemm: C[b] = op(A[b]) op(B[b]), row-major; op = transpose when ta / tb -------------- */
 
@@ -724,9 +1086,12 @@ CPU_DTYPES(COPY_BLOCKS)
     WRAP(cast, NAME)                                                 \
     WRAP(where, NAME)                                                \
     WRAP(gather, NAME)                                               \
-    WRAP(one_hot, NAME)
+    WRAP(one_hot, NAME)                                              \
+    WRAP(arg_reduce, NAME)
 CPU_DTYPES(WRAP_DTYPE)
-#define WRAP_FLOAT(NAME) WRAP(philox_uniform, NAME) WRAP(philox_normal, NAME) WRAP(gemm, NAME)
+#define WRAP_FLOAT(NAME)       \
+    WRAP(philox_uniform, NAME) \
+    WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(softmax, NAME) WRAP(norm, NAME) WRAP(scan, NAME)
 WRAP_FLOAT(f32)
 WRAP_FLOAT(f64)
 WRAP_FLOAT(bf16)
@@ -739,6 +1104,10 @@ WRAP(gemm, i8)
     WRAP(K, f32)        \
     WRAP(K, f64) WRAP(K, i32) WRAP(K, i64) WRAP(K, bf16) WRAP(K, f16) WRAP(K, u8) WRAP(K, i8)
 WRAP_NUMERIC(segment_sum)
+WRAP(scan, i32)
+WRAP(scan, i64)
+WRAP(scan, u8)
+WRAP(scan, i8)
 
 #define FLOATS(K)                                                   \
     [DT_DTYPE_F32] = cpu_##K##_f32, [DT_DTYPE_F64] = cpu_##K##_f64, \
@@ -764,6 +1133,10 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_SELECT_FILL] = {ALL(select_fill)},
     [DT__K_CAST] = {ALL(cast)},
     [DT__K_WHERE] = {ALL(where)},
+    [DT__K_SOFTMAX] = {FLOATS(softmax)},
+    [DT__K_NORM] = {FLOATS(norm)},
+    [DT__K_SCAN] = {NUMERIC(scan)},
+    [DT__K_ARG_REDUCE] = {ALL(arg_reduce)},
     [DT__K_GATHER] = {ALL(gather)},
     [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
     [DT__K_ONE_HOT] = {ALL(one_hot)},

@@ -7,7 +7,6 @@
  * model wins. */
 #include "../engine.h"
 
-#include <math.h>
 #include <string.h>
 
 static bool is_logical(int op)
@@ -72,25 +71,9 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     int r;
     int64_t oshape[DT_MAX_RANK];
     DT_TRY(dt__broadcast_shape("binary", 2, ranks, shapes, &r, oshape));
-    const dt__dist *ab[2] = {a, b}, *ba[2] = {b, a};
-    dt_layout cands[3];
-    int nc = 0;
-    cands[nc++] = dt__merged_layout(2, ab, r, oshape);
-    cands[nc++] = dt__merged_layout(2, ba, r, oshape);
-    if (want) {
-        cands[nc] = *want;
-        cands[nc++].partial = 0;
-    }
-    int best = 0;
-    double best_cost = INFINITY;
-    for (int c = 0; c < nc; c++) {
-        double cost = dt__broadcast_cost(2, ab, &cands[c], r, oshape, want);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best = c;
-        }
-    }
-    const dt_layout *o = &cands[best];
+    const dt__dist *ab[2] = {a, b};
+    dt_layout best = dt__broadcast_layout(2, ab, r, oshape, want);
+    const dt_layout *o = &best;
     dt_layout la = dt__operand_layout(a, o, oshape), lb = dt__operand_layout(b, o, oshape);
     dt__dist a2, b2, y;
     DT_TRY(dt__relayout_emit(p, "binary", a, &la, &a2));

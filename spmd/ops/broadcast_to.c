@@ -7,7 +7,6 @@
  * x stays partial (broadcasting is linear). */
 #include "../engine.h"
 
-#include <math.h>
 #include <string.h>
 
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
@@ -55,29 +54,12 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     int r = n->attrs.rank;
     const int64_t *shape = n->attrs.shape;
     bool keep = !x->layout.partial || x->layout.partial_op == DT_REDUCE_SUM;
-    /* candidates for y: x's sharding on the axes it spans, or the request's */
-    dt_layout cands[2];
-    int nc = 0;
+    /* y takes x's sharding on the axes it spans or the request's, whichever moves less; a
+     * partial sum stays partial on the mesh axes y does not use */
     const dt__dist *xs[1] = {x};
-    cands[nc++] = dt__merged_layout(1, xs, r, shape);
-    if (want) {
-        cands[nc] = *want;
-        cands[nc++].partial = 0;
-    }
-    int best = 0;
-    double best_cost = INFINITY;
-    for (int c = 0; c < nc; c++) {
-        cands[c].partial = keep ? x->layout.partial & ~dt__layout_used(&cands[c]) : 0;
-        dt_layout lx = dt__operand_layout(x, &cands[c], shape);
-        lx.partial = cands[c].partial;
-        double cost = dt__relayout_cost(&x->layout, &lx, x->dtype, x->rank, x->shape) +
-                      (want ? dt__relayout_cost(&cands[c], want, x->dtype, r, shape) : 0);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best = c;
-        }
-    }
-    const dt_layout *o = &cands[best];
+    dt_layout ol = dt__broadcast_layout(1, xs, r, shape, want);
+    ol.partial = keep ? x->layout.partial & ~dt__layout_used(&ol) : 0;
+    const dt_layout *o = &ol;
     dt_layout lx = dt__operand_layout(x, o, shape);
     lx.partial = o->partial;
     dt__dist x2, y;

@@ -56,23 +56,12 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "unary", &y, want, out);
 }
 
-static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
-                 dt_layout *in_want)
-{
-    (void)n;
-    (void)in;
-    (void)i;
-    *in_want = *want;
-    in_want->partial = 0;
-    return true;
-}
-
 const dt__op_def dt__op_unary = {.name = "unary",
                                  .min_inputs = 1,
                                  .max_inputs = 1,
                                  .infer = infer,
                                  .expand = expand,
-                                 .pull = pull};
+                                 .pull = dt__pull_same};
 
 dt_status dt_unary(dt_unary_op op, const dt_tensor *x, const dt_op_options *opts, dt_tensor **out)
 {

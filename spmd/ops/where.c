@@ -5,7 +5,6 @@
  * summed first (a selection is not linear in cond), and each device selects in its shard. */
 #include "../engine.h"
 
-#include <math.h>
 #include <string.h>
 
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
@@ -48,27 +47,9 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     int r;
     int64_t oshape[DT_MAX_RANK];
     DT_TRY(dt__broadcast_shape("where", 3, ranks, shapes, &r, oshape));
-    const dt__dist *order[3][3] = {
-        {&in[1], &in[2], &in[0]}, {&in[2], &in[1], &in[0]}, {&in[0], &in[1], &in[2]}};
     const dt__dist *all[3] = {&in[0], &in[1], &in[2]};
-    dt_layout cands[4];
-    int nc = 0;
-    for (int c = 0; c < 3; c++)
-        cands[nc++] = dt__merged_layout(3, order[c], r, oshape);
-    if (want) {
-        cands[nc] = *want;
-        cands[nc++].partial = 0;
-    }
-    int best = 0;
-    double best_cost = INFINITY;
-    for (int c = 0; c < nc; c++) {
-        double cost = dt__broadcast_cost(3, all, &cands[c], r, oshape, want);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best = c;
-        }
-    }
-    const dt_layout *o = &cands[best];
+    dt_layout best = dt__broadcast_layout(3, all, r, oshape, want);
+    const dt_layout *o = &best;
     dt_dtype t = dt_dtype_promote(in[1].dtype, in[2].dtype);
     dt__dist ops[3], y;
     for (int q = 0; q < 3; q++) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void start(int cpu, int logical, int tf32)
 {
@@ -177,6 +178,51 @@ Test(cuda, copy_between_cpu_and_gpu_meshes_of_other_shapes_is_refused)
     cr_expect(strstr(dt_last_error(), "same axes"), "%s", dt_last_error());
     cr_expect_null(u);
     dt_tensor_free(t);
+    dt_mesh_free(cpu);
+    dt_mesh_free(gpu);
+    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
+}
+
+/* Checkpoints of GPU tensors: saved from 2 logical GPUs (through host copies of each block),
+ * restored onto the GPUs in another layout and onto a CPU device, bitwise. */
+Test(cuda, checkpoint_round_trip_between_gpu_and_cpu)
+{
+    start(1, 2, 0);
+    dt_mesh *cpu = mesh_of(DT_DEVICE_CPU, 1), *gpu = mesh_of(DT_DEVICE_CUDA, 2);
+    dt_layout lg, lg2, lc;
+    cr_assert_eq(dt_layout_parse(gpu, "x,unsharded", &lg), DT_OK);
+    cr_assert_eq(dt_layout_parse(gpu, "unsharded,x", &lg2), DT_OK);
+    cr_assert_eq(dt_layout_replicated(cpu, 2, &lc), DT_OK);
+    const int64_t shape[2] = {37, 11};
+    double host[37 * 11];
+    for (int i = 0; i < 37 * 11; i++)
+        host[i] = i * 0.37 - 20;
+    dt_tensor *t = NULL, *a = NULL, *b = NULL;
+    dt_variable *v = NULL;
+    dt_checkpoint *ck = NULL;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtensor-cuda-ckpt-%d.h5", (int)getpid());
+    cr_assert_eq(dt_tensor_from_host(&lg, DT_DTYPE_F64, 2, shape, host, sizeof host, &t), DT_OK);
+    cr_assert_eq(dt_variable_create(t, &v), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_checkpoint_create(&ck), DT_OK);
+    cr_assert_eq(dt_checkpoint_add_variable(ck, "w", v), DT_OK);
+    cr_assert_eq(dt_checkpoint_write(ck, path), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_checkpoint_read_tensor(path, "variables/w", &lg2, &a), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(dt_checkpoint_read_tensor(path, "variables/w", &lc, &b), DT_OK, "%s",
+                 dt_last_error());
+    void *x = read_all(a, sizeof host), *y = read_all(b, sizeof host);
+    cr_expect(memcmp(x, host, sizeof host) == 0, "GPU restore differs");
+    cr_expect(memcmp(y, host, sizeof host) == 0, "CPU restore differs");
+    cr_expect_eq(dt_checkpoint_read(ck, path), DT_OK, "%s", dt_last_error());
+    free(x);
+    free(y);
+    unlink(path);
+    dt_checkpoint_free(ck);
+    dt_variable_free(v);
+    dt_tensor_free(t);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
     dt_mesh_free(cpu);
     dt_mesh_free(gpu);
     cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());

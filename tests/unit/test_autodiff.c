@@ -379,6 +379,117 @@ Test(autodiff, losses)
     }
 }
 
+/* ---- row-wise ops -------------------------------------------------------------------------- */
+
+static int cur_flags;
+
+static dt_status b_softmax(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_softmax(in[0], cur_axis, NULL, out);
+}
+
+static dt_status b_log_softmax(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_log_softmax(in[0], cur_axis, NULL, out);
+}
+
+static dt_status b_logsumexp(dt_tensor *const in[], dt_tensor **out)
+{
+    return cur_axis < 0 ? dt_logsumexp(in[0], 0, NULL, cur_keep, NULL, out)
+                        : dt_logsumexp(in[0], 1, &cur_axis, cur_keep, NULL, out);
+}
+
+/* cur_flags: 1 gamma, 2 beta, 4 rms */
+static dt_status b_norm(dt_tensor *const in[], dt_tensor **out)
+{
+    const dt_tensor *g = (cur_flags & 1) ? in[1] : NULL;
+    const dt_tensor *b = (cur_flags & 2) ? in[(cur_flags & 1) ? 2 : 1] : NULL;
+    return (cur_flags & 4) ? dt_rms_norm(in[0], g, 1e-3, NULL, out)
+                           : dt_layer_norm(in[0], g, b, 1e-3, NULL, out);
+}
+
+static dt_status b_cumsum(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_cumsum(in[0], cur_axis, cur_flags & 1, cur_flags & 2, NULL, out);
+}
+
+/* x times its row's argmax (as f64): the index is a constant, so the gradient is that index. */
+static dt_status b_argmax_use(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *i = NULL, *f = NULL, *r = NULL;
+    dt_status s = dt_argmax(in[0], 1, DT_DTYPE_I64, NULL, &i);
+    if (s == DT_OK)
+        s = dt_cast(i, DT_DTYPE_F64, NULL, &f);
+    if (s == DT_OK)
+        s = dt_reshape(f, 2, (int64_t[]){dt_tensor_shape(f)[0], 1}, NULL, &r);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_MUL, in[0], r, NULL, out);
+    dt_tensor_free(i);
+    dt_tensor_free(f);
+    dt_tensor_free(r);
+    return s;
+}
+
+Test(autodiff, softmax)
+{
+    for (int axis = -1; axis < 2; axis++) {
+        cur_axis = axis;
+        gcase a = {"softmax", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_softmax};
+        check_case(&a);
+        gcase b = {"log_softmax", 1, {2}, {R2(5, 6)}, {"y,x"}, 0, b_log_softmax};
+        check_case(&b);
+    }
+    /* logsumexp over one axis, kept or dropped, and over every axis */
+    for (int axis = -1; axis < 2; axis++)
+        for (int keep = 0; keep < 2; keep++) {
+            cur_axis = axis;
+            cur_keep = keep;
+            gcase c = {"logsumexp", 1, {3}, {R3(3, 5, 4)}, {"x,y,unsharded"}, 0, b_logsumexp};
+            check_case(&c);
+        }
+}
+
+Test(autodiff, norm)
+{
+    /* layer_norm with gamma and beta, gamma only, neither; rms_norm with and without gamma:
+     * the last axis sharded (uneven), and x batch-sharded with gamma and beta replicated (their
+     * gradients come out partial over x and are all-reduced) */
+    const int variants[] = {3, 1, 0, 5, 4};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        cur_flags = variants[v];
+        int np = !!(cur_flags & 1) + !!(cur_flags & 2);
+        const char *name = cur_flags & 4 ? "rms_norm" : "layer_norm";
+        gcase a = {name, 1 + np, {2, 1, 1}, {R2(5, 6), {6}, {6}}, {"x,y", "y", "unsharded"},
+                   0,    b_norm};
+        check_case(&a);
+        gcase b = {name,
+                   1 + np,
+                   {3, 1, 1},
+                   {R3(4, 3, 5), {5}, {5}},
+                   {"x,y,unsharded", "unsharded", "unsharded"},
+                   0,
+                   b_norm};
+        check_case(&b);
+    }
+}
+
+Test(autodiff, cumsum)
+{
+    for (int axis = 0; axis < 2; axis++)
+        for (int flags = 0; flags < 4; flags++) {
+            cur_axis = axis;
+            cur_flags = flags;
+            gcase c = {"cumsum", 1, {2}, {R2(5, 7)}, {"x,y"}, 0, b_cumsum};
+            check_case(&c);
+        }
+}
+
+Test(autodiff, argmax)
+{
+    gcase c = {"argmax (a constant)", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_argmax_use};
+    check_case(&c);
+}
+
 /* ---- shape and index ops -------------------------------------------------------------------- */
 
 static bool replicated(const dt_tensor *t)

@@ -23,6 +23,7 @@ static const struct {
     {DT_ERR_COMM, "DT_ERR_COMM", "communication error"},
     {DT_ERR_STATE, "DT_ERR_STATE", "wrong runtime state"},
     {DT_ERR_UNSUPPORTED, "DT_ERR_UNSUPPORTED", "unsupported"},
+    {DT_ERR_IO, "DT_ERR_IO", "input/output error"},
 };
 #define NSTATUS ((int)(sizeof statuses / sizeof statuses[0]))
 

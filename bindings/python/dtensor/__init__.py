@@ -59,7 +59,10 @@ __all__ = [
     "TFConfigClusterResolver", "PSVariable", "Variable", "PerWorkerDataset", "bfloat16",
     "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "where",
     "logical_and", "logical_or", "logical_xor", "logical_not", "erf", "gelu", "silu", "swish",
-    "rsqrt", "nn", "math",
+    "rsqrt", "nn", "math", "train", "Checkpoint", "CheckpointManager",
+    # row-wise ops
+    "softmax", "log_softmax", "reduce_logsumexp", "layer_norm", "rms_norm", "argmax", "argmin",
+    "cumsum",
 ]
 
 UNSHARDED = "unsharded"
@@ -1081,6 +1084,51 @@ class _Random:
         return _create("normal", shape, dtype, layout, a=mean, b=stddev, seed=k0, key=k1)
 
 
+class Generator:
+    """tf.random.Generator over the stateless ops: a seed and a counter; each draw is the
+    stateless op with (seed, counter), then the counter moves on, so a run that draws in the
+    same order gets the same numbers, and a checkpoint (``dtensor.train.Checkpoint(rng=g)``)
+    continues the stream after a restore. Draws are collective like any op."""
+
+    def __init__(self, seed=0, counter=0):
+        self._handle = _c.generator_create(int(seed) & 0xFFFFFFFFFFFFFFFF)
+        if counter:
+            _c.generator_state(self._handle, int(seed) & 0xFFFFFFFFFFFFFFFF, int(counter))
+        _live.add(self)
+
+    @classmethod
+    def from_seed(cls, seed):
+        return cls(seed)
+
+    @property
+    def state(self):
+        """(seed, counter): the counter is the key of the next draw."""
+        return _c.generator_state(self._handle)
+
+    def reset_from_seed(self, seed):
+        _c.generator_state(self._handle, int(seed) & 0xFFFFFFFFFFFFFFFF, 0)
+
+    def _draw(self, kind, shape, a, b, dtype, layout):
+        layout = layout or _requested()
+        if layout is None and getattr(_state, "mesh", None) is not None:
+            layout = Layout.replicated(_state.mesh, len(shape))
+        if layout is None:
+            raise ValueError(f"Generator.{kind}: no layout: pass layout=, or draw inside "
+                             f"dtensor.call_with_layout or dtensor.default_mesh")
+        h = _c.generator_draw(self._handle, kind, layout.mesh._handle, layout._text,
+                              _code(dtype), [int(s) for s in shape], float(a), float(b),
+                              _show_programs())
+        return _result(h, layout.mesh)
+
+    def uniform(self, shape, minval=0, maxval=None, dtype=np.float32, layout=None):
+        return self._draw("uniform", shape, minval, 1.0 if maxval is None else maxval, dtype,
+                          layout)
+
+    def normal(self, shape, mean=0.0, stddev=1.0, dtype=np.float32, layout=None):
+        return self._draw("normal", shape, mean, stddev, dtype, layout)
+
+
+_Random.Generator = Generator
 random = _Random()
 
 
@@ -1245,6 +1293,77 @@ def reduce_mean(input_tensor, axis=None, keepdims=False):
     return _divide(reduce_sum(x, axis, keepdims), count)
 reduce_max = _reduce(_c.REDUCE_MAX)
 reduce_min = _reduce(_c.REDUCE_MIN)
+
+
+# ---- row-wise ops: softmax, normalization, arg reductions, running sums ----------------------
+# One C op each (spmd/ops/softmax.c, norm.c, arg_reduce.c, cumsum.c): along a sharded axis only
+# the per-row statistics cross devices (all-reduces of [rows, 1], an all-gather of (value, index)
+# records or of shard totals), never x itself.
+
+def softmax(logits, axis=-1):
+    """tf.nn.softmax: exp(x - max) / sum exp(x - max) along ``axis`` (floating x)."""
+    return _apply("softmax", [logits], 0, [int(axis)], 0)
+
+
+def log_softmax(logits, axis=-1):
+    """tf.nn.log_softmax: x - max - log sum exp(x - max) along ``axis`` (floating x)."""
+    return _apply("softmax", [logits], 1, [int(axis)], 0)
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=False):
+    """tf.math.reduce_logsumexp: log sum exp(x) over ``axis`` (None: every axis), computed as
+    max + log sum exp(x - max)."""
+    if axis is None:
+        axes = []
+    elif isinstance(axis, (list, tuple)):
+        axes = [int(a) for a in axis]
+        if not axes:
+            raise ValueError("reduce_logsumexp over an empty list of axes")
+    else:
+        axes = [int(axis)]
+    return _apply("softmax", [input_tensor], 2, axes, int(bool(keepdims)))
+
+
+def _norm(code, x, params, epsilon):
+    x = _value(x)
+    tensors, flag = [x], 0
+    for bit, p in params:
+        if p is not None:
+            tensors.append(p if isinstance(p, (DTensor, DVariable)) else _as_dtensor(p, x))
+            flag |= bit
+    return _apply("norm", tensors, code, flag, float(epsilon))
+
+
+def layer_norm(x, gamma=None, beta=None, epsilon=1e-5):
+    """Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta
+    (gamma and beta of shape [last], either may be None). As Keras' LayerNormalization(axis=-1).
+    """
+    return _norm(0, x, ((1, gamma), (2, beta)), epsilon)
+
+
+def rms_norm(x, gamma=None, epsilon=1e-6):
+    """RMS normalization over the last axis: x / sqrt(mean(x^2) + epsilon) * gamma."""
+    return _norm(1, x, ((1, gamma),), epsilon)
+
+
+def _arg_reduce(code):
+    def op(input, axis=None, output_type=int64):  # noqa: A002 (TensorFlow's names)
+        axis = 0 if axis is None else int(axis)  # TensorFlow's default axis is 0
+        return _apply("arg_reduce", [input], code, [axis, _code(output_type)])
+    return op
+
+
+argmax = _arg_reduce(0)
+argmax.__doc__ = """tf.math.argmax: the index of the largest element along ``axis`` (the first on
+ties, the first NaN as numpy), as ``output_type`` (int64 or int32); any dtype."""
+argmin = _arg_reduce(1)
+argmin.__doc__ = """tf.math.argmin: the index of the smallest element along ``axis``."""
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False):
+    """tf.math.cumsum: running sums along ``axis``; ``exclusive`` leaves each element out of its
+    own sum, ``reverse`` sums from the end (numeric dtypes; integers wrap)."""
+    return _apply("cumsum", [x], int(axis), int(bool(exclusive)) | (int(bool(reverse)) << 1))
 
 
 def transpose(a, perm=None):
@@ -2536,7 +2655,9 @@ def compute_average_loss(per_example_loss, global_batch_size):
 
 nn = _types.SimpleNamespace(
     relu=relu, sigmoid=sigmoid, tanh=tanh, gelu=gelu, silu=silu, swish=swish,
-    compute_average_loss=compute_average_loss, embedding_lookup=embedding_lookup)
+    compute_average_loss=compute_average_loss,
+    softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm,
+    embedding_lookup=embedding_lookup)
 math = _types.SimpleNamespace(
     add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
     floordiv=floordiv, floormod=floormod, mod=mod, maximum=maximum, minimum=minimum, pow=pow,
@@ -2545,8 +2666,11 @@ math = _types.SimpleNamespace(
     logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs, exp=exp,
     log=log, sqrt=sqrt, rsqrt=rsqrt, square=square, sin=sin, cos=cos, tanh=tanh, erf=erf,
     sigmoid=sigmoid, reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max,
-    reduce_min=reduce_min, unsorted_segment_sum=unsorted_segment_sum)
+    reduce_min=reduce_min,
+    softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
+    argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
-from . import data, keras  # noqa: E402 (they import the names defined above)
+from . import data, keras, train  # noqa: E402 (they import the names defined above)
+from .train import Checkpoint, CheckpointManager  # noqa: E402

@@ -58,6 +58,7 @@ enum {
     KIND_REMOTE,
     KIND_BORROWED_MESH, /* a strategy's mesh: freed with the strategy */
     KIND_PS_VARIABLE,
+    KIND_GENERATOR,
 };
 
 typedef struct {
@@ -102,14 +103,17 @@ static void free_object(int kind, void *ptr)
     case KIND_PS_VARIABLE: /* collective: the Python layer frees them in program order */
         dt_ps_variable_free(ptr);
         break;
+    case KIND_GENERATOR:
+        dt_generator_free(ptr);
+        break;
     default:
         break;
     }
 }
 
-static const char *const kind_names[] = {"mesh",         "tensor", "function",   "variable",
-                                         "strategy",     "model",  "optimizer",  "coordinator",
-                                         "remote value", "mesh",   "ps variable"};
+static const char *const kind_names[] = {"mesh",         "tensor", "function",    "variable",
+                                         "strategy",     "model",  "optimizer",   "coordinator",
+                                         "remote value", "mesh",   "ps variable", "generator"};
 
 static void handle_release(Handle *h)
 {
@@ -1071,17 +1075,14 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
     const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
     if (!op || (text_o != Py_None && !text))
         return NULL;
-    static const char *const known[] = {"matmul",      "unary",
-                                        "binary",      "reduce",
-                                        "transpose",   "reshape",
-                                        "slice",       "concat",
-                                        "relayout",    "copy_to_mesh",
-                                        "cast",        "where",
-                                        "gather",      "unsorted_segment_sum",
-                                        "one_hot",     "einsum",
-                                        "stack",       "pad",
-                                        "tile",        "broadcast_to",
-                                        "expand_dims", "squeeze"};
+    static const char *const known[] = {
+        "matmul", "unary", "binary", "reduce", "transpose", "reshape", "slice", "concat",
+        "relayout", "copy_to_mesh", "cast", "where",
+        /* row-wise ops */
+        "softmax", "norm", "arg_reduce", "cumsum",
+        /* shape and index ops */
+        "gather", "unsorted_segment_sum", "one_hot", "einsum", "stack", "pad", "tile",
+        "broadcast_to", "expand_dims", "squeeze"};
     bool found = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         found = found || strcmp(op, known[i]) == 0;
@@ -1159,6 +1160,17 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
                      rank);
         return NULL;
     }
+    /* row-wise ops: softmax (code 0 softmax, 1 log_softmax with one axis; 2 logsumexp over the
+     * axes, flag keepdims), norm (code 0 layer_norm, 1 rms_norm; flag: 1 gamma, 2 beta follow x),
+     * arg_reduce (code 0 argmax, 1 argmin; [axis, index dtype]), cumsum (code axis; flag 1
+     * exclusive, 2 reverse) */
+    int norm_parts = 1 + !!(flag & 1) + !!(flag & 2);
+    if ((strcmp(op, "softmax") == 0 && code < 2 && atn[0] != 1) ||
+        (strcmp(op, "norm") == 0 && n != norm_parts) ||
+        (strcmp(op, "arg_reduce") == 0 && atn[0] != 2)) {
+        PyErr_Format(PyExc_ValueError, "%s: attributes do not fit (%zd operands)", op, n);
+        return NULL;
+    }
     /* lists that name every axis, and the einsum's equation: the C calls read them whole */
     if ((strcmp(op, "pad") == 0 && (atn[0] != rank || atn[1] != rank)) ||
         (strcmp(op, "tile") == 0 && atn[0] != rank)) {
@@ -1202,6 +1214,18 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             s = dt_cast(ts[0], (dt_dtype)code, &o, &t);
         else if (strcmp(op, "where") == 0)
             s = dt_where(ts[0], ts[1], ts[2], &o, &t);
+        else if (strcmp(op, "softmax") == 0)
+            s = code == 2   ? dt_logsumexp(ts[0], atn[0], ints, flag, &o, &t)
+                : code == 1 ? dt_log_softmax(ts[0], ints[0], &o, &t)
+                            : dt_softmax(ts[0], ints[0], &o, &t);
+        else if (strcmp(op, "norm") == 0)
+            s = code == 1 ? dt_rms_norm(ts[0], (flag & 1) ? ts[1] : NULL, fl[0], &o, &t)
+                          : dt_layer_norm(ts[0], (flag & 1) ? ts[1] : NULL,
+                                          (flag & 2) ? ts[n - 1] : NULL, fl[0], &o, &t);
+        else if (strcmp(op, "arg_reduce") == 0)
+            s = (code == 1 ? dt_argmin : dt_argmax)(ts[0], ints[0], (dt_dtype)ints[1], &o, &t);
+        else if (strcmp(op, "cumsum") == 0)
+            s = dt_cumsum(ts[0], code, flag & 1, flag & 2, &o, &t);
         else if (strcmp(op, "gather") == 0)
             s = dt_gather(ts[0], ts[1], &o, &t);
         else if (strcmp(op, "unsorted_segment_sum") == 0) /* num_segments */
@@ -1759,6 +1783,203 @@ static PyObject *py_optimizer_apply(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* optimizer_iterations(optimizer) -> updates applied so far */
+static PyObject *py_optimizer_iterations(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const dt_optimizer *o = unwrap(arg, KIND_OPTIMIZER);
+    return o ? PyLong_FromLongLong((long long)dt_optimizer_iterations(o)) : NULL;
+}
+
+/* ---- random generator and checkpoints ---------------------------------------------------- */
+
+/* generator_create(seed) */
+static PyObject *py_generator_create(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long seed = PyLong_AsUnsignedLongLongMask(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    dt_generator *g = NULL;
+    CALL(dt_generator_create(seed, &g));
+    return wrap(KIND_GENERATOR, g);
+}
+
+/* generator_draw(g, kind, mesh, layout, dtype, shape, a, b, program): kind "uniform" (low a,
+ * high b) or "normal" (mean a, stddev b). Collective. */
+static PyObject *py_generator_draw(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *kind, *text;
+    PyObject *g_o, *mesh_o, *shape_o;
+    int dtype, program;
+    double a, b;
+    if (!PyArg_ParseTuple(args, "OsOsiOddp", &g_o, &kind, &mesh_o, &text, &dtype, &shape_o, &a, &b,
+                          &program))
+        return NULL;
+    dt_generator *g = unwrap(g_o, KIND_GENERATOR);
+    int64_t shape[DT_MAX_RANK];
+    int rank;
+    op_ctx c;
+    if (!g || parse_ints(shape_o, DT_MAX_RANK, shape, &rank) < 0 ||
+        ctx_open(&c, mesh_o, text, program))
+        return NULL;
+    dt_op_options o = ctx_options(&c, 0, 0);
+    dt_tensor *t = NULL;
+    dt_status s;
+    bool normal = strcmp(kind, "normal") == 0;
+    Py_BEGIN_ALLOW_THREADS;
+    s = normal ? dt_generator_normal(g, (dt_dtype)dtype, rank, shape, a, b, &o, &t)
+               : dt_generator_uniform(g, (dt_dtype)dtype, rank, shape, a, b, &o, &t);
+    Py_END_ALLOW_THREADS;
+    return ctx_close(&c, s, t);
+}
+
+/* generator_state(g) -> (seed, counter); generator_state(g, seed, counter) sets it. */
+static PyObject *py_generator_state(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *g_o;
+    unsigned long long seed = 0, counter = 0;
+    int n = (int)PyTuple_Size(args);
+    if (!PyArg_ParseTuple(args, "O|KK", &g_o, &seed, &counter))
+        return NULL;
+    dt_generator *g = unwrap(g_o, KIND_GENERATOR);
+    if (!g)
+        return NULL;
+    if (n == 3)
+        CALL(dt_generator_reset(g, seed, counter));
+    uint64_t sd, ct;
+    CALL(dt_generator_state(g, &sd, &ct));
+    return Py_BuildValue("(KK)", (unsigned long long)sd, (unsigned long long)ct);
+}
+
+/* checkpoint_io(write, path, entries, metadata, save_counter) -> (save_counter, metadata):
+ * entries [(kind, name, handle)] with kind "variable", "model", "optimizer", "generator" or
+ * "tensor"; metadata {key: value}. Builds a dt_checkpoint for the call, writes or reads it,
+ * frees it. Collective. */
+static PyObject *py_checkpoint_io(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int write;
+    const char *path;
+    PyObject *entries, *md;
+    long long counter;
+    if (!PyArg_ParseTuple(args, "psOO!L", &write, &path, &entries, &PyDict_Type, &md, &counter))
+        return NULL;
+    dt_checkpoint *c = NULL;
+    CALL(dt_checkpoint_create(&c));
+    PyObject *result = NULL;
+    dt_status s = dt_checkpoint_set_save_counter(c, counter);
+    Py_ssize_t n = PySequence_Size(entries);
+    if (n < 0)
+        goto done;
+    for (Py_ssize_t i = 0; s == DT_OK && i < n; i++) {
+        PyObject *e = PySequence_GetItem(entries, i);
+        const char *kind, *name;
+        PyObject *h;
+        bool ok = e && PyArg_ParseTuple(e, "ssO", &kind, &name, &h);
+        if (ok && !strcmp(kind, "variable")) {
+            dt_variable *v = unwrap(h, KIND_VARIABLE);
+            ok = v && ((s = dt_checkpoint_add_variable(c, name, v)), true);
+        } else if (ok && !strcmp(kind, "model")) {
+            dt_model *m = unwrap(h, KIND_MODEL);
+            ok = m && ((s = dt_checkpoint_add_model(c, name, m)), true);
+        } else if (ok && !strcmp(kind, "optimizer")) {
+            dt_optimizer *o = unwrap(h, KIND_OPTIMIZER);
+            ok = o && ((s = dt_checkpoint_add_optimizer(c, name, o)), true);
+        } else if (ok && !strcmp(kind, "generator")) {
+            dt_generator *g = unwrap(h, KIND_GENERATOR);
+            ok = g && ((s = dt_checkpoint_add_generator(c, name, g)), true);
+        } else if (ok && !strcmp(kind, "tensor")) {
+            const dt_tensor *t = unwrap(h, KIND_TENSOR);
+            ok = t && ((s = dt_checkpoint_add_tensor(c, name, t)), true);
+        } else if (ok) {
+            PyErr_Format(PyExc_ValueError, "checkpoint: unknown entry kind %s", kind);
+            ok = false;
+        }
+        Py_XDECREF(e);
+        if (!ok)
+            goto done;
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (s == DT_OK && PyDict_Next(md, &pos, &key, &value)) {
+        const char *k = PyUnicode_AsUTF8(key), *v = k ? PyUnicode_AsUTF8(value) : NULL;
+        if (!v)
+            goto done;
+        s = dt_checkpoint_set_metadata(c, k, v);
+    }
+    if (s == DT_OK) {
+        Py_BEGIN_ALLOW_THREADS;
+        s = write ? dt_checkpoint_write(c, path) : dt_checkpoint_read(c, path);
+        Py_END_ALLOW_THREADS;
+    }
+    if (s != DT_OK) {
+        raise_status(s);
+        goto done;
+    }
+    /* the metadata after a read: every key the file had (and those set) */
+    PyObject *out = PyDict_New();
+    for (int i = 0; out && i < dt_checkpoint_num_metadata(c); i++) {
+        const char *k = dt_checkpoint_metadata_key(c, i);
+        PyObject *v = PyUnicode_FromString(dt_checkpoint_metadata(c, k));
+        if (!v || PyDict_SetItemString(out, k, v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    result = out ? Py_BuildValue("(LN)", (long long)dt_checkpoint_save_counter(c), out) : NULL;
+done:
+    dt_checkpoint_free(c);
+    return result;
+}
+/* checkpoint_read_tensor(path, name, mesh, layout) -> tensor handle. Collective. */
+static PyObject *py_checkpoint_read_tensor(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *name, *text;
+    PyObject *mesh_o;
+    if (!PyArg_ParseTuple(args, "ssOs", &path, &name, &mesh_o, &text))
+        return NULL;
+    dt_layout l;
+    if (parse_layout(mesh_o, text, &l) < 0)
+        return NULL;
+    dt_tensor *t = NULL;
+    CALL(dt_checkpoint_read_tensor(path, name, &l, &t));
+    return wrap(KIND_TENSOR, t);
+}
+
+/* checkpoint_tensor_info(path, name) -> (dtype, shape). */
+static PyObject *py_checkpoint_tensor_info(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *path, *name;
+    if (!PyArg_ParseTuple(args, "ss", &path, &name))
+        return NULL;
+    dt_dtype d;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    CALL(dt_checkpoint_tensor_info(path, name, &d, &rank, shape));
+    PyObject *t = PyTuple_New(rank);
+    for (int i = 0; t && i < rank; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromLongLong((long long)shape[i]));
+    return t ? Py_BuildValue("(iN)", (int)d, t) : NULL;
+}
+
+/* checkpoint_latest(directory) -> path or None. */
+static PyObject *py_checkpoint_latest(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *dir = PyUnicode_AsUTF8(arg);
+    if (!dir)
+        return NULL;
+    char path[4096];
+    CALL(dt_checkpoint_latest(dir, path, sizeof path));
+    if (!path[0])
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(path);
+}
+
 /* A parameter-server step closure: calls the Python callable with the step number from the
  * worker's thread, holding the GIL only for the call. A Python exception becomes a failing
  * status (the chief reschedules the step elsewhere). */
@@ -2011,6 +2232,16 @@ static PyMethodDef methods[] = {
     {"ps_shutdown", py_ps_shutdown, METH_O, "Release workers and ps tasks. Collective."},
     {"ps_pull", py_ps_pull, METH_VARARGS, "Copy the ps tasks' values into a model."},
     {"print_ordered", py_print_ordered, METH_VARARGS, "Client 0 prints all, in client order."},
+    {"optimizer_iterations", py_optimizer_iterations, METH_O, "Updates applied so far."},
+    {"generator_create", py_generator_create, METH_O, "A random generator at (seed, 0)."},
+    {"generator_draw", py_generator_draw, METH_VARARGS, "The next draw. Collective."},
+    {"generator_state", py_generator_state, METH_VARARGS, "Get or set (seed, counter)."},
+    {"checkpoint_io", py_checkpoint_io, METH_VARARGS, "Write or read a checkpoint. Collective."},
+    {"checkpoint_read_tensor", py_checkpoint_read_tensor, METH_VARARGS,
+     "A tensor of a checkpoint in a layout. Collective."},
+    {"checkpoint_tensor_info", py_checkpoint_tensor_info, METH_VARARGS,
+     "(dtype, shape) of a tensor in a checkpoint."},
+    {"checkpoint_latest", py_checkpoint_latest, METH_O, "The newest ckpt-N.h5 in a directory."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@ Every method that computes is collective: every client calls it with the same da
 """
 
 import csv as _csv
+import os as _os
 import time as _time
 import types as _types
 
@@ -22,6 +23,12 @@ from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, Optimizer, _
 from . import data as _data
 
 # ---- ops the losses and layers need, in terms of dtensor's differentiable ops --------------
+
+
+def _train():
+    from . import train  # noqa: PLC0415 (dtensor.train imports this module)
+
+    return train
 
 
 def _d():
@@ -64,17 +71,13 @@ def _one_hot_like(labels, depth, dtype):
 
 
 def _log_softmax(logits):
-    d = _d()
-    m = stop_gradient(d.reduce_max(logits, axis=-1, keepdims=True))
-    shifted = logits - m
-    return shifted - d.log(d.reduce_sum(d.exp(shifted), axis=-1, keepdims=True))
+    return _d().log_softmax(logits, axis=-1)
 
 
 def softmax(x):
-    d = _d()
-    m = stop_gradient(d.reduce_max(x, axis=-1, keepdims=True))
-    e = d.exp(x - m)
-    return e / d.reduce_sum(e, axis=-1, keepdims=True)
+    """Keras' softmax activation: over the last axis (one op, stable; a sharded last axis
+    all-reduces only the per-row maximum and sum)."""
+    return _d().softmax(x, axis=-1)
 
 
 def _linear(x):
@@ -500,7 +503,38 @@ class Flatten(Layer):
         return (input_shape[0], int(np.prod(input_shape[1:])))
 
 
-layers = _types.SimpleNamespace(Layer=Layer, Dense=Dense, Activation=Activation, Flatten=Flatten)
+class LayerNormalization(Layer):
+    """Keras' LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
+    beta with trainable gamma (ones) and beta (zeros) of shape [features], one fused op
+    (dtensor.layer_norm); center / scale False leave beta / gamma out."""
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", name=None, dtype=np.float32):
+        super().__init__(name, dtype)
+        if axis not in (-1, [-1], (-1,)):
+            raise ValueError(f"LayerNormalization: axis {axis!r}; only the last axis (-1) is "
+                             f"supported")
+        self.epsilon, self.center, self.scale = float(epsilon), bool(center), bool(scale)
+        self.beta_initializer, self.gamma_initializer = beta_initializer, gamma_initializer
+        self.gamma = self.beta = None
+
+    def build(self, input_shape):
+        if self.scale:
+            self.gamma = self.add_weight("gamma", [input_shape[-1]], self.gamma_initializer)
+        if self.center:
+            self.beta = self.add_weight("beta", [input_shape[-1]], self.beta_initializer)
+
+    def call(self, x):
+        g = _beside(self.gamma, x) if self.gamma is not None else None
+        b = _beside(self.beta, x) if self.beta is not None else None
+        return _d().layer_norm(x, g, b, self.epsilon)
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+layers = _types.SimpleNamespace(Layer=Layer, Dense=Dense, Activation=Activation, Flatten=Flatten,
+                                LayerNormalization=LayerNormalization)
 
 
 # ---- callbacks ------------------------------------------------------------------------------
@@ -574,11 +608,14 @@ class CSVLogger(Callback):
 
 class ModelCheckpoint(Callback):
     """``model.save_weights(filepath)`` at the end of each epoch (``filepath`` may contain
-    ``{epoch}`` and log names, as Keras's); ``save_best_only`` keeps the best ``monitor``."""
+    ``{epoch}`` and log names, as Keras's); ``save_best_only`` keeps the best ``monitor``.
+    With ``save_weights_only=False`` the optimizer's state is saved too (a dtensor checkpoint
+    of ``model`` and ``optimizer``, read back with ``dtensor.train.Checkpoint``)."""
 
     def __init__(self, filepath, monitor="loss", save_best_only=False, mode="min",
                  save_weights_only=True):
         self.filepath, self.monitor, self.save_best_only = filepath, monitor, save_best_only
+        self.save_weights_only = save_weights_only
         self.mode = mode
         self.best = None
 
@@ -594,7 +631,11 @@ class ModelCheckpoint(Callback):
             if not better:
                 return
             self.best = value
-        self.model.save_weights(self.filepath.format(epoch=epoch + 1, **logs))
+        path = self.filepath.format(epoch=epoch + 1, **logs)
+        if self.save_weights_only or self.model.optimizer is None:
+            self.model.save_weights(path)
+        else:  # the training state too: resume with Checkpoint(model=, optimizer=).read
+            _train().Checkpoint(model=self.model, optimizer=self.model.optimizer).write(path)
 
 
 class _Progress(Callback):
@@ -847,17 +888,24 @@ class Model(Layer):
         for v, w in zip(vs, weights):
             v.assign(np.asarray(w, dtype=v.dtype))
 
-    def save_weights(self, filepath):
-        """Every variable gathered and written by client 0 to ``filepath`` (.npz). Collective."""
-        pairs = zip(self.variables, self.get_weights())
-        arrays = {f"{i}:{v.name}": w for i, (v, w) in enumerate(pairs)}
-        if client_id() == 0:
-            with open(filepath, "wb") as f:
-                np.savez(f, **arrays)
-        _d().barrier()
+    def save_weights(self, filepath, overwrite=True, save_format=None):
+        """Every variable written to ``filepath`` as a dtensor checkpoint: one HDF5 file, as
+        Keras's ``.h5`` weights, that h5py reads (``variables/model/layer_with_weights-0/
+        kernel`` ...). Nothing is gathered: each client writes the blocks of its own devices.
+        Collective."""
+        if not overwrite and _os.path.exists(filepath):
+            raise FileExistsError(f"save_weights: {filepath} exists (overwrite=False)")
+        _train().Checkpoint(model=self).write(filepath)
 
     def load_weights(self, filepath):
-        """Weights written by save_weights, read by every client. Collective."""
+        """Weights written by save_weights, read into the variables' layouts (any mesh or
+        client count); a variable of another shape or dtype raises naming it. Files of the
+        earlier .npz form are still read. Collective."""
+        with open(filepath, "rb") as f:
+            legacy = f.read(2) == b"PK"
+        if not legacy:
+            _train().Checkpoint(model=self).read(filepath)
+            return
         with np.load(filepath) as z:
             names = sorted(z.files, key=lambda k: int(k.split(":", 1)[0]))
             ours = [f"{i}:{v.name}" for i, v in enumerate(self.variables)]

@@ -27,6 +27,9 @@ def test_coordinator_needs_a_worker_besides_the_coordinator(strategy):
     np.testing.assert_array_equal(v.numpy(), np.arange(4) + CLIENTS)
     with pytest.raises(dtensor.DTensorError, match="needs another worker"):
         dtensor.ClusterCoordinator(strategy)
+    # checkpoints of parameter-server variables: refused with a clear error, nothing written
+    with pytest.raises(dtensor.DTensorError, match="not supported yet"):
+        dtensor.train.Checkpoint(v=v).write("/tmp/dtensor-ps-never-written.h5")
 
 
 @pytest.fixture
