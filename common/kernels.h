@@ -34,7 +34,14 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(SOFTMAX, softmax)               \
     X(NORM, norm)                     \
     X(SCAN, scan)                     \
-    X(ARG_REDUCE, arg_reduce)
+    X(ARG_REDUCE, arg_reduce)         \
+    DT__KERNEL_LIST_SHAPE(X)
+
+/* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
+#define DT__KERNEL_LIST_SHAPE(X) \
+    X(GATHER, gather)            \
+    X(SEGMENT_SUM, segment_sum)  \
+    X(ONE_HOT, one_hot)
 
 typedef enum dt__kernel {
 #define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
@@ -84,6 +91,10 @@ typedef struct dt__kargs {
     int64_t start; /* scan: the shard's place in its group; arg_reduce: global index of the
                       shard's first element along the axis */
     dt_dtype to;   /* arg_reduce: the index dtype written (i32 or i64) */
+    /* gather, segment_sum, one_hot: nidx indices (dtype `from`: i32, i64, u8 or i8) select
+     * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
+     * an index outside the range selects nothing (gather writes zeros) */
+    int64_t nidx, lo, rows, inner;
 } dt__kargs;
 
 /* Kernels of the row-wise ops. The table is indexed by x's dtype. "acc" is x's accumulation

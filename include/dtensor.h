@@ -679,6 +679,75 @@ dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size
 dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
                     dt_tensor **out);
 
+/* ---- shape and index ops (each Collective, as every op above) ---------------------------- */
+
+/* tf.split: n pieces of x along `axis` (negative counts from the end), sizes[i] elements each
+ * (they add up to the axis's extent), or n equal pieces when sizes is NULL (the extent must
+ * divide by n). outs[0..n) receive n new tensors, the results of n slice ops (each in
+ * opts->layout when given); on failure every outs[i] is NULL. */
+dt_status dt_split(const dt_tensor *x, int n, const int64_t sizes[], int axis,
+                   const dt_op_options *opts, dt_tensor *outs[]);
+/* tf.stack: n tensors (1 to 16) of one shape and dtype joined along a new axis `axis` (-1:
+ * last). The result lies as requested, or as xs[0] with the new axis unsharded; each operand
+ * sends every device the part of its slice it holds (block exchanges, never a gather). */
+dt_status dt_stack(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
+                   dt_tensor **out);
+/* tf.pad in constant mode: before[i] and after[i] (>= 0) elements of `constant_value` on each
+ * side of axis i. The result lies as requested, or as x; each device fills its shard with the
+ * constant and receives the elements of x inside it (a block exchange). */
+dt_status dt_pad(const dt_tensor *x, const int64_t before[], const int64_t after[],
+                 double constant_value, const dt_op_options *opts, dt_tensor **out);
+/* tf.tile: x repeated multiples[i] (>= 0) times along axis i. The result lies as x: copies
+ * along unsplit axes are local; along a split axis each copy is a block exchange. */
+dt_status dt_tile(const dt_tensor *x, const int64_t multiples[], const dt_op_options *opts,
+                  dt_tensor **out);
+/* tf.broadcast_to: x stretched to shape[0..rank) as numpy broadcasts. x's sharding stays on
+ * the axes it spans; each device broadcasts its own shard (no communication unless asked). */
+dt_status dt_broadcast_to(const dt_tensor *x, int rank, const int64_t shape[],
+                          const dt_op_options *opts, dt_tensor **out);
+/* tf.expand_dims: an unsharded axis of extent 1 inserted at `axis` (-1: last). Metadata only. */
+dt_status dt_expand_dims(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out);
+/* tf.squeeze: the axes named in axes[0..num_axes) removed (each of extent 1), or every axis of
+ * extent 1 when num_axes is 0. Metadata only (a squeezed axis split over a mesh axis is made
+ * unsharded first: it holds one element per row). */
+dt_status dt_squeeze(const dt_tensor *x, int num_axes, const int axes[], const dt_op_options *opts,
+                     dt_tensor **out);
+
+/* tf.gather along axis 0 (tf.nn.embedding_lookup): y[i..., :] = table[ids[i...], :] for a table
+ * [V, d...] of any dtype and ids (i32 or i64) of any shape; y is ids.shape + d. An id outside
+ * [0, V) gives a row of zeros (ids are data: never an error, never a read out of bounds).
+ * With V split over mesh axis v (a vocabulary-sharded embedding, as Megatron-LM's) each device
+ * looks up the ids its rows own and writes zeros for the others, then one all-reduce over v
+ * (a reduce-scatter when the request shards y on v, nothing when it is partial over v). The
+ * ids must be replicated over v (relayouted otherwise); their other sharding carries to y's
+ * leading axes, a sharded d axis of the table to y's trailing axes. */
+dt_status dt_gather(const dt_tensor *table, const dt_tensor *ids, const dt_op_options *opts,
+                    dt_tensor **out);
+/* tf.math.unsorted_segment_sum: y [num_segments, d...] with y[s] = the sum of data[i..., :]
+ * over the i with segment_ids[i...] == s; segment_ids (i32 or i64) has data's leading shape,
+ * data is numeric; ids outside [0, num_segments) add nothing. The gradient of dt_gather. With
+ * the segments axis requested split (the table's layout), each device adds only the rows its
+ * shard owns; ids split over a mesh axis (the batch) leave pending sums over it, resolved by
+ * an all-reduce or a reduce-scatter into the request. */
+dt_status dt_unsorted_segment_sum(const dt_tensor *data, const dt_tensor *segment_ids,
+                                  int64_t num_segments, const dt_op_options *opts, dt_tensor **out);
+/* tf.one_hot: indices (i32, i64, u8 or i8) with a depth axis inserted at `axis` (-1: last):
+ * on_value where the index equals the position, off_value elsewhere (an index outside
+ * [0, depth) gives off_value only), as `dtype`. A depth axis requested split is written slice by
+ * slice with each device's global offset: no communication. */
+dt_status dt_one_hot(const dt_tensor *indices, int64_t depth, double on_value, double off_value,
+                     int axis, dt_dtype dtype, const dt_op_options *opts, dt_tensor **out);
+/* tf.einsum of one or two operands (numeric, one dtype): "bsh,hd->bsd", "bhqd,bhkd->bhqk",
+ * "ij->ji", "ij->i", "i,i->", "...ij,...jk->...ik", or an implicit output ("ij,jk"). Labels are
+ * letters; a label repeated inside one operand (a diagonal) is DT_ERR_UNSUPPORTED. Labels in
+ * one operand only and not in the output are summed first; the rest is one batched GEMM of the
+ * local shards ([batch, free, contracted] groups, each several axes), with a mesh axis chosen
+ * for every label by the cost model: a contracted or summed label split over a mesh axis gives
+ * a partial product, resolved by an all-reduce (a reduce-scatter into a sharded request,
+ * nothing for a partial one). */
+dt_status dt_einsum(const char *equation, int n, const dt_tensor *const xs[],
+                    const dt_op_options *opts, dt_tensor **out);
+
 /* The same global tensor in `layout` (same mesh), by the minimal transition per mesh axis:
  * all-gather, local slice, all-to-all, all-reduce, reduce-scatter. Into a partial layout,
  * the first member of each partial group keeps the value and the others hold the identity. */

@@ -626,6 +626,171 @@ static dt_status vjp_cumsum(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
     return keep(a, dt_cumsum(dy, n->attrs.axis, flags & 1, !(flags & 2), NULL, &dx[0]), &dx[0]);
 }
 
+/* ---- shape and index ops ----------------------------------------------------------------- */
+
+/* The table's gradient: dy's rows added at the ids (requested in the table's layout by the
+ * pass's final relayout, so with V split each device adds only the rows its shard owns); the
+ * ids are integers: nothing flows. */
+static dt_status vjp_gather(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return keep(a, dt_unsorted_segment_sum(dy, x[1], x[0]->shape[0], NULL, &dx[0]), &dx[0]);
+}
+
+/* Each data row's gradient is dy's row of its segment (zeros for an id outside the segments). */
+static dt_status vjp_segment_sum(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                                 dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return keep(a, dt_gather(dy, x[1], NULL, &dx[0]), &dx[0]);
+}
+
+/* one_hot of integer indices: nothing flows. */
+#define vjp_one_hot NULL
+
+/* Operand q's gradient: the einsum of dy with the other operand giving q's labels that are in
+ * the output or the other operand, then broadcast back along q's summed-only labels. */
+static dt_status vjp_einsum(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                            dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    char lab[2][DT_MAX_RANK + 1] = {{0}}, out[DT_MAX_RANK + 1] = {0};
+    const char *eq = n->attrs.equation, *arrow = strstr(eq, "->"), *comma = strchr(eq, ',');
+    int nin = n->nin;
+    if (!arrow || (nin == 2 && !comma))
+        return dt__fail(DT_ERR_ARG, "gradient: einsum equation \"%s\"", eq);
+    const char *end0 = nin == 2 ? comma : arrow;
+    snprintf(lab[0], sizeof lab[0], "%.*s", (int)(end0 - eq), eq);
+    if (nin == 2)
+        snprintf(lab[1], sizeof lab[1], "%.*s", (int)(arrow - comma - 1), comma + 1);
+    snprintf(out, sizeof out, "%s", arrow + 2);
+    for (int q = 0; q < nin; q++) {
+        if (!dt_dtype_is_floating(x[q]->dtype))
+            continue;
+        char kept[DT_MAX_RANK + 1] = {0}, eq2[64];
+        int nk = 0, gone[DT_MAX_RANK], ngone = 0;
+        for (int i = 0; lab[q][i]; i++) {
+            char c = lab[q][i];
+            if (strchr(out, c) || (nin == 2 && strchr(lab[1 - q], c)))
+                kept[nk++] = c;
+            else
+                gone[ngone++] = i;
+        }
+        dt_tensor *g;
+        if (nin == 2) {
+            snprintf(eq2, sizeof eq2, "%s,%s->%s", out, lab[1 - q], kept);
+            const dt_tensor *ops[2] = {dy, x[1 - q]};
+            DT_TRY(keep(a, dt_einsum(eq2, 2, ops, NULL, &g), &g));
+        } else {
+            snprintf(eq2, sizeof eq2, "%s->%s", out, kept);
+            const dt_tensor *ops[1] = {dy};
+            DT_TRY(keep(a, dt_einsum(eq2, 1, ops, NULL, &g), &g));
+        }
+        if (ngone) { /* summed-only labels: every element of x along them got the same dy */
+            for (int i = 0; i < ngone; i++)
+                DT_TRY(keep(a, dt_expand_dims(g, gone[i], NULL, &g), &g));
+            DT_TRY(keep(a, dt_broadcast_to(g, x[q]->rank, x[q]->shape, NULL, &g), &g));
+        }
+        dx[q] = g;
+    }
+    return DT_OK;
+}
+
+/* Operand t's gradient is dy's slice t along the new axis, that axis removed. */
+static dt_status vjp_stack(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                           dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int axis = n->attrs.axis;
+    for (int t = 0; t < n->nin; t++) {
+        int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+        memcpy(size, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+        begin[axis] = t;
+        size[axis] = 1;
+        dt_tensor *s;
+        DT_TRY(keep(a, dt_slice(dy, begin, size, NULL, &s), &s));
+        DT_TRY(keep(a, dt_squeeze(s, 1, &axis, NULL, &dx[t]), &dx[t]));
+    }
+    return DT_OK;
+}
+
+/* The padding's gradient is dy without the padding: a slice. */
+static dt_status vjp_pad(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                         dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    return keep(a, dt_slice(dy, n->attrs.begin, x[0]->shape, NULL, &dx[0]), &dx[0]);
+}
+
+/* The sum of the tiles: one slice of dy per copy, added. */
+static dt_status vjp_tile(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                          dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *X = x[0];
+    const int64_t *mult = n->attrs.shape;
+    int64_t copies = 1;
+    for (int i = 0; i < X->rank; i++)
+        copies *= mult[i];
+    if (copies == 0) {
+        DT_TRY(constant(a, X, X->rank, X->shape, 0.0, &dx[0]));
+        return DT_OK;
+    }
+    if (copies > 4096)
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: tile of %lld copies (at most 4096)",
+                        (long long)copies);
+    dt_tensor *sum = NULL;
+    for (int64_t c = 0; c < copies; c++) {
+        int64_t begin[DT_MAX_RANK] = {0}, rest = c;
+        for (int i = X->rank - 1; i >= 0; i--) {
+            begin[i] = rest % mult[i] * X->shape[i];
+            rest /= mult[i];
+        }
+        dt_tensor *s;
+        DT_TRY(keep(a, dt_slice(dy, begin, X->shape, NULL, &s), &s));
+        if (sum)
+            DT_TRY(bin(a, DT_BINARY_ADD, sum, s, &sum));
+        else
+            sum = s;
+    }
+    dx[0] = sum;
+    return DT_OK;
+}
+
+/* dy summed over the broadcast axes. */
+static dt_status vjp_broadcast_to(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                                  dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return sum_to(a, dy, x[0]->rank, x[0]->shape, &dx[0]);
+}
+
+static dt_status vjp_expand_dims(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                                 dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int axis = n->attrs.axis;
+    return keep(a, dt_squeeze(dy, 1, &axis, NULL, &dx[0]), &dx[0]);
+}
+
+static dt_status vjp_squeeze(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                             dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    dt_tensor *g = dy;
+    for (int i = 0; i < x[0]->rank; i++) /* ascending: each axis lands where x had it */
+        if (n->attrs.mask & (1u << i))
+            DT_TRY(keep(a, dt_expand_dims(g, i, NULL, &g), &g));
+    dx[0] = g;
+    return DT_OK;
+}
+
 /* The vjp table: one entry per op, in the op table's order. */
 static const vjp_fn vjp_table[DT__OP_COUNT] = {
 #define DT__VJP_ENTRY(NAME, name) [DT__OP_##NAME] = vjp_##name,

@@ -35,7 +35,22 @@
     X(SOFTMAX, softmax)           \
     X(NORM, norm)                 \
     X(ARG_REDUCE, arg_reduce)     \
-    X(CUMSUM, cumsum)
+    X(CUMSUM, cumsum)             \
+    DT__OP_LIST_SHAPE(X)
+
+/* The shape and index ops (gather, unsorted_segment_sum, one_hot, einsum, stack, pad, tile,
+ * broadcast_to, expand_dims, squeeze). */
+#define DT__OP_LIST_SHAPE(X)      \
+    X(GATHER, gather)             \
+    X(SEGMENT_SUM, segment_sum)   \
+    X(ONE_HOT, one_hot)           \
+    X(EINSUM, einsum)             \
+    X(STACK, stack)               \
+    X(PAD, pad)                   \
+    X(TILE, tile)                 \
+    X(BROADCAST_TO, broadcast_to) \
+    X(EXPAND_DIMS, expand_dims)   \
+    X(SQUEEZE, squeeze)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -59,6 +74,12 @@ typedef struct dt__attrs {
     int perm[DT_MAX_RANK];      /* transpose */
     double a, b;                /* fill value; arange start, step; random parameters */
     uint64_t seed, key;         /* random */
+    /* shape and index ops: one_hot uses axis, dtype, a (on) and b (off); stack and
+     * expand_dims axis; squeeze mask; tile shape (the multiples); broadcast_to rank and
+     * shape; pad begin (elements before) and after */
+    int64_t depth;              /* one_hot: depth; unsorted_segment_sum: num_segments */
+    int64_t after[DT_MAX_RANK]; /* pad: elements after */
+    char equation[40];          /* einsum: canonical "ab,bc->ac" (explicit output) */
 } dt__attrs;
 
 /* A value of the graph: global metadata, and a layout where one is known or required. */
@@ -351,6 +372,24 @@ dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, cons
  * without partial axes. */
 bool dt__pull_same(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
                    dt_layout *in_want);
+/* Choosing a mesh axis (or none) for each of an op's axes (gather, unsorted_segment_sum,
+ * one_hot, einsum): every slot takes one of its candidates, no mesh axis twice; cost(ctx,
+ * axis) prices a full assignment (INFINITY: impossible) and the cheapest wins (the first found
+ * on ties: candidates are tried in the order added). */
+#define DT__ASSIGN_MAX (2 * DT_MAX_RANK + 1)
+typedef struct dt__assign {
+    int n; /* slots */
+    int ncand[DT__ASSIGN_MAX];
+    int cand[DT__ASSIGN_MAX][DT_MAX_MESH_AXES + 1]; /* mesh axes or DT_UNSHARDED */
+} dt__assign;
+/* Add a candidate to a slot (once). */
+void dt__assign_add(dt__assign *s, int slot, int axis);
+typedef double (*dt__assign_cost_fn)(void *ctx, const int axis[]);
+/* best[0..n) the cheapest assignment; false when none has a finite cost. */
+bool dt__assign_best(const dt__assign *s, dt__assign_cost_fn cost, void *ctx, int best[]);
+/* Elements of the largest shard of (layout, shape): the first shard of every axis. */
+int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[]);
+
 /* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,
                         dt__dist *out);

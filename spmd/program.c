@@ -327,6 +327,8 @@ dt_status dt__emit_kernel(dt__program *p, const char *cause, dt__kernel kernel, 
             if (kernel == DT__K_REDUCE || kernel == DT__K_BINARY || kernel == DT__K_SOFTMAX ||
                 kernel == DT__K_NORM || kernel == DT__K_SCAN || kernel == DT__K_ARG_REDUCE)
                 work += (double)dt__num_elements(k.rank, k.in_shape[0]);
+            if (kernel == DT__K_SEGMENT_SUM)
+                work += (double)k.nidx * (double)k.inner;
             st->work += work;
             st->args[li] = k;
         } else

@@ -1048,3 +1048,58 @@ dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, cons
     }
     return best;
 }
+
+/* ---- choosing mesh axes for an op's axes ------------------------------------------------- */
+
+int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[])
+{
+    return max_local_elems(l, rank, shape);
+}
+
+void dt__assign_add(dt__assign *s, int slot, int axis)
+{
+    if (slot < 0 || slot >= s->n)
+        return;
+    for (int c = 0; c < s->ncand[slot]; c++)
+        if (s->cand[slot][c] == axis)
+            return;
+    if (s->ncand[slot] < DT_MAX_MESH_AXES + 1)
+        s->cand[slot][s->ncand[slot]++] = axis;
+}
+
+typedef struct assign_walk {
+    const dt__assign *s;
+    dt__assign_cost_fn cost;
+    void *ctx;
+    int cur[DT__ASSIGN_MAX];
+    double best_cost;
+    int *best;
+    bool found;
+} assign_walk;
+
+static void assign_enumerate(assign_walk *w, int slot, unsigned used)
+{
+    if (slot == w->s->n) {
+        double c = w->cost(w->ctx, w->cur);
+        if (isfinite(c) && (!w->found || c < w->best_cost)) {
+            w->best_cost = c;
+            w->found = true;
+            memcpy(w->best, w->cur, sizeof(int) * (size_t)w->s->n);
+        }
+        return;
+    }
+    for (int c = 0; c < w->s->ncand[slot]; c++) {
+        int ax = w->s->cand[slot][c];
+        if (ax != DT_UNSHARDED && (used & (1u << ax)))
+            continue;
+        w->cur[slot] = ax;
+        assign_enumerate(w, slot + 1, ax == DT_UNSHARDED ? used : used | (1u << ax));
+    }
+}
+
+bool dt__assign_best(const dt__assign *s, dt__assign_cost_fn cost, void *ctx, int best[])
+{
+    assign_walk w = {.s = s, .cost = cost, .ctx = ctx, .best = best};
+    assign_enumerate(&w, 0, 0);
+    return w.found;
+}

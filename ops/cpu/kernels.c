@@ -942,6 +942,111 @@ GEMM_BLAS(double, f64, cblas_dgemm)
 GEMM_HALF(bf16)
 GEMM_HALF(f16)
 
+/* ---- index kernels: gather, segment_sum, one_hot ----------------------------------------- */
+
+/* Index i of an index operand of dtype t, as int64_t (the shape rules admit i32, i64, u8, i8;
+ * anything else selects nothing). */
+static inline int64_t index_at(dt_dtype t, const void *p, int64_t i)
+{
+    switch (t) {
+    case DT_DTYPE_I64:
+        return ((const int64_t *)p)[i];
+    case DT_DTYPE_I32:
+        return ((const int32_t *)p)[i];
+    case DT_DTYPE_U8:
+        return ((const uint8_t *)p)[i];
+    case DT_DTYPE_I8:
+        return ((const int8_t *)p)[i];
+    default:
+        return -1;
+    }
+}
+
+/* gather: out (nidx, inner) row i = the table's local row ids[i] - lo (table in[0]: rows x
+ * inner, ids in[1]), or zeros when ids[i] is outside [lo, lo + rows): another shard's row, or
+ * outside the table. Never reads outside the local table.
+ * segment_sum: out (rows, inner) = 0, then data row i (in[0]: nidx x inner) added into row
+ * ids[i] - lo (ids in[1]) when inside [lo, lo + rows); the 16-bit floats accumulate in f32 and
+ * round once.
+ * one_hot: out (nidx / inner, rows, inner) is b (off), with a (on) where the index equals lo + j
+ * (indices in[0]: (nidx / inner, inner)). */
+#define DEFINE_INDEX_KERNELS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)        \
+    static void gather_##NAME(const dt__kargs *k, const void *const in[], void *out)  \
+    {                                                                                 \
+        const S *t = in[0];                                                           \
+        S *o = out;                                                                   \
+        size_t row = (size_t)k->inner * sizeof(S);                                    \
+        if (!row)                                                                     \
+            return;                                                                   \
+        for (int64_t i = 0; i < k->nidx; i++) {                                       \
+            int64_t r = index_at(k->from, in[1], i) - k->lo;                          \
+            if (r >= 0 && r < k->rows)                                                \
+                memcpy(o + i * k->inner, t + r * k->inner, row);                      \
+            else                                                                      \
+                memset(o + i * k->inner, 0, row); /* zero bits: 0 in every dtype */   \
+        }                                                                             \
+    }                                                                                 \
+    static void one_hot_##NAME(const dt__kargs *k, const void *const in[], void *out) \
+    {                                                                                 \
+        S *o = out, on = STD_##NAME(k->a), off = STD_##NAME(k->b);                    \
+        int64_t w = k->inner, outer = w ? k->nidx / w : 0;                            \
+        for (int64_t i = 0, n = outer * k->rows * w; i < n; i++)                      \
+            o[i] = off;                                                               \
+        for (int64_t i = 0; i < k->nidx; i++) {                                       \
+            int64_t j = index_at(k->from, in[0], i) - k->lo;                          \
+            if (j >= 0 && j < k->rows)                                                \
+                o[(i / w * k->rows + j) * w + i % w] = on;                            \
+        }                                                                             \
+    }
+CPU_DTYPES(DEFINE_INDEX_KERNELS)
+
+#define DEFINE_SEGMENT_SUM(NAME, S, C)                                                       \
+    static void segment_sum_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
+    {                                                                                        \
+        const S *x = in[0];                                                                  \
+        S *o = out;                                                                          \
+        int64_t no = k->rows * k->inner, w = k->inner;                                       \
+        if (sizeof(C) == sizeof(S)) { /* accumulate in the output */                         \
+            C *acc = out;                                                                    \
+            for (int64_t i = 0; i < no; i++)                                                 \
+                acc[i] = (C)0;                                                               \
+            for (int64_t i = 0; i < k->nidx; i++) {                                          \
+                int64_t r = index_at(k->from, in[1], i) - k->lo;                             \
+                if (r < 0 || r >= k->rows)                                                   \
+                    continue;                                                                \
+                for (int64_t q = 0; q < w; q++)                                              \
+                    acc[r * w + q] = DT__ADD(acc[r * w + q], (C)LD_##NAME(x[i * w + q]));    \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        C *acc = calloc((size_t)no + 1, sizeof(C));                                          \
+        for (int64_t i = 0; !acc && i < no; i++) /* no memory: round after every addition */ \
+            o[i] = ST_##NAME((C)0);                                                          \
+        for (int64_t i = 0; i < k->nidx; i++) {                                              \
+            int64_t r = index_at(k->from, in[1], i) - k->lo;                                 \
+            if (r < 0 || r >= k->rows)                                                       \
+                continue;                                                                    \
+            for (int64_t q = 0; q < w; q++) {                                                \
+                C v = LD_##NAME(x[i * w + q]);                                               \
+                if (acc)                                                                     \
+                    acc[r * w + q] += v;                                                     \
+                else                                                                         \
+                    o[r * w + q] = ST_##NAME(LD_##NAME(o[r * w + q]) + v);                   \
+            }                                                                                \
+        }                                                                                    \
+        for (int64_t i = 0; acc && i < no; i++)                                              \
+            o[i] = ST_##NAME(acc[i]);                                                        \
+        free(acc);                                                                           \
+    }
+DEFINE_SEGMENT_SUM(f32, float, float)
+DEFINE_SEGMENT_SUM(f64, double, double)
+DEFINE_SEGMENT_SUM(i32, int32_t, int32_t)
+DEFINE_SEGMENT_SUM(i64, int64_t, int64_t)
+DEFINE_SEGMENT_SUM(bf16, uint16_t, float)
+DEFINE_SEGMENT_SUM(f16, uint16_t, float)
+DEFINE_SEGMENT_SUM(u8, uint8_t, uint8_t)
+DEFINE_SEGMENT_SUM(i8, int8_t, int8_t)
+
 /* ---- copy blocks (dtype-independent: element size from the table's dtype) ---------------- */
 
 #define COPY_BLOCKS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                              \
@@ -980,6 +1085,8 @@ CPU_DTYPES(COPY_BLOCKS)
     WRAP(select_fill, NAME)                                          \
     WRAP(cast, NAME)                                                 \
     WRAP(where, NAME)                                                \
+    WRAP(gather, NAME)                                               \
+    WRAP(one_hot, NAME)                                              \
     WRAP(arg_reduce, NAME)
 CPU_DTYPES(WRAP_DTYPE)
 #define WRAP_FLOAT(NAME)       \
@@ -993,6 +1100,10 @@ WRAP(gemm, i32)
 WRAP(gemm, i64)
 WRAP(gemm, u8)
 WRAP(gemm, i8)
+#define WRAP_NUMERIC(K) \
+    WRAP(K, f32)        \
+    WRAP(K, f64) WRAP(K, i32) WRAP(K, i64) WRAP(K, bf16) WRAP(K, f16) WRAP(K, u8) WRAP(K, i8)
+WRAP_NUMERIC(segment_sum)
 WRAP(scan, i32)
 WRAP(scan, i64)
 WRAP(scan, u8)
@@ -1026,4 +1137,7 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_NORM] = {FLOATS(norm)},
     [DT__K_SCAN] = {NUMERIC(scan)},
     [DT__K_ARG_REDUCE] = {ALL(arg_reduce)},
+    [DT__K_GATHER] = {ALL(gather)},
+    [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
+    [DT__K_ONE_HOT] = {ALL(one_hot)},
 };

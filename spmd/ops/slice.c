@@ -64,3 +64,50 @@ dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size
     const dt_tensor *in[1] = {x};
     return dt__call(DT__OP_SLICE, &a, 1, in, opts, out);
 }
+
+dt_status dt_split(const dt_tensor *x, int num, const int64_t sizes[], int axis,
+                   const dt_op_options *opts, dt_tensor *outs[])
+{
+    if (outs)
+        for (int i = 0; i < num; i++)
+            outs[i] = NULL;
+    dt_status s = DT_OK;
+    if (!x || !outs)
+        return dt__fail(DT_ERR_ARG, "split: %s is NULL", x ? "outs" : "operand");
+    int ax = axis < 0 ? axis + x->rank : axis;
+    char sx[DT__SHAPE_STR_MAX];
+    dt__shape_str(sx, sizeof sx, x->rank, x->shape);
+    if (ax < 0 || ax >= x->rank)
+        s = dt__fail(DT_ERR_ARG, "split: axis %d is outside %s of rank %d", axis, sx, x->rank);
+    else if (num < 1)
+        s = dt__fail(DT_ERR_ARG, "split: %d pieces of %s", num, sx);
+    else if (!sizes && x->shape[ax] % num)
+        s = dt__fail(DT_ERR_SHAPE,
+                     "split: axis %d of %s (extent %lld) does not split into %d "
+                     "equal pieces",
+                     axis, sx, (long long)x->shape[ax], num);
+    int64_t total = 0;
+    for (int i = 0; s == DT_OK && sizes && i < num; i++) {
+        if (sizes[i] < 0 || sizes[i] > x->shape[ax])
+            s = dt__fail(DT_ERR_SHAPE, "split: piece %d has size %lld", i, (long long)sizes[i]);
+        total += s == DT_OK ? sizes[i] : 0;
+    }
+    if (s == DT_OK && sizes && total != x->shape[ax])
+        s = dt__fail(DT_ERR_SHAPE, "split: the sizes add up to %lld, axis %d of %s has extent %lld",
+                     (long long)total, axis, sx, (long long)x->shape[ax]);
+    if (s != DT_OK) /* the other clients fail alike with this one */
+        return x->trace ? s : dt__mesh_agree(x->mesh, s, 0, NULL, NULL);
+    int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+    memcpy(size, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    for (int i = 0; s == DT_OK && i < num; i++) {
+        size[ax] = sizes ? sizes[i] : x->shape[ax] / num;
+        s = dt_slice(x, begin, size, opts, &outs[i]);
+        begin[ax] += size[ax];
+    }
+    if (s != DT_OK)
+        for (int i = 0; i < num; i++) {
+            dt_tensor_free(outs[i]);
+            outs[i] = NULL;
+        }
+    return s;
+}

@@ -490,6 +490,227 @@ Test(autodiff, argmax)
     check_case(&c);
 }
 
+/* ---- shape and index ops -------------------------------------------------------------------- */
+
+static bool replicated(const dt_tensor *t)
+{
+    const dt_layout *l = dt_tensor_layout(t);
+    for (int i = 0; i < l->rank; i++)
+        if (l->axes[i] != DT_UNSHARDED)
+            return false;
+    return true;
+}
+
+static const char *cur_ids_layout; /* ids' layout in the sharded runs */
+static int64_t cur_ids_mod;        /* ids are (5 k mod cur_ids_mod) - 1: repeats, -1, too large */
+
+/* Integer ids of `shape` made inside the function (integers are no function inputs here),
+ * replicated when `like` is, else in cur_ids_layout. */
+static dt_status make_ids(const dt_tensor *like, int rank, const int64_t shape[], dt_tensor **out)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= shape[i];
+    dt_layout l1, l0, lo;
+    DT_TRY(dt_layout_replicated(mesh, 1, &l1));
+    DT_TRY(dt_layout_replicated(mesh, 0, &l0));
+    if (replicated(like))
+        DT_TRY(dt_layout_replicated(mesh, rank, &lo));
+    else
+        DT_TRY(dt_layout_parse(mesh, cur_ids_layout, &lo));
+    dt_op_options o1 = {.layout = &l1}, o0 = {.layout = &l0};
+    dt_tensor *r = NULL, *m = NULL, *one = NULL, *t = NULL, *u = NULL, *v = NULL;
+    dt_status s = dt_arange(DT_DTYPE_I32, n, 0, 5, &o1, &r);
+    if (s == DT_OK)
+        s = dt_fill(DT_DTYPE_I32, 0, NULL, (double)cur_ids_mod, &o0, &m);
+    if (s == DT_OK)
+        s = dt_fill(DT_DTYPE_I32, 0, NULL, 1, &o0, &one);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_FLOORMOD, r, m, NULL, &t);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_SUB, t, one, NULL, &u);
+    if (s == DT_OK)
+        s = dt_reshape(u, rank, shape, NULL, &v);
+    if (s == DT_OK)
+        s = dt_relayout(v, &lo, NULL, out);
+    dt_tensor_free(r);
+    dt_tensor_free(m);
+    dt_tensor_free(one);
+    dt_tensor_free(t);
+    dt_tensor_free(u);
+    dt_tensor_free(v);
+    return s;
+}
+
+static int cur_ids_rank;
+static int64_t cur_ids_shape[4];
+
+static dt_status b_gather(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *ids;
+    DT_TRY(make_ids(in[0], cur_ids_rank, cur_ids_shape, &ids));
+    dt_status s = dt_gather(in[0], ids, NULL, out);
+    dt_tensor_free(ids);
+    return s;
+}
+
+static dt_status b_segment_sum(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *ids;
+    DT_TRY(make_ids(in[0], cur_ids_rank, cur_ids_shape, &ids));
+    dt_status s = dt_unsorted_segment_sum(in[0], ids, 7, NULL, out);
+    dt_tensor_free(ids);
+    return s;
+}
+
+static const char *cur_equation;
+
+static dt_status b_einsum(dt_tensor *const in[], dt_tensor **out)
+{
+    const dt_tensor *xs[2] = {in[0], in[1]};
+    return dt_einsum(cur_equation, strchr(cur_equation, ',') ? 2 : 1, xs, NULL, out);
+}
+
+static dt_status b_stack(dt_tensor *const in[], dt_tensor **out)
+{
+    const dt_tensor *xs[3] = {in[0], in[1], in[2]};
+    return dt_stack(3, xs, 1, NULL, out);
+}
+
+static dt_status b_split(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *parts[2] = {NULL, NULL}, *sq = NULL;
+    DT_TRY(dt_split(in[0], 2, (const int64_t[]){2, 3}, 0, NULL, parts));
+    dt_status s = dt_unary(DT_UNARY_SQUARE, parts[0], NULL, &sq);
+    const dt_tensor *xs[2] = {parts[1], sq};
+    if (s == DT_OK)
+        s = dt_concat(2, xs, 0, NULL, out);
+    dt_tensor_free(parts[0]);
+    dt_tensor_free(parts[1]);
+    dt_tensor_free(sq);
+    return s;
+}
+
+static dt_status b_pad(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_pad(in[0], (const int64_t[]){1, 0}, (const int64_t[]){2, 3}, 0.5, NULL, out);
+}
+
+static dt_status b_tile(dt_tensor *const in[], dt_tensor **out)
+{
+    return dt_tile(in[0], (const int64_t[]){2, 3}, NULL, out);
+}
+
+static dt_status b_broadcast_to(dt_tensor *const in[], dt_tensor **out)
+{
+    if (dt_tensor_rank(in[0]) == 1)
+        return dt_broadcast_to(in[0], 2, (const int64_t[]){5, 6}, NULL, out);
+    return dt_broadcast_to(in[0], 3, (const int64_t[]){4, 5, 6}, NULL, out);
+}
+
+static dt_status b_expand_dims(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *t;
+    DT_TRY(dt_expand_dims(in[0], 1, NULL, &t));
+    dt_status s = dt_unary(DT_UNARY_SQUARE, t, NULL, out); /* a nonlinear use after it */
+    dt_tensor_free(t);
+    return s;
+}
+
+static dt_status b_squeeze(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *t;
+    DT_TRY(dt_squeeze(in[0], 1, (const int[]){1}, NULL, &t));
+    dt_status s = dt_unary(DT_UNARY_SQUARE, t, NULL, out);
+    dt_tensor_free(t);
+    return s;
+}
+
+Test(autodiff, gather_and_segment_sum)
+{
+    /* ids (5 k mod 8) - 1: -1 and 6 fall outside a table of 6 rows (no gradient there) */
+    cur_ids_mod = 8;
+    cur_ids_rank = 2;
+    cur_ids_shape[0] = 2;
+    cur_ids_shape[1] = 5;
+    const char *ids_layouts[] = {"unsharded,unsharded", "y,unsharded", "x,y"};
+    const char *table_layouts[] = {"x,unsharded", "x,y", "unsharded,y"};
+    for (int k = 0; k < 3; k++) {
+        cur_ids_layout = ids_layouts[k];
+        gcase c = {"gather", 1, {2}, {R2(6, 4)}, {table_layouts[k]}, 0, b_gather};
+        check_case(&c);
+    }
+    /* the segment sum of data rows [2, 5, 3] into 7 segments, the ids' batch sharded */
+    cur_ids_mod = 9; /* -1 and 7 outside */
+    const char *data_layouts[] = {"y,unsharded,unsharded", "x,y,unsharded", "unsharded,x,y"};
+    for (int k = 0; k < 3; k++) {
+        cur_ids_layout = ids_layouts[k];
+        gcase c = {"unsorted_segment_sum", 1, {3},          {R3(2, 5, 3)},
+                   {data_layouts[k]},      0, b_segment_sum};
+        check_case(&c);
+    }
+}
+
+Test(autodiff, einsum)
+{
+    gcase cs[] = {
+        {"bsh,hd->bsd",
+         2,
+         {3, 2},
+         {R3(2, 3, 4), R2(4, 5)},
+         {"x,unsharded,y", "y,unsharded"},
+         0,
+         b_einsum},
+        {"bhqd,bhkd->bhqk",
+         2,
+         {4, 4},
+         {{2, 2, 3, 4}, {2, 2, 5, 4}},
+         {"x,y,unsharded,unsharded", "x,unsharded,unsharded,y"},
+         0,
+         b_einsum},
+        {"ij,jk->ik", 2, {2, 2}, {R2(5, 6), R2(6, 3)}, {"x,y", "y,unsharded"}, 0, b_einsum},
+        {"ij->ji", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_einsum},
+        {"i,i->", 2, {1, 1}, {{7}, {7}}, {"x", "y"}, 0, b_einsum},
+        {"ij,j->i", 2, {2, 1}, {R2(5, 6), {6}}, {"unsharded,x", "y"}, 0, b_einsum},
+        {"ij,k->i", 2, {2, 1}, {R2(5, 6), {3}}, {"x,y", "x"}, 0, b_einsum},
+        {"ijk->kj", 1, {3}, {R3(3, 4, 5)}, {"x,unsharded,y"}, 0, b_einsum},
+        {"ab,cb->ca", 2, {2, 2}, {R2(5, 6), R2(3, 6)}, {"y,x", "x,y"}, 0, b_einsum},
+        {"...ij,...jk->...ik",
+         2,
+         {3, 3},
+         {R3(2, 3, 4), R3(2, 4, 5)},
+         {"x,y,unsharded", "unsharded,y,x"},
+         0,
+         b_einsum},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        cur_equation = cs[i].name;
+        check_case(&cs[i]);
+    }
+}
+
+Test(autodiff, shape_ops_more)
+{
+    gcase cs[] = {
+        {"stack",
+         3,
+         {2, 2, 2},
+         {R2(5, 6), R2(5, 6), R2(5, 6)},
+         {"x,y", "y,x", "unsharded,y"},
+         0,
+         b_stack},
+        {"split", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_split},
+        {"pad", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_pad},
+        {"tile", 1, {2}, {R2(3, 4)}, {"x,y"}, 0, b_tile},
+        {"broadcast_to", 1, {2}, {R2(5, 1)}, {"x,unsharded"}, 0, b_broadcast_to},
+        {"broadcast_to_rank1", 1, {1}, {{6}}, {"y"}, 0, b_broadcast_to},
+        {"expand_dims", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_expand_dims},
+        {"squeeze", 1, {3}, {R3(5, 1, 6)}, {"x,y,unsharded"}, 0, b_squeeze},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        check_case(&cs[i]);
+}
+
 Test(autodiff, errors)
 {
     dt_function *f = NULL, *g = (dt_function *)1;

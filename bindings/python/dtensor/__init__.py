@@ -685,8 +685,19 @@ class DTensor:
 
     def __getitem__(self, key):
         """Integers and slices of step 1 per axis, through the slice op (an integer drops its
-        axis, as numpy and TensorFlow)."""
+        axis, as numpy and TensorFlow); None (np.newaxis) inserts an axis of extent 1 there
+        (expand_dims)."""
         key = key if isinstance(key, tuple) else (key,)
+        if any(k is None for k in key):
+            out = self[tuple(k for k in key if k is not None)]
+            at = 0  # the result axis each key element lands on
+            for k in key:
+                if k is None:
+                    out = expand_dims(out, at)
+                    at += 1
+                elif not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+                    at += 1
+            return out
         if len(key) > len(self._shape):
             raise IndexError(f"{len(key)} indices for a tensor of rank {len(self._shape)}")
         begin, size, keep = [], [], []
@@ -1376,6 +1387,182 @@ def slice(input_, begin, size):  # noqa: A001 (tf.slice)
 
 def concat(values, axis):
     return _apply("concat", values, int(axis))
+
+
+# ---- shape and index ops ---------------------------------------------------------------------
+
+def _int_dtensor(x, like, what):
+    """Integer ids or indices: a DTensor as it is; arrays and lists become replicated DTensors on
+    like's mesh (int32, or int64 when given so)."""
+    if isinstance(x, (DTensor, DVariable)):
+        return _value(x)
+    a = np.asarray(x)
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{what} must be integers, got {a.dtype}")
+    a = a.astype(np.int64 if a.dtype == np.int64 else np.int32)
+    mesh = like.layout.mesh if like is not None else getattr(_state, "mesh", None)
+    if mesh is None:
+        raise ValueError(f"{what}: no mesh: pass a DTensor or run inside dtensor.default_mesh")
+    return dtensor_from_array(a, Layout.replicated(mesh, a.ndim))
+
+
+def gather_rows(params, indices):
+    """Rows of ``params`` [V, d...] by integer ``indices`` of any shape (tf.gather along axis 0;
+    ``dtensor.gather`` is the explicit gather of a tensor to the host): the result has shape
+    indices.shape + d. An index outside [0, V) gives a row of zeros. With V sharded over a mesh
+    axis each device looks up the rows it owns and one all-reduce sums them (a
+    vocabulary-parallel embedding, as Megatron-LM's)."""
+    params = _value(params)
+    return _apply("gather", [params, _int_dtensor(indices, params, "gather_rows: indices")])
+
+
+take = gather_rows
+
+
+def embedding_lookup(params, ids, max_norm=None, name=None):
+    """tf.nn.embedding_lookup of one (possibly vocabulary-sharded) table: ``gather_rows``."""
+    if max_norm is not None:
+        raise NotImplementedError("embedding_lookup: max_norm is not supported")
+    if isinstance(params, (list, tuple)):
+        if len(params) != 1:
+            raise NotImplementedError("embedding_lookup: a list of tables (shard the table's "
+                                      "first axis over a mesh axis instead)")
+        params = params[0]
+    return gather_rows(params, ids)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments):
+    """tf.math.unsorted_segment_sum: out[s] = sum of data[i...] over segment_ids[i...] == s
+    (segment_ids of data's leading shape; ids outside [0, num_segments) add nothing)."""
+    data = _value(data)
+    ids = _int_dtensor(segment_ids, data, "unsorted_segment_sum: segment_ids")
+    return _apply("unsorted_segment_sum", [data, ids], int(num_segments))
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None):
+    """tf.one_hot: a depth axis at ``axis`` (-1: last), on_value where the index equals the
+    position (float32 1 and 0 by default; the dtype of on_value when given); indices outside
+    [0, depth) give off_value only. A depth axis requested sharded (call_with_layout) is
+    written by each device from its global offset, without communication."""
+    if dtype is None:  # TensorFlow's rule: the dtype of on_value (or off_value), else float32
+        given = on_value if on_value is not None else off_value
+        dtype = np.float32 if given is None or isinstance(given, float) else \
+            np.bool_ if isinstance(given, bool) else \
+            np.int32 if isinstance(given, int) else np.asarray(given).dtype
+    indices = _int_dtensor(indices, None, "one_hot: indices")
+    on = 1.0 if on_value is None else float(on_value)
+    off = 0.0 if off_value is None else float(off_value)
+    return _apply("one_hot", [indices], int(depth), -1 if axis is None else int(axis),
+                  _code(dtype), on, off)
+
+
+def einsum(equation, *inputs, **kwargs):
+    """tf.einsum of one or two operands ("bsh,hd->bsd", "ij->ji", "...ij,...jk->...ik", an
+    implicit output): one batched GEMM of the local shards with a mesh axis per label chosen by
+    the cost model; contracted labels split over a mesh axis are all-reduced (or
+    reduce-scattered into a requested layout)."""
+    if kwargs:
+        raise TypeError(f"einsum: unexpected arguments {sorted(kwargs)}")
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = tuple(inputs[0])
+    if not 1 <= len(inputs) <= 2:
+        raise NotImplementedError(f"einsum of {len(inputs)} operands (1 or 2 are supported)")
+    like = next((_value(v) for v in inputs if isinstance(v, (DTensor, DVariable))), None)
+    if like is None:
+        raise TypeError("einsum: no operand is a DTensor")
+    ops = [_as_dtensor(v, like) for v in inputs]
+    return _apply("einsum", ops, str(equation))
+
+
+def stack(values, axis=0):
+    """tf.stack: tensors of one shape joined along a new axis (block exchanges, no gather)."""
+    values = list(values)
+    like = next((_value(v) for v in values if isinstance(v, (DTensor, DVariable))), None)
+    if like is None:
+        raise TypeError("stack: no value is a DTensor")
+    values = [_as_dtensor(v, like) for v in values]
+    axis = int(axis)
+    if len(values) <= 16:
+        return _apply("stack", values, axis)
+    # more than the op's 16 operands: stack in groups, then join them
+    ax = axis + like.ndim + 1 if axis < 0 else axis
+    parts = [_apply("stack", values[i:i + 16], ax) for i in _builtins.range(0, len(values), 16)]
+    return concat(parts, ax)
+
+
+def split(value, num_or_size_splits, axis=0, num=None):
+    """tf.split: a list of pieces along ``axis``: num_or_size_splits equal pieces, or pieces of
+    the listed sizes (one may be -1: the rest). Each piece is one slice op."""
+    value = _value(value)
+    axis = int(axis)
+    ax = axis + value.ndim if axis < 0 else axis
+    if not 0 <= ax < value.ndim:
+        raise ValueError(f"split: axis {axis} is outside a tensor of rank {value.ndim}")
+    n = value.shape[ax]
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        k = int(num_or_size_splits)
+        if k < 1 or n % k:
+            raise ValueError(f"split: axis {axis} of extent {n} does not split into {k} equal "
+                             f"pieces")
+        sizes = [n // k] * k
+    else:
+        sizes = [int(v) for v in num_or_size_splits]
+        if sizes.count(-1) > 1:
+            raise ValueError("split: at most one size may be -1")
+        if -1 in sizes:
+            sizes[sizes.index(-1)] = n - (sum(sizes) + 1)
+        if any(v < 0 for v in sizes) or sum(sizes) != n:
+            raise ValueError(f"split: sizes {list(num_or_size_splits)} do not add up to the "
+                             f"extent {n} of axis {axis}")
+    out, at = [], 0
+    for size in sizes:
+        begin = [0] * value.ndim
+        shape = list(value.shape)
+        begin[ax], shape[ax] = at, size
+        out.append(slice(value, begin, shape))
+        at += size
+    return out
+
+
+def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
+    """tf.pad in CONSTANT mode: paddings [[before, after], ...] per axis. Each device fills its
+    shard with the constant and receives the elements of the tensor inside it."""
+    if str(mode).upper() != "CONSTANT":
+        raise NotImplementedError(f"pad: mode {mode!r} (only CONSTANT is supported)")
+    t = _value(tensor)
+    p = np.asarray(paddings, dtype=np.int64).reshape(-1, 2) if np.size(paddings) else \
+        np.zeros((0, 2), np.int64)
+    if p.shape[0] != t.ndim:
+        raise ValueError(f"pad: {p.shape[0]} paddings for a tensor of rank {t.ndim}")
+    return _apply("pad", [t], [int(v) for v in p[:, 0]], [int(v) for v in p[:, 1]],
+                  float(constant_values))
+
+
+def tile(input, multiples):  # noqa: A002 (tf.tile)
+    """tf.tile: the tensor repeated multiples[i] times along each axis."""
+    t = _value(input)
+    m = [int(v) for v in np.asarray(multiples).reshape(-1)]
+    if len(m) != t.ndim:
+        raise ValueError(f"tile: {len(m)} multiples for a tensor of rank {t.ndim}")
+    return _apply("tile", [t], m)
+
+
+def broadcast_to(input, shape):  # noqa: A002 (tf.broadcast_to)
+    """tf.broadcast_to: stretched to ``shape`` as numpy broadcasts; the sharding of the axes the
+    tensor spans stays, each device broadcasts its own shard."""
+    return _apply("broadcast_to", [_value(input)], [int(v) for v in shape])
+
+
+def expand_dims(input, axis):  # noqa: A002 (tf.expand_dims)
+    """tf.expand_dims: an unsharded axis of extent 1 at ``axis`` (metadata only)."""
+    return _apply("expand_dims", [_value(input)], int(axis))
+
+
+def squeeze(input, axis=None):  # noqa: A002 (tf.squeeze)
+    """tf.squeeze: the named axes of extent 1 removed, or all of them (metadata only)."""
+    axes = [] if axis is None else \
+        [int(a) for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
+    return _apply("squeeze", [_value(input)], axes)
 
 
 def relayout(tensor, layout):
@@ -2469,7 +2656,8 @@ def compute_average_loss(per_example_loss, global_batch_size):
 nn = _types.SimpleNamespace(
     relu=relu, sigmoid=sigmoid, tanh=tanh, gelu=gelu, silu=silu, swish=swish,
     compute_average_loss=compute_average_loss,
-    softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm)
+    softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm,
+    embedding_lookup=embedding_lookup)
 math = _types.SimpleNamespace(
     add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
     floordiv=floordiv, floormod=floormod, mod=mod, maximum=maximum, minimum=minimum, pow=pow,
@@ -2480,7 +2668,7 @@ math = _types.SimpleNamespace(
     sigmoid=sigmoid, reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max,
     reduce_min=reduce_min,
     softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
-    argmin=argmin, cumsum=cumsum)
+    argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 

@@ -1112,11 +1112,14 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
     const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
     if (!op || (text_o != Py_None && !text))
         return NULL;
-    static const char *const known[] = {"matmul", "unary", "binary", "reduce", "transpose",
-                                        "reshape", "slice", "concat", "relayout", "copy_to_mesh",
-                                        "cast", "where",
-                                        /* row-wise ops */
-                                        "softmax", "norm", "arg_reduce", "cumsum"};
+    static const char *const known[] = {
+        "matmul", "unary", "binary", "reduce", "transpose", "reshape", "slice", "concat",
+        "relayout", "copy_to_mesh", "cast", "where",
+        /* row-wise ops */
+        "softmax", "norm", "arg_reduce", "cumsum",
+        /* shape and index ops */
+        "gather", "unsorted_segment_sum", "one_hot", "einsum", "stack", "pad", "tile",
+        "broadcast_to", "expand_dims", "squeeze"};
     bool found = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         found = found || strcmp(op, known[i]) == 0;
@@ -1147,15 +1150,28 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         if (!ts[i])
             return NULL;
     }
-    /* Integer attributes (op code, axes, perm, shape, begin, size, ...) and one float (norm's
-     * epsilon). */
-    int64_t at[2][DT_MAX_RANK];
-    int atn[2] = {0, 0}, code = 0, flag = 0;
-    double real = 0;
+    /* Attributes: integers (op code, axis, depth, ...), lists of integers (axes, perm, shape,
+     * begin, size, ...), floats (fill values) and one string (an einsum equation), each kind
+     * in the order given. */
+    int64_t at[2][DT_MAX_RANK], iv[4] = {0, 0, 0, 0};
+    double fl[2] = {0, 0};
+    const char *str = NULL;
+    int atn[2] = {0, 0}, code = 0, flag = 0, niv = 0, nfl = 0;
     for (Py_ssize_t i = 5, k = 0; i < nargs; i++) {
         PyObject *v = PyTuple_GET_ITEM(args, i);
-        if (PyFloat_Check(v)) {
-            real = PyFloat_AsDouble(v);
+        if (PyUnicode_Check(v)) {
+            if (str) {
+                PyErr_SetString(PyExc_TypeError, "too many string attributes");
+                return NULL;
+            }
+            if (!(str = PyUnicode_AsUTF8(v)))
+                return NULL;
+        } else if (PyFloat_Check(v)) {
+            if (nfl == 2) {
+                PyErr_SetString(PyExc_TypeError, "too many float attributes");
+                return NULL;
+            }
+            fl[nfl++] = PyFloat_AsDouble(v);
         } else if (PySequence_Check(v)) {
             if (k == 2 || parse_ints(v, DT_MAX_RANK, at[k], &atn[k]) < 0) {
                 if (!PyErr_Occurred())
@@ -1164,13 +1180,15 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             }
             k++;
         } else {
-            long x = PyLong_AsLong(v);
+            long long x = PyLong_AsLongLong(v);
             if (PyErr_Occurred())
                 return NULL;
             if (i == 5)
                 code = (int)x;
             else
                 flag = (int)x;
+            if (niv < 4)
+                iv[niv++] = (int64_t)x;
         }
     }
     /* transpose's perm and slice's begin and size name every axis: the C calls read rank
@@ -1197,6 +1215,17 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         (strcmp(op, "norm") == 0 && n != norm_parts) ||
         (strcmp(op, "arg_reduce") == 0 && atn[0] != 2)) {
         PyErr_Format(PyExc_ValueError, "%s: attributes do not fit (%zd operands)", op, n);
+        return NULL;
+    }
+    /* lists that name every axis, and the einsum's equation: the C calls read them whole */
+    if ((strcmp(op, "pad") == 0 && (atn[0] != rank || atn[1] != rank)) ||
+        (strcmp(op, "tile") == 0 && atn[0] != rank)) {
+        PyErr_Format(PyExc_ValueError, "%s: %d entries per list for a tensor of rank %d", op,
+                     atn[0], rank);
+        return NULL;
+    }
+    if (strcmp(op, "einsum") == 0 && !str) {
+        PyErr_SetString(PyExc_TypeError, "einsum: no equation");
         return NULL;
     }
     op_ctx c;
@@ -1236,13 +1265,33 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
                 : code == 1 ? dt_log_softmax(ts[0], ints[0], &o, &t)
                             : dt_softmax(ts[0], ints[0], &o, &t);
         else if (strcmp(op, "norm") == 0)
-            s = code == 1 ? dt_rms_norm(ts[0], (flag & 1) ? ts[1] : NULL, real, &o, &t)
+            s = code == 1 ? dt_rms_norm(ts[0], (flag & 1) ? ts[1] : NULL, fl[0], &o, &t)
                           : dt_layer_norm(ts[0], (flag & 1) ? ts[1] : NULL,
-                                          (flag & 2) ? ts[n - 1] : NULL, real, &o, &t);
+                                          (flag & 2) ? ts[n - 1] : NULL, fl[0], &o, &t);
         else if (strcmp(op, "arg_reduce") == 0)
             s = (code == 1 ? dt_argmin : dt_argmax)(ts[0], ints[0], (dt_dtype)ints[1], &o, &t);
         else if (strcmp(op, "cumsum") == 0)
             s = dt_cumsum(ts[0], code, flag & 1, flag & 2, &o, &t);
+        else if (strcmp(op, "gather") == 0)
+            s = dt_gather(ts[0], ts[1], &o, &t);
+        else if (strcmp(op, "unsorted_segment_sum") == 0) /* num_segments */
+            s = dt_unsorted_segment_sum(ts[0], ts[1], iv[0], &o, &t);
+        else if (strcmp(op, "one_hot") == 0) /* depth, axis, dtype, on, off */
+            s = dt_one_hot(ts[0], iv[0], fl[0], fl[1], (int)iv[1], (dt_dtype)iv[2], &o, &t);
+        else if (strcmp(op, "einsum") == 0)
+            s = dt_einsum(str, (int)n, ts, &o, &t);
+        else if (strcmp(op, "stack") == 0) /* axis */
+            s = dt_stack((int)n, ts, (int)iv[0], &o, &t);
+        else if (strcmp(op, "pad") == 0) /* before, after, constant */
+            s = dt_pad(ts[0], at[0], at[1], fl[0], &o, &t);
+        else if (strcmp(op, "tile") == 0) /* multiples */
+            s = dt_tile(ts[0], at[0], &o, &t);
+        else if (strcmp(op, "broadcast_to") == 0) /* shape */
+            s = dt_broadcast_to(ts[0], atn[0], at[0], &o, &t);
+        else if (strcmp(op, "expand_dims") == 0) /* axis */
+            s = dt_expand_dims(ts[0], (int)iv[0], &o, &t);
+        else if (strcmp(op, "squeeze") == 0) /* axes (none: every extent-1 axis) */
+            s = dt_squeeze(ts[0], atn[0], ints, &o, &t);
         else if (strcmp(op, "relayout") == 0)
             s = dt_relayout(ts[0], &c.layout, &o, &t);
         else
