@@ -417,6 +417,11 @@ dt_status dt__axis_error(const char *name, const dt__attrs *a, int rank);
 
 /* ---- entry points shared by the public API files ----------------------------------------- */
 
+/* An op's argument failure found before dt__call (a NULL list, an out-of-range count or axis):
+ * every client of the operands' mesh fails alike (every client when no operand is known), as
+ * dt__call does for its own checks; inside a trace the failure is this client's. */
+dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const dt_op_options *opts,
+                        dt_status s);
 /* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
                    const dt_op_options *opts, dt_tensor **out);

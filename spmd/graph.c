@@ -917,6 +917,16 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
     return s;
 }
 
+dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const dt_op_options *opts,
+                        dt_status s)
+{
+    if (tracing)
+        return s;
+    const dt_layout *want = opts ? opts->layout : NULL;
+    return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s,
+                          &(dt__agreement){.what = dt__op_get(op)->name});
+}
+
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
                    const dt_op_options *opts, dt_tensor **out)
 {

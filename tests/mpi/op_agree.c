@@ -278,6 +278,44 @@ int main(void)
     dt_tensor_free(kb);
     still_works("a skipped op");
 
+    /* 2b. the odd client's arguments fail before the op is recorded (a NULL list, a count out
+     * of range): every client fails with it, in every op that checks its own arguments */
+    {
+        const dt_tensor *pair[2] = {a, a};
+        const int64_t begin[2] = {0, 0}, size[2] = {1, 1}, mult[2] = {1, 2};
+        const int axes[1] = {1};
+        dt_tensor *parts[2] = {NULL, NULL};
+        start(); /* all ten within the 5 s */
+        struct {
+            const char *what;
+            dt_status want;
+            dt_status got;
+        } cs[] = {
+            {"slice with begin NULL", DT_ERR_ARG, dt_slice(a, odd ? NULL : begin, size, NULL, &c)},
+            {"split with outs NULL", DT_ERR_ARG, dt_split(a, 2, NULL, 1, NULL, odd ? NULL : parts)},
+            {"pad with before NULL", DT_ERR_ARG, dt_pad(a, odd ? NULL : begin, size, 0, NULL, &c)},
+            {"tile with multiples NULL", DT_ERR_ARG, dt_tile(a, odd ? NULL : mult, NULL, &c)},
+            {"broadcast_to of rank -1", DT_ERR_SHAPE,
+             dt_broadcast_to(a, odd ? -1 : 2, (const int64_t[]){4, 2}, NULL, &c)},
+            {"stack of 0 operands", DT_ERR_ARG, dt_stack(odd ? 0 : 2, pair, 0, NULL, &c)},
+            {"einsum with a NULL operand", DT_ERR_ARG,
+             dt_einsum("ij,kj->ik", 2, odd ? (const dt_tensor *[]){a, NULL} : pair, NULL, &c)},
+            {"einsum with a bad equation", DT_ERR_ARG,
+             dt_einsum(odd ? "ij,jk->iq" : "ij,kj->ik", 2, pair, NULL, &c)},
+            {"squeeze of an axis of extent 2", DT_ERR_SHAPE,
+             dt_squeeze(a, odd ? 1 : 0, odd ? axes : NULL, NULL, &c)},
+            {"logsumexp with axes NULL", DT_ERR_ARG,
+             dt_logsumexp(a, 1, odd ? NULL : axes, 0, NULL, &c)},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) /* the calls ran in order */
+            expect_all(cs[i].got, cs[i].want, cs[i].want, client, cs[i].what);
+        dt_tensor_free(c);
+        c = NULL;
+        dt_tensor_free(parts[0]);
+        dt_tensor_free(parts[1]);
+        still_works("arguments failing before an op");
+    }
+
     dt_tensor_free(a);
     dt_tensor_free(b);
     dt_mesh_free(m);
