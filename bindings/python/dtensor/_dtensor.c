@@ -1128,17 +1128,27 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, found ? "%s needs a layout" : "unknown op %s", op);
         return NULL;
     }
-    /* the C call reads as many operands as the op takes: exactly that many (concat: 1 to 64) */
-    Py_ssize_t n = seq_size(ts_o), want = strcmp(op, "concat") == 0  ? -1
-                                          : strcmp(op, "where") == 0 ? 3
-                                          : strcmp(op, "matmul") == 0 || strcmp(op, "binary") == 0
-                                              ? 2
-                                              : 1;
-    if (n < 1 || n > 64 || (want > 0 && n != want)) {
+    /* the C call reads as many operands as the op takes: between lo and hi (concat and stack
+     * take 1 to 64, einsum 1 or 2, norm x with gamma and beta as its flag says, checked below) */
+    Py_ssize_t n = seq_size(ts_o), lo = 1, hi = 1;
+    if (strcmp(op, "concat") == 0 || strcmp(op, "stack") == 0)
+        hi = 64;
+    else if (strcmp(op, "einsum") == 0)
+        hi = 2;
+    else if (strcmp(op, "norm") == 0)
+        hi = 3;
+    else if (strcmp(op, "where") == 0)
+        lo = hi = 3;
+    else if (strcmp(op, "matmul") == 0 || strcmp(op, "binary") == 0 || strcmp(op, "gather") == 0 ||
+             strcmp(op, "unsorted_segment_sum") == 0)
+        lo = hi = 2;
+    if (n < lo || n > hi) {
         if (!PyErr_Occurred()) {
-            char expected[16];
-            snprintf(expected, sizeof expected, want > 0 ? "%zd" : "1 to 64", want);
-            PyErr_Format(PyExc_ValueError, "%s: %zd operands, expected %s", op, n, expected);
+            if (lo == hi)
+                PyErr_Format(PyExc_ValueError, "%s: %zd operands, expected %zd", op, n, lo);
+            else
+                PyErr_Format(PyExc_ValueError, "%s: %zd operands, expected %zd to %zd", op, n, lo,
+                             hi);
         }
         return NULL;
     }
