@@ -22,6 +22,13 @@
         }                                                                                \
     } while (0)
 
+/* qsort's comparison of doubles, for medians. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static inline double bench_now(void)
 {
     struct timespec t;

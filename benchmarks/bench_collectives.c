@@ -20,19 +20,13 @@
 #include <string.h>
 #include <time.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of per-iteration times, each the slowest rank's (so all ranks report alike). */
 static double median(double *t, int n)
 {
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req);
     dt__mpi_wait_all(1, &req);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return t[n / 2];
 }
 

@@ -12,12 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     if (dt_init(NULL) != DT_OK) {
@@ -70,8 +64,8 @@ int main(int argc, char **argv)
                 t[i - 2] = t2 - t1;
             }
         }
-        qsort(t, (size_t)iters, sizeof *t, cmp_double);
-        qsort(c, (size_t)iters, sizeof *c, cmp_double);
+        qsort(t, (size_t)iters, sizeof *t, bench_cmp_double);
+        qsort(c, (size_t)iters, sizeof *c, bench_cmp_double);
         double tm = t[iters / 2], cm = c[iters / 2];
         double bus = bytes / tm / 1e9 * 2.0 * (g - 1) / g, mem = bytes / cm / 1e9;
         printf("local,all_reduce,%zu,%d,%.2f,%.3f,%.3f,%.3f\n", bytes, g, tm * 1e6, bus, mem,

@@ -35,12 +35,6 @@ void psgemm_(const char *ta, const char *tb, const int *m, const int *n, const i
              const float *b, const int *ib, const int *jb, const int *descb, const float *beta,
              float *c, const int *ic, const int *jc, const int *descc);
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void *local_matrix(int rows, int cols, int es, int seed)
 {
     size_t n = (size_t)(rows > 0 ? rows : 1) * (size_t)(cols > 0 ? cols : 1);
@@ -145,7 +139,7 @@ int main(int argc, char **argv)
         if (r >= 0)
             times[r] = tmax;
     }
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    qsort(times, (size_t)reps, sizeof *times, bench_cmp_double);
     double t = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
     if (me == 0) {
         FILE *f = out_path ? fopen(out_path, "w") : stdout;

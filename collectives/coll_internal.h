@@ -90,7 +90,6 @@ struct dt__coll_req {
     char *block; /* the groups' small arrays (send, recv, seg, mc) */
     double t0;
     bool parallel; /* local phases on the device workers (large enough to pay off) */
-    bool blocking; /* dt__collective on a host with a core per client: blocking MPI calls */
 };
 
 /* DT_ERR_UNSUPPORTED unless algorithm `a` can run on devices of `type`. */

@@ -207,18 +207,17 @@ static dt_status validate_group(dt__coll_req *r, dt__gcall *gc)
 /* ---- agreement check (DTENSOR_CHECK_COLLECTIVES=1) ------------------------------------------ */
 
 #define DT__SIG_GROUPS 8
+/* What one client's collective is, as the clients compare it (fixed layout, zeroed padding). */
 typedef struct dt__sig {
-    int32_t status;
     int32_t kind, dtype, op, root, algorithm;
     uint32_t axes;
-    int32_t num_groups;
+    int32_t num_groups, pad;
     int64_t count;
     struct {
         int32_t id, pad;
         int64_t total;
         uint64_t hash;
     } groups[DT__SIG_GROUPS];
-    char error[256];
 } dt__sig;
 
 static bool check_enabled(void)
@@ -227,29 +226,56 @@ static bool check_enabled(void)
     return e && *e && strcmp(e, "0") != 0;
 }
 
-static void sig_str(const dt_mesh *m, const dt__sig *s, char *buf, size_t size)
+typedef struct sig_ctx {
+    const dt_mesh *m;
+    const dt__sig *sig;
+} sig_ctx;
+
+static int sig_fields(const void *ctx, dt__field out[], int max)
 {
-    char axes[DT_STRING_MAX];
-    axes_str(m, (unsigned)s->axes, axes, sizeof axes);
-    int n = snprintf(buf, size, "%s %s", dt__coll_kind_name((dt__coll_kind)s->kind),
-                     dt_dtype_name((dt_dtype)s->dtype));
-    if (s->kind == DT__COLL_ALL_REDUCE || s->kind == DT__COLL_REDUCE_SCATTER)
-        n += snprintf(buf + n, size - (size_t)n, " %s", dt_reduce_op_name((dt_reduce_op)s->op));
-    if (s->count >= 0)
-        n += snprintf(buf + n, size - (size_t)n, " count %lld", (long long)s->count);
+    const dt__sig *g = ((const sig_ctx *)ctx)->sig;
+    const dt_mesh *m = ((const sig_ctx *)ctx)->m;
+    char axes[DT_STRING_MAX], nm[48];
+    int n = 0;
+#define FIELD(...)                                 \
+    do {                                           \
+        if (n < max)                               \
+            dt__field_set(&out[n++], __VA_ARGS__); \
+    } while (0)
+    FIELD("dtype", &g->dtype, sizeof g->dtype, "%s",
+          dt__dtype_valid((dt_dtype)g->dtype) ? dt_dtype_name((dt_dtype)g->dtype) : "?");
+    FIELD("reduction", &g->op, sizeof g->op, "%s",
+          g->kind == DT__COLL_ALL_REDUCE || g->kind == DT__COLL_REDUCE_SCATTER
+              ? dt_reduce_op_name((dt_reduce_op)g->op)
+              : "-");
+    if (g->count >= 0)
+        FIELD("count", &g->count, sizeof g->count, "count %lld", (long long)g->count);
     else
-        n += snprintf(buf + n, size - (size_t)n, " uneven counts");
-    n += snprintf(buf + n, size - (size_t)n, " on axes {%s}", axes);
-    if (s->kind == DT__COLL_BROADCAST)
-        snprintf(buf + n, size - (size_t)n, " root %d", s->root);
+        FIELD("count", &g->count, sizeof g->count, "uneven counts");
+    axes_str(m, g->axes, axes, sizeof axes);
+    FIELD("mesh axes", &g->axes, sizeof g->axes, "{%s}", axes);
+    FIELD("root", &g->root, sizeof g->root, "%d", g->root);
+    FIELD("algorithm", &g->algorithm, sizeof g->algorithm, "%s",
+          dt_collective_algorithm_name((dt_collective_algorithm)g->algorithm));
+    FIELD("groups", &g->num_groups, sizeof g->num_groups, "%d", g->num_groups);
+    for (int i = 0; i < g->num_groups && i < DT__SIG_GROUPS; i++) {
+        snprintf(nm, sizeof nm, "counts of group %d", g->groups[i].id);
+        FIELD(nm, &g->groups[i], sizeof g->groups[i], "totalling %lld (hash %016llx)",
+              (long long)g->groups[i].total, (unsigned long long)g->groups[i].hash);
+    }
+#undef FIELD
+    return n;
 }
 
+/* DTENSOR_CHECK_COLLECTIVES=1: before it moves data, every client of the mesh agrees that all
+ * issue this collective with the same kind, dtype, reduction, count, axes, root, algorithm and
+ * per-group counts (through the agreement channel, whose sequence number also catches a client
+ * that skipped a collective); a difference fails on every client naming the first field. */
 static dt_status check_agreement(dt__coll_req *r, dt_status local)
 {
     const dt_mesh *m = r->m;
     dt__sig mine;
     memset(&mine, 0, sizeof mine);
-    mine.status = local;
     mine.kind = r->c.kind;
     mine.dtype = r->c.dtype;
     mine.op = r->c.op == DT_REDUCE_MEAN ? DT_REDUCE_MEAN : r->c.op;
@@ -259,81 +285,30 @@ static dt_status check_agreement(dt__coll_req *r, dt_status local)
     mine.algorithm = r->c.algorithm;
     mine.axes = r->c.axes;
     mine.count = r->c.counts ? -1 : r->c.count;
-    if (local != DT_OK)
-        snprintf(mine.error, sizeof mine.error, "%s", dt_last_error());
     for (int gi = 0; local == DT_OK && gi < r->num_groups && gi < DT__SIG_GROUPS; gi++) {
         const dt__gcall *gc = &r->gc[gi];
         mine.groups[gi].id = gc->g->id;
         if (gc->cnt) {
             int G = r->mask->size;
             int64_t len = r->c.kind == DT__COLL_ALL_TO_ALL ? (int64_t)G * G : G;
-            uint64_t h = 1469598103934665603u;
-            for (int64_t e = 0; e < len; e++)
-                h = (h ^ (uint64_t)gc->cnt[e]) * 1099511628211u;
-            mine.groups[gi].hash = h;
+            mine.groups[gi].hash = dt__hash(DT__HASH_SEED, gc->cnt, sizeof(int64_t) * (size_t)len);
             mine.groups[gi].total = gc->total;
         }
         mine.num_groups = gi + 1;
     }
     if (m->comm == MPI_COMM_NULL || m->num_clients == 1)
         return local;
-    int nc = m->num_clients;
-    dt__sig *all = malloc(sizeof *all * (size_t)nc);
-    if (!all)
-        return dt__fail(DT_ERR_NOMEM, "collective check: out of memory for %d clients", nc);
-    dt_status s = dt__allgather_bytes(m->comm, &mine, sizeof mine, all);
-    for (int c = 0; s == DT_OK && c < nc; c++) {
-        all[c].error[sizeof all[c].error - 1] = '\0'; /* bounded, whatever a peer sent */
-        if (all[c].status < 0 || all[c].status >= DT_STATUS_COUNT)
-            all[c].status = DT_ERR_COMM;
-    }
-    for (int c = 0; s == DT_OK && c < nc; c++)
-        if (all[c].status != DT_OK) {
-            s = c == dt__rt.client
-                    ? local
-                    : dt__fail((dt_status)all[c].status, "client %d: %s", c, all[c].error);
-            if (c == dt__rt.client)
-                dt__set_error(mine.error);
-        }
-    for (int a = 0; s == DT_OK && a < nc; a++)
-        for (int b = a + 1; s == DT_OK && b < nc; b++) {
-            dt__sig x = all[a], y = all[b];
-            bool same = x.kind == y.kind && x.dtype == y.dtype && x.op == y.op &&
-                        x.root == y.root && x.axes == y.axes && x.count == y.count &&
-                        x.algorithm == y.algorithm;
-            if (!same) {
-                char sa[DT_STRING_MAX], sb[DT_STRING_MAX];
-                sig_str(m, &x, sa, sizeof sa);
-                sig_str(m, &y, sb, sizeof sb);
-                if (x.algorithm != y.algorithm)
-                    s = dt__fail(DT_ERR_MISMATCH,
-                                 "collective check: client %d asks for algorithm %s, client %d "
-                                 "for %s (%s)",
-                                 a, dt_collective_algorithm_name(x.algorithm), b,
-                                 dt_collective_algorithm_name(y.algorithm), sa);
-                else
-                    s = dt__fail(DT_ERR_MISMATCH,
-                                 "collective check: client %d issues %s, client %d issues %s", a,
-                                 sa, b, sb);
-                break;
-            }
-            for (int i = 0; s == DT_OK && i < x.num_groups; i++)
-                for (int j = 0; j < y.num_groups; j++)
-                    if (x.groups[i].id == y.groups[j].id &&
-                        (x.groups[i].hash != y.groups[j].hash ||
-                         x.groups[i].total != y.groups[j].total)) {
-                        s = dt__fail(
-                            DT_ERR_MISMATCH,
-                            "collective check: %s on group %d: client %d passes counts "
-                            "totalling %lld (hash %016llx), client %d totalling %lld "
-                            "(hash %016llx)",
-                            dt__coll_kind_name((dt__coll_kind)x.kind), x.groups[i].id, a,
-                            (long long)x.groups[i].total, (unsigned long long)x.groups[i].hash, b,
-                            (long long)y.groups[j].total, (unsigned long long)y.groups[j].hash);
-                        break;
-                    }
-        }
-    free(all);
+    /* the collective's name is the call compared; the op that issued it stays the call a
+     * timeout names */
+    const char *call = dt__current_call();
+    sig_ctx ctx = {m, &mine};
+    dt_status s =
+        dt__mesh_agree(m, local,
+                       &(dt__agreement){.what = dt__coll_kind_name(r->c.kind),
+                                        .fingerprint = dt__hash(DT__HASH_SEED, &mine, sizeof mine),
+                                        .fields = sig_fields,
+                                        .ctx = &ctx});
+    dt__set_current_call(call);
     return s;
 }
 
@@ -443,12 +418,6 @@ static dt_status plan(dt__coll_req *r)
     return DT_OK;
 }
 
-/* Set by dt__collective for the start it makes: nothing else runs between its start and its
- * wait, so when every client of this host has a core of its own the cross-client step may use
- * MPICH's blocking calls, which are faster than the nonblocking ones at small sizes (they
- * spin, which only hurts when clients outnumber cores; TOOLCHAIN.md). */
-static _Thread_local bool blocking_next;
-
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out)
 {
     if (out)
@@ -463,9 +432,6 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!r)
         return dt__fail(DT_ERR_NOMEM, "collective: out of memory");
     r->t0 = now();
-    /* Agreed at dt_init: a client's own count of local devices would differ between clients
-     * (a mesh over a subset of devices), and a blocking call never matches a nonblocking one. */
-    r->blocking = blocking_next && dt__rt.all_fit;
     r->m = m;
     r->c = *c;
     r->es = dt__dtype_valid(c->dtype) ? dt_dtype_size(c->dtype) : 1;
@@ -501,14 +467,56 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     return DT_OK;
 }
 
+/* The watchdog in a collective: name the collective, its mesh axes and the clients of this
+ * client's groups. MPI cannot cancel a collective, so its requests and the buffers they write
+ * are abandoned, not freed. */
+static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
+{
+    char axes[DT_STRING_MAX], mesh[DT_STRING_MAX], who[256] = "", where[DT_STRING_MAX * 2 + 400];
+    axes_str(r->m, r->c.axes, axes, sizeof axes);
+    dt_mesh_format(r->m, mesh, sizeof mesh);
+    size_t k = 0;
+    for (int gi = 0; gi < r->num_groups && k < sizeof who; gi++) {
+        const dt__gcall *gc = &r->gc[gi];
+        if (gc->done || gc->g->num_clients < 2)
+            continue;
+        char list[200];
+        dt__clients_str(list, sizeof list, gc->g->clients, gc->g->num_clients);
+        k += (size_t)snprintf(who + k, sizeof who - k, "%sgroup %d: %s", k ? "; " : "", gc->g->id,
+                              list);
+    }
+    snprintf(where, sizeof where, "in %s over axes {%s} of mesh %s (%s)",
+             dt__coll_kind_name(r->c.kind), axes, mesh, k ? who : "this client's groups");
+    for (int gi = 0; gi < r->num_groups; gi++) {
+        dt__gcall *gc = &r->gc[gi];
+        if (gc->done)
+            continue;
+        gc->nreq = 0; /* left pending */
+        gc->stage = NULL;
+        gc->uses_scratch = gc->own_scratch = false;
+        if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {
+            r->mask->scratch = NULL; /* MPI may still write there: a new one next time */
+            r->mask->scratch_bytes = 0;
+            r->mask->scratch_busy = false;
+        }
+    }
+    return dt__gave_up(w, where, NULL);
+}
+
 dt_status dt__collective_wait(dt__coll_req *r)
 {
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
     if (r->m->type != DT_DEVICE_CUDA) {
+        dt__waiter w;
+        dt__wait_begin(&w);
         while (!dt__coll_mpi_progress(r, &s))
-            sched_yield();
+            if (dt__wait_pause(&w)) {
+                s = gave_up(r, &w);
+                break;
+            }
+        dt__wait_end(&w);
         if (s == DT_OK)
             dt__coll_local_post(r);
     }
@@ -521,10 +529,7 @@ dt_status dt__collective_wait(dt__coll_req *r)
 dt_status dt__collective(const dt_mesh *m, const dt__coll *c)
 {
     dt__coll_req *r;
-    blocking_next = true;
-    dt_status s = dt__collective_start(m, c, &r);
-    blocking_next = false;
-    DT_TRY(s);
+    DT_TRY(dt__collective_start(m, c, &r));
     return dt__collective_wait(r);
 }
 

@@ -184,10 +184,13 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         MPI_Comm_size(m->comm, &comm_size);
         if (g->num_clients == comm_size) {
             MPI_Request req;
+            char where[96];
+            snprintf(where, sizeof where, "creating the communicator of group %d (every client)",
+                     g->id);
             if (MPI_Comm_idup(m->comm, &g->comm, &req) != MPI_SUCCESS)
                 s = dt__fail(DT_ERR_COMM, "collectives: MPI_Comm_idup for group %d failed", g->id);
             else
-                s = dt__mpi_wait_all(1, &req);
+                s = dt__mpi_wait_for(1, &req, where);
             continue;
         }
         MPI_Group sub = MPI_GROUP_NULL;

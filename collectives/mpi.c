@@ -85,9 +85,9 @@ static dt_status ring_next(dt__coll_req *r, dt__gcall *gc)
 
 /* ---- setup and posting ---------------------------------------------------------------------- */
 
-/* One MPI collective for the group: the blocking call when the request allows it (see
- * dt__collective), else the nonblocking one; the even forms when every block is the same
- * size and each client holds one member (MPICH's v forms take slower paths). */
+/* One nonblocking MPI collective for the group (never a blocking one: a blocking call cannot
+ * give up when a client dies, and the watchdog must); the even forms when every block is the
+ * same size and each client holds one member (MPICH's v forms take slower paths). */
 static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
 {
     const dt__cgroup *g = gc->g;
@@ -97,55 +97,47 @@ static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
     MPI_Op op = dt__coll_mpi_op(r->c.dtype, r->c.op);
     MPI_Comm comm = g->comm;
     MPI_Request *q = &gc->req[0];
-    bool b = r->blocking, even = !gc->cnt && k == 1 && nc == r->mask->size;
+    bool even = !gc->cnt && k == 1 && nc == r->mask->size;
     int n = (int)r->c.count, e = MPI_SUCCESS;
     switch (r->c.kind) {
     case DT__COLL_ALL_REDUCE: {
         const void *in = gc->xin == gc->xout ? MPI_IN_PLACE : (const void *)gc->xin;
         if (gc->mode == DT__X_REDUCE_BCAST) {
             in = me == 0 ? in : gc->xin;
-            e = b ? MPI_Reduce(in, gc->xout, n, t, op, 0, comm)
-                  : MPI_Ireduce(in, gc->xout, n, t, op, 0, comm, q);
+            e = MPI_Ireduce(in, gc->xout, n, t, op, 0, comm, q);
         } else {
-            e = b ? MPI_Allreduce(in, gc->xout, n, t, op, comm)
-                  : MPI_Iallreduce(in, gc->xout, n, t, op, comm, q);
+            e = MPI_Iallreduce(in, gc->xout, n, t, op, comm, q);
         }
         break;
     }
     case DT__COLL_ALL_GATHER: {
         const void *in = k == 1 ? (const void *)gc->send[0] : MPI_IN_PLACE;
         if (even)
-            e = b ? MPI_Allgather(in, n, t, gc->recv[0], n, t, comm)
-                  : MPI_Iallgather(in, n, t, gc->recv[0], n, t, comm, q);
+            e = MPI_Iallgather(in, n, t, gc->recv[0], n, t, comm, q);
         else
-            e = b ? MPI_Allgatherv(in, cc[me], t, gc->recv[0], cc, cd, t, comm)
-                  : MPI_Iallgatherv(in, cc[me], t, gc->recv[0], cc, cd, t, comm, q);
+            e = MPI_Iallgatherv(in, cc[me], t, gc->recv[0], cc, cd, t, comm, q);
         break;
     }
     case DT__COLL_REDUCE_SCATTER: {
         const void *in = k == 1 ? (const void *)gc->send[0] : MPI_IN_PLACE;
         void *out = k == 1 ? gc->recv[0] : gc->stage;
         if (even)
-            e = b ? MPI_Reduce_scatter_block(in, out, n, t, op, comm)
-                  : MPI_Ireduce_scatter_block(in, out, n, t, op, comm, q);
+            e = MPI_Ireduce_scatter_block(in, out, n, t, op, comm, q);
         else
-            e = b ? MPI_Reduce_scatter(in, out, cc, t, op, comm)
-                  : MPI_Ireduce_scatter(in, out, cc, t, op, comm, q);
+            e = MPI_Ireduce_scatter(in, out, cc, t, op, comm, q);
         break;
     }
     case DT__COLL_ALL_TO_ALL:
         if (even)
-            e = b ? MPI_Alltoall(gc->xin, n, t, gc->xout, n, t, comm)
-                  : MPI_Ialltoall(gc->xin, n, t, gc->xout, n, t, comm, q);
+            e = MPI_Ialltoall(gc->xin, n, t, gc->xout, n, t, comm, q);
         else
-            e = b ? MPI_Alltoallv(gc->xin, cc, cd, t, gc->xout, rc, rd, t, comm)
-                  : MPI_Ialltoallv(gc->xin, cc, cd, t, gc->xout, rc, rd, t, comm, q);
+            e = MPI_Ialltoallv(gc->xin, cc, cd, t, gc->xout, rc, rd, t, comm, q);
         break;
     case DT__COLL_BROADCAST: {
         int root = 0;
         while (g->rank_first[root + 1] <= r->c.root)
             root++;
-        e = b ? MPI_Bcast(gc->xout, n, t, root, comm) : MPI_Ibcast(gc->xout, n, t, root, comm, q);
+        e = MPI_Ibcast(gc->xout, n, t, root, comm, q);
         break;
     }
     default:
@@ -154,7 +146,7 @@ static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
     if (e != MPI_SUCCESS)
         return dt__fail(DT_ERR_COMM, "%s: MPI call for group %d failed (error %d)",
                         dt__coll_kind_name(r->c.kind), g->id, e);
-    gc->nreq = b ? 0 : 1;
+    gc->nreq = 1;
     return DT_OK;
 }
 
@@ -327,11 +319,9 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
             gc->phase = 1;
             MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
             int n = (int)r->c.count;
-            if ((r->blocking
-                     ? MPI_Bcast(gc->xout, n, t, 0, gc->g->comm)
-                     : MPI_Ibcast(gc->xout, n, t, 0, gc->g->comm, &gc->req[0])) != MPI_SUCCESS)
+            if (MPI_Ibcast(gc->xout, n, t, 0, gc->g->comm, &gc->req[0]) != MPI_SUCCESS)
                 s = dt__fail(DT_ERR_COMM, "all_reduce: MPI_Ibcast for group %d failed", gc->g->id);
-            gc->nreq = r->blocking ? 0 : 1;
+            gc->nreq = 1;
         } else {
             gc->done = true;
         }

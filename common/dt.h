@@ -189,8 +189,6 @@ typedef struct dt__runtime {
     bool mpi_used;    /* clients are MPI ranks */
     bool mpi_owned;   /* dt_init called MPI_Init and dt_finalize ends it */
     bool cuda_tf32;   /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
-    bool all_fit;     /* on every client's host each CPU worker has a core (agreed at dt_init): the
-                         collectives may use MPICH's blocking calls, which spin */
     int blas_threads; /* threads of one OpenBLAS call */
     int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
@@ -213,30 +211,92 @@ extern dt__runtime dt__rt;
 /* DT_ERR_STATE with the calling function's name unless dt_init has run. */
 dt_status dt__require_init(const char *fn);
 
-/* ---- client communication helpers (MPI, nonblocking, yielding wait) ---------------------- */
+/* ---- waiting for other clients and agreeing with them (mesh/agree.c) ---------------------- */
 
-/* Complete requests with MPI_Test + sched_yield (blocking MPICH calls spin, TOOLCHAIN.md). */
+/* A wait for other clients: poll, then dt__wait_pause after every poll that found nothing. It
+ * spins while young (when the host's clients each have a core), then yields, then sleeps with
+ * a growing pause (up to tens of microseconds), so that long waits leave the core to whoever
+ * computes; dt__wait_pause returns true once DTENSOR_TIMEOUT has passed (the watchdog).
+ * dt__wait_end restores what the wait changed (the thread's timer slack). */
+typedef struct dt__waiter {
+    double start, waited; /* seconds: the first pause, and the time waited so far */
+    long sleep_ns;
+    unsigned polls; /* pauses while spinning */
+    int slack;      /* the thread's timer slack before the wait sleeps (-1: untouched) */
+    bool spin;
+} dt__waiter;
+void dt__wait_begin(dt__waiter *w);
+bool dt__wait_pause(dt__waiter *w);
+void dt__wait_end(dt__waiter *w);
+/* DT_ERR_COMM for a wait that gave up: names the call (dt__current_call), where it waited
+ * ("in all_reduce over ...") and, when known, the clients not heard from. */
+dt_status dt__gave_up(const dt__waiter *w, const char *where, const char *missing);
+/* The call this thread is making, as the last agreement named it ("matmul"); a timeout names
+ * it. dt__set_current_call restores a saved name. */
+const char *dt__current_call(void);
+void dt__set_current_call(const char *what);
+/* "clients 0-3, 5" for a sorted list of clients. */
+void dt__clients_str(char *buf, size_t size, const int ranks[], int n);
+
+/* Complete requests by polling with the wait above (blocking MPICH calls spin, TOOLCHAIN.md);
+ * `where` says what for in a timeout's message ("for all clients"). */
+dt_status dt__mpi_wait_for(int n, MPI_Request reqs[], const char *where);
 dt_status dt__mpi_wait_all(int n, MPI_Request reqs[]);
 /* Every client contributes `bytes` and receives all contributions in client order. With one
  * client it is a copy. Collective over comm. */
 dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, void *recv);
-/* Agree on local validation before a collective: every client passes its own status (the
- * message of a failure is taken from dt_last_error()). All return DT_OK, or all return the
- * first failing client's status and message, prefixed with the client. Collective. */
-dt_status dt__agree(MPI_Comm comm, dt_status local);
-/* The agreement of one op on a multi-client mesh: every client brings its status and a
- * fingerprint of the op it runs (operator, attributes, operands' metadata, requested layout;
- * 0 when it failed before knowing). One small all-reduce settles the common case (all DT_OK,
- * one fingerprint); otherwise every client fails alike: with the first failure (a failing
- * client keeps its own), or DT_ERR_MISMATCH naming two clients' ops, described by
- * describe(ctx) (called only then). Collective over comm. */
-typedef void (*dt__describe_fn)(const void *ctx, char *buf, size_t size);
-dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
-                       dt__describe_fn describe, const void *ctx);
-/* dt__agree_op over m's clients (those of its communicator; a client-local mesh has none and
- * returns local). Collective over m's clients. */
-dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, uint64_t fingerprint,
-                         dt__describe_fn describe, const void *ctx);
+
+/* One field of what a client is about to do, compared field by field when clients differ:
+ * its name ("operand 1 shape"), its text ("[2,5]") and a hash of its value. */
+typedef struct dt__field {
+    char name[48];
+    char text[200];
+    uint64_t hash;
+} dt__field;
+/* Set a field: the hash is of raw_bytes at raw, or of the text when raw is NULL. */
+void dt__field_set(dt__field *f, const char *name, const void *raw, size_t raw_bytes,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define DT__AGREE_FIELDS 80
+/* Fill out[0..max) with the fields of ctx's call, in an order every client shares; return the
+ * count. Called only when clients differ. */
+typedef int (*dt__fields_fn)(const void *ctx, dt__field out[], int max);
+
+/* What a client brings to an agreement besides its verdict. */
+typedef struct dt__agreement {
+    const char *what;     /* the call: "matmul", "dt_barrier", "dt_mesh_create" */
+    const dt_mesh *mesh;  /* the mesh it runs on (its identity and op count are compared), or
+                             NULL */
+    uint64_t fingerprint; /* everything else the clients must share, hashed */
+    dt__fields_fn fields; /* the same, field by field (NULL: none beyond the channel's) */
+    const void *ctx;
+} dt__agreement;
+
+/* Test hook: this client's next verdict on the rare path carries `status` as given (any int)
+ * and a message with no terminating NUL, as a broken peer might send. */
+void dt__agree_test_garble(int status);
+
+/* The agreement channel over every client (dt_init opens it, dt_finalize closes it). */
+dt_status dt__channel_open(void);
+void dt__channel_close(void);
+/* Agree with every client of the runtime on a call before it moves any data: each brings its
+ * verdict (local; the message of a failure is dt_last_error()) and *a. All return DT_OK when
+ * every client succeeded with the same call (name, mesh and its op count, fingerprint);
+ * otherwise all fail alike: with the first failure (a failing client keeps its own message,
+ * the others name it), or with DT_ERR_MISMATCH naming the first field in which clients differ,
+ * its values and the clients involved. The common case is one exchange through shared memory
+ * (one message between hosts' leaders); the agreement's sequence number orders it among all
+ * others. Collective over every client. */
+dt_status dt__agree_on(const dt__agreement *a, dt_status local);
+/* The same for a call on mesh m (NULL: unknown to this client, e.g. every operand was NULL,
+ * which still agrees with every client); a client-local mesh needs no agreement and returns
+ * local. Collective over every client unless m is client-local. */
+dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, const dt__agreement *a);
+/* Agree on a status alone, naming the calling function: over every client when comm spans them
+ * (the channel), over comm's clients otherwise; MPI_COMM_NULL returns local. Collective over
+ * comm. */
+dt_status dt__agree_status(MPI_Comm comm, dt_status local, const char *what);
+#define dt__agree(comm, local) dt__agree_status((comm), (local), __func__)
+
 /* FNV-1a style hash of bytes (a word at a time), continuing from h (start with
  * DT__HASH_SEED). Not cryptographic: for caches and for telling clients' ops apart. */
 #define DT__HASH_SEED 1469598103934665603ull
@@ -249,6 +309,10 @@ struct dt_mesh {
     uint64_t serial;  /* unique for the process's lifetime: caches key on it, never on the
                          address, which a later mesh may reuse */
     uint64_t content; /* hash of axes, sizes, type and device ids: the same on every client */
+    /* Agreements (mesh/agree.c): the mesh's number among the collective meshes, and the count
+     * of agreed calls on it, the same on every client (0 for a client-local mesh). */
+    uint64_t agree_id;
+    uint64_t agree_seq;
     int num_axes;
     char names[DT_MAX_MESH_AXES][DT_MAX_NAME];
     int sizes[DT_MAX_MESH_AXES];

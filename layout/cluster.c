@@ -175,12 +175,16 @@ dt_status dt_cluster_parse(const char *tf_config_text, const char *cluster_spec,
     return DT_OK;
 }
 
-static void describe_cluster(const void *ctx, char *buf, size_t size)
+static int cluster_fields(const void *ctx, dt__field out[], int max)
 {
     const dt_cluster *c = ctx;
-    snprintf(buf, size, "resolves the cluster chief=%d,worker=%d,ps=%d,evaluator=%d",
-             c->num_tasks[DT_TASK_CHIEF], c->num_tasks[DT_TASK_WORKER], c->num_tasks[DT_TASK_PS],
-             c->num_tasks[DT_TASK_EVALUATOR]);
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "cluster", c->num_tasks, sizeof c->num_tasks,
+                  "chief=%d,worker=%d,ps=%d,evaluator=%d", c->num_tasks[DT_TASK_CHIEF],
+                  c->num_tasks[DT_TASK_WORKER], c->num_tasks[DT_TASK_PS],
+                  c->num_tasks[DT_TASK_EVALUATOR]);
+    return 1;
 }
 
 dt_status dt_cluster_resolve(dt_cluster *out)
@@ -197,5 +201,8 @@ dt_status dt_cluster_resolve(dt_cluster *out)
     /* every client fails alike, with the first failing client's message; clients that resolve
      * different clusters (another DTENSOR_CLUSTER) all fail, naming both */
     uint64_t fp = dt__hash(DT__HASH_SEED, out->num_tasks, sizeof out->num_tasks);
-    return dt__agree_op(dt__rt.world, s, fp, describe_cluster, out);
+    return dt__agree_on(
+        &(dt__agreement){
+            .what = "dt_cluster_resolve", .fingerprint = fp, .fields = cluster_fields, .ctx = out},
+        s);
 }

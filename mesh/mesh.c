@@ -92,43 +92,79 @@ static uint64_t structure(int num_axes, const char *const names[], const int siz
     return h;
 }
 
-/* Every client sends the structure's hash with its description (the text, possibly cut, is
- * only for the message); any difference fails on all, naming both. */
-static dt_status exchange(MPI_Comm comm, const char *desc, uint64_t hash)
+/* A mesh description as the clients compare it when they differ: field by field, each
+ * value with the whole description beside it. */
+typedef struct mesh_desc {
+    int num_axes;
+    const char *const *names;
+    const int *sizes;
+    dt_device_type type;
+    int num_devices; /* -1: every device */
+    const int *ids;
+    const char *desc;
+} mesh_desc;
+
+static int mesh_fields(const void *ctx, dt__field out[], int max)
 {
-    if (comm == MPI_COMM_NULL)
-        return DT_OK;
-    int n = dt__rt.num_clients;
-    struct said {
-        uint64_t hash;
-        char desc[DT_STRING_MAX];
-    } mine = {.hash = hash}, *all = malloc(sizeof *all * (size_t)n);
-    if (!all)
-        return dt__fail(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
-    snprintf(mine.desc, sizeof mine.desc, "%s", desc);
-    dt_status s = dt__allgather_bytes(comm, &mine, sizeof mine, all);
-    for (int c = 1; s == DT_OK && c < n; c++)
-        if (all[c].hash != all[0].hash) {
-            all[0].desc[DT_STRING_MAX - 1] = all[c].desc[DT_STRING_MAX - 1] = '\0';
-            s = dt__fail(DT_ERR_MISMATCH,
-                         "dt_mesh_create: clients describe different meshes: client 0 says "
-                         "\"%s\", client %d says \"%s\"%s",
-                         all[0].desc, c, all[c].desc,
-                         strcmp(all[0].desc, all[c].desc) ? ""
-                                                          : " (they differ past what is shown, "
-                                                            "or in how the names split)");
+    const mesh_desc *d = ctx;
+    int n = 0;
+    if (n < max)
+        dt__field_set(&out[n++], "number of axes", &d->num_axes, sizeof d->num_axes,
+                      "%d in \"%.150s\"", d->num_axes, d->desc);
+    bool arrays = d->names && d->sizes && d->num_axes > 0 && d->num_axes <= DT_MAX_MESH_AXES;
+    for (int a = 0; arrays && a < d->num_axes && n + 2 <= max; a++) {
+        char nm[48];
+        const char *name = d->names[a] ? d->names[a] : "(null)";
+        size_t len = strnlen(name, 4096);
+        snprintf(nm, sizeof nm, "axis %d name", a);
+        dt__field_set(&out[n++], nm, name, len, "\"%.40s%s\" in \"%.120s\"", name,
+                      len > 40 ? "..." : "", d->desc);
+        snprintf(nm, sizeof nm, "axis %d size", a);
+        dt__field_set(&out[n++], nm, &d->sizes[a], sizeof d->sizes[a], "%d in \"%.150s\"",
+                      d->sizes[a], d->desc);
+    }
+    if (n < max)
+        dt__field_set(&out[n++], "device type", &d->type, sizeof d->type, "%s in \"%.150s\"",
+                      dt_device_type_name(d->type), d->desc);
+    if (n < max) {
+        uint64_t h = structure(0, NULL, NULL, DT_DEVICE_CPU, d->num_devices, d->ids);
+        /* the ids' ends, where lists of one length differ when a client takes another */
+        char ends[160] = "";
+        size_t k = 0;
+        for (int i = 0; d->ids && i < d->num_devices && i < 1 << 24 && k < sizeof ends; i++) {
+            if (i == 4 && d->num_devices > 8) {
+                k += (size_t)snprintf(ends + k, sizeof ends - k, ",...");
+                i = d->num_devices - 4;
+            }
+            k += (size_t)snprintf(ends + k, sizeof ends - k, "%s%d", i ? "," : "", d->ids[i]);
         }
-    free(all);
-    return s;
+        if (d->num_devices < 0)
+            dt__field_set(&out[n++], "devices", &h, sizeof h, "all");
+        else
+            dt__field_set(&out[n++], "devices", &h, sizeof h, "%d ids [%s]", d->num_devices, ends);
+    }
+    return n;
+}
+
+/* Every client brings the structure's hash; any difference fails on all, naming the first
+ * field that differs. A failure of this client's own (local) fails every client. */
+static dt_status agree_mesh(const char *fn, dt_status local, const mesh_desc *d)
+{
+    uint64_t fp = local == DT_OK
+                      ? structure(d->num_axes, d->names, d->sizes, d->type, d->num_devices, d->ids)
+                      : 0;
+    return dt__agree_on(
+        &(dt__agreement){.what = fn, .fingerprint = fp, .fields = mesh_fields, .ctx = d}, local);
 }
 
 /* A call without `out` still takes part in the exchange, with a description no other client
  * sends, so that the other clients fail with it instead of waiting for it. */
 static dt_status no_out(const char *fn)
 {
+    dt_status s = dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
     if (dt__rt.initialized)
-        exchange(dt__rt.world, "<out is NULL>", 0);
-    return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
+        agree_mesh(fn, s, NULL);
+    return s;
 }
 
 /* Device ids of dt_mesh_create_on_devices: every client checks the same list. */
@@ -219,6 +255,11 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
         local[i] = &dt__rt.devices[type][m->local_base + i];
     m->local = local;
     m->comm = MPI_COMM_NULL; /* client-local: collectives stay in shared memory */
+    /* collective meshes are built in the same order on every client: their number tells two
+     * meshes of the same content apart (they have different communicators) */
+    static uint64_t collective_meshes;
+    if (!client_local)
+        m->agree_id = ++collective_meshes;
     if (!client_local && dt__rt.world != MPI_COMM_NULL) {
         MPI_Request req;
         dt_status s = MPI_Comm_idup(dt__rt.world, &m->comm, &req) == MPI_SUCCESS
@@ -235,12 +276,6 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
     atomic_fetch_add(&dt__rt.live_meshes, 1);
     *out = m;
     return DT_OK;
-}
-
-dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, uint64_t fingerprint,
-                         dt__describe_fn describe, const void *ctx)
-{
-    return m ? dt__agree_op(m->comm, local, fingerprint, describe, ctx) : local;
 }
 
 bool dt__mesh_same_devices(const dt_mesh *a, const dt_mesh *b)
@@ -290,7 +325,8 @@ static dt_status create(const char *fn, int num_axes, const char *const names[],
         if (n < sizeof desc)
             snprintf(desc + n, sizeof desc - n, "]");
     }
-    DT_TRY(exchange(dt__rt.world, desc, structure(num_axes, names, sizes, type, num_devices, ids)));
+    mesh_desc d = {num_axes, names, sizes, type, num_devices, ids, desc};
+    DT_TRY(agree_mesh("dt_mesh_create", DT_OK, &d));
     DT_TRY(validate(num_axes, names, sizes, type, desc, num_devices < 0));
     if (num_devices >= 0) {
         int64_t total = 1;
@@ -382,15 +418,12 @@ dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_m
     }
     if (ok)
         return dt_mesh_create(n, (const char *const *)names, sizes, type, out);
-    /* Still take part in the exchange so that no other client waits for this one. */
-    char desc[DT_STRING_MAX];
-    snprintf(desc, sizeof desc, "unparsable \"%.400s\" %s", spec ? spec : "(null)",
-             dt_device_type_name(type));
-    DT_TRY(exchange(dt__rt.world, desc, dt__hash(DT__HASH_SEED, desc, strlen(desc))));
-    return dt__fail(DT_ERR_MESH,
-                    "dt_mesh_create_from_string: cannot parse \"%.400s\": expected "
-                    "\"name=size,...\" with 1 to %d axes",
-                    spec ? spec : "(null)", DT_MAX_MESH_AXES);
+    /* Still take part in the agreement so that no other client waits for this one. */
+    dt_status s = dt__fail(DT_ERR_MESH,
+                           "dt_mesh_create_from_string: cannot parse \"%.400s\": expected "
+                           "\"name=size,...\" with 1 to %d axes",
+                           spec ? spec : "(null)", DT_MAX_MESH_AXES);
+    return agree_mesh("dt_mesh_create", s, NULL);
 }
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m)

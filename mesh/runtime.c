@@ -297,21 +297,6 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
     return DT_OK;
 }
 
-/* dt__rt.all_fit: true when workers fit their host's cores on every client. Collective. */
-static dt_status agree_fit(void)
-{
-    int n = dt__rt.num_clients, mine = workers_fit;
-    int *all = malloc(sizeof(int) * (size_t)n);
-    if (!all)
-        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d clients", n);
-    dt_status s = dt__allgather_bytes(dt__rt.world, &mine, sizeof mine, all);
-    dt__rt.all_fit = s == DT_OK;
-    for (int c = 0; c < n; c++)
-        dt__rt.all_fit = dt__rt.all_fit && all[c];
-    free(all);
-    return s;
-}
-
 /* Per type, every client's device count and the prefix sums. Collective over world. */
 static dt_status exchange_counts(void)
 {
@@ -392,6 +377,7 @@ static void release_all(void)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
+    dt__channel_close();
     if (dt__rt.world != MPI_COMM_NULL)
         MPI_Comm_free(&dt__rt.world);
     if (dt__rt.mpi_used)
@@ -437,7 +423,13 @@ dt_status dt_init(const dt_init_options *opts)
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
     }
-    dt_status s = dt__agree(dt__rt.world, local);
+    /* every later agreement goes through the channel */
+    dt_status s = dt__channel_open();
+    if (s != DT_OK) {
+        release_all();
+        return s;
+    }
+    s = dt__agree(dt__rt.world, local);
     int gpu_share = 1, gpu_slot = 0;
     if (s == DT_OK) {
         hwloc_topology_init(&topology);
@@ -474,8 +466,6 @@ dt_status dt_init(const dt_init_options *opts)
     s = dt__agree(dt__rt.world, s);
     if (s == DT_OK)
         s = exchange_counts();
-    if (s == DT_OK)
-        s = agree_fit();
     if (s != DT_OK) {
         release_all();
         return s;
@@ -551,139 +541,7 @@ dt_status dt_devices_print(FILE *f)
     return DT_OK;
 }
 
-/* ---- client communication helpers -------------------------------------------------------- */
-
-static double seconds_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Polls (MPI_Testall makes the progress), yielding the core between polls; after
- * dt__rt.timeout_s seconds it gives up (the watchdog; the clock is read every 256 polls).
- * Sleeping between polls once a wait grows long was tried: on 2 cores at -n 8 it made the
- * 1 KiB all-reduce about a third slower, so a waiting client keeps yielding. */
-dt_status dt__mpi_wait_all(int n, MPI_Request reqs[])
-{
-    MPI_Status st[8];
-    double start = 0;
-    for (unsigned polls = 0;; polls++) {
-        int done = 1;
-        for (int i = 0; i < n; i += 8) {
-            int k = n - i < 8 ? n - i : 8, flag = 0;
-            if (MPI_Testall(k, reqs + i, &flag, st) != MPI_SUCCESS)
-                return dt__fail(DT_ERR_COMM, "MPI_Testall failed");
-            done &= flag;
-        }
-        if (done)
-            return DT_OK;
-        if (polls % 256 == 255) {
-            double now = seconds_now();
-            if (start == 0)
-                start = now;
-            if (now - start > dt__rt.timeout_s)
-                return dt__fail(DT_ERR_COMM,
-                                "client %d waited %d s for the other clients of a collective and "
-                                "gave up (DTENSOR_TIMEOUT): a client died, or is stuck in another "
-                                "op; the collective stays pending, stop the program",
-                                dt__rt.client, dt__rt.timeout_s);
-        }
-        sched_yield();
-    }
-}
-
-dt_status dt__allgather_bytes(MPI_Comm comm, const void *send, size_t bytes, void *recv)
-{
-    if (comm == MPI_COMM_NULL) {
-        memcpy(recv, send, bytes);
-        return DT_OK;
-    }
-    if (bytes > INT_MAX)
-        return dt__fail(DT_ERR_ARG, "allgather: %zu bytes per client exceed INT_MAX", bytes);
-    MPI_Request req;
-    if (MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm, &req) !=
-        MPI_SUCCESS)
-        return dt__fail(DT_ERR_COMM, "MPI_Iallgather of %zu bytes failed", bytes);
-    return dt__mpi_wait_all(1, &req);
-}
-
-dt_status dt__agree(MPI_Comm comm, dt_status local)
-{
-    /* an op agreement with no fingerprint: statuses alone */
-    return dt__agree_op(comm, local, 0, NULL, NULL);
-}
-
-uint64_t dt__hash(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* a word at a time, mixed down */
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-dt_status dt__agree_op(MPI_Comm comm, dt_status local, uint64_t fingerprint,
-                       dt__describe_fn describe, const void *ctx)
-{
-    if (comm == MPI_COMM_NULL)
-        return local;
-    /* max over clients of (failed, fingerprint, ~fingerprint): all OK with one fingerprint
-     * iff the first is 0 and the second is the complement of the third */
-    uint64_t mine[3] = {local != DT_OK, fingerprint, ~fingerprint}, all[3];
-    MPI_Request req;
-    if (MPI_Iallreduce(mine, all, 3, MPI_UINT64_T, MPI_MAX, comm, &req) != MPI_SUCCESS)
-        return dt__fail(DT_ERR_COMM, "op agreement: MPI_Iallreduce failed");
-    DT_TRY(dt__mpi_wait_all(1, &req));
-    if (all[0] == 0 && all[1] == ~all[2])
-        return local;
-    /* the rare path: every client's verdict, with its message or its op's description */
-    struct verdict {
-        int status;
-        uint64_t fingerprint;
-        char msg[480];
-    } me = {.status = local, .fingerprint = fingerprint}, *every;
-    if (local != DT_OK)
-        snprintf(me.msg, sizeof me.msg, "%s", dt_last_error());
-    else if (describe)
-        describe(ctx, me.msg, sizeof me.msg);
-    int n;
-    MPI_Comm_size(comm, &n);
-    every = malloc(sizeof *every * (size_t)n);
-    if (!every)
-        return dt__fail(DT_ERR_NOMEM, "cannot allocate the agreement of %d clients", n);
-    dt_status s = dt__allgather_bytes(comm, &me, sizeof me, every);
-    int first_failed = -1, other = -1;
-    for (int c = 0; s == DT_OK && c < n; c++) {
-        every[c].msg[sizeof every[c].msg - 1] = '\0'; /* bounded, whatever a peer sent */
-        if (every[c].status < 0 || every[c].status >= DT_STATUS_COUNT)
-            every[c].status = DT_ERR_COMM;
-        if (every[c].status != DT_OK && first_failed < 0)
-            first_failed = c;
-        if (every[c].fingerprint != every[0].fingerprint && other < 0)
-            other = c;
-    }
-    if (s == DT_OK && first_failed >= 0) {
-        if (local != DT_OK) {
-            s = local;
-            dt__set_error(me.msg);
-        } else {
-            s = dt__fail((dt_status)every[first_failed].status, "client %d: %s", first_failed,
-                         every[first_failed].msg);
-        }
-    } else if (s == DT_OK && other >= 0) {
-        s = dt__fail(DT_ERR_MISMATCH, "clients differ: client 0 %s; client %d %s", every[0].msg,
-                     other, every[other].msg);
-    }
-    free(every);
-    return s;
-}
+/* ---- client-level calls ------------------------------------------------------------------ */
 
 dt_status dt_barrier(void)
 {
@@ -691,26 +549,32 @@ dt_status dt_barrier(void)
     return dt__agree(dt__rt.world, DT_OK);
 }
 
+static int bytes_fields(const void *ctx, dt__field out[], int max)
+{
+    const size_t *bytes = ctx;
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "bytes per client", bytes, sizeof *bytes, "%zu", *bytes);
+    return 1;
+}
+
 dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 {
     DT_TRY(dt__require_init("dt_client_allgather"));
-    /* counts first: a client passing another count (or no buffers) fails every client
-     * instead of leaving them in MPI calls that do not match */
-    int n = dt__rt.num_clients;
-    uint64_t mine = bytes && (!send || !recv) ? UINT64_MAX : (uint64_t)bytes;
-    uint64_t *counts = malloc(sizeof *counts * (size_t)n);
-    dt_status s = counts ? dt__allgather_bytes(dt__rt.world, &mine, sizeof mine, counts)
-                         : dt__fail(DT_ERR_NOMEM, "dt_client_allgather: out of memory");
-    for (int c = 0; s == DT_OK && c < n; c++) {
-        if (counts[c] == UINT64_MAX)
-            s = dt__fail(DT_ERR_ARG, "dt_client_allgather: client %d passed NULL buffers", c);
-        else if (counts[c] != counts[0])
-            s = dt__fail(DT_ERR_MISMATCH,
-                         "dt_client_allgather: client 0 sends %llu bytes, client %d sends %llu",
-                         (unsigned long long)counts[0], c, (unsigned long long)counts[c]);
-    }
-    free(counts);
-    if (s == DT_OK && bytes)
+    /* the count is agreed first: a client passing another count (or no buffers) fails every
+     * client instead of leaving them in MPI calls that do not match */
+    dt_status s = bytes && (!send || !recv) ? dt__fail(DT_ERR_ARG,
+                                                       "dt_client_allgather: client %d passed "
+                                                       "NULL buffers",
+                                                       dt__rt.client)
+                                            : DT_OK;
+    uint64_t fp = dt__hash(DT__HASH_SEED, &bytes, sizeof bytes);
+    DT_TRY(dt__agree_on(&(dt__agreement){.what = "dt_client_allgather",
+                                         .fingerprint = fp,
+                                         .fields = bytes_fields,
+                                         .ctx = &bytes},
+                        s));
+    if (bytes)
         s = dt__allgather_bytes(dt__rt.world, send, bytes, recv);
     return s;
 }

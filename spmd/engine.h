@@ -172,6 +172,10 @@ typedef struct dt__program {
     int ninputs, noutputs;
     dt__dist *in; /* per program input */
     dt__dist *out;
+    /* an eager op's agreement fingerprint (spmd/graph.c), computed on its first run: the cache
+     * key it is found by fixes everything the fingerprint hashes */
+    uint64_t fingerprint;
+    bool has_fingerprint;
 } dt__program;
 
 dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out);
@@ -209,12 +213,10 @@ dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *i
 /* Run: inputs must match the program's input dists (checked by the caller); results get new
  * tensors in the output layouts. Collective. */
 /* How the clients agree on a program run (dt__mesh_agree): over `mesh`'s clients (none for a
- * client-local mesh), on `fingerprint`, describing the op by describe(ctx) when they differ. */
+ * client-local mesh), on the call described by `a`. */
 typedef struct dt__op_check {
     const dt_mesh *mesh;
-    uint64_t fingerprint;
-    dt__describe_fn describe;
-    const void *ctx;
+    dt__agreement a; /* the call, its fingerprint and fields */
 } dt__op_check;
 
 /* Run p: allocate results and temporaries, agree (chk) on the outcome and on the op with the
@@ -415,6 +417,11 @@ dt_status dt__axis_error(const char *name, const dt__attrs *a, int rank);
 
 /* ---- entry points shared by the public API files ----------------------------------------- */
 
+/* An op's argument failure found before dt__call (a NULL list, an out-of-range count or axis):
+ * every client of the operands' mesh fails alike (every client when no operand is known), as
+ * dt__call does for its own checks; inside a trace the failure is this client's. */
+dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const dt_op_options *opts,
+                        dt_status s);
 /* Record (tracing) or compile-from-cache-and-run (eager) one op. Collective when eager. */
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
                    const dt_op_options *opts, dt_tensor **out);

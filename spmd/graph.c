@@ -464,7 +464,10 @@ static uint64_t hash_layout(uint64_t h, const dt_layout *l)
     h = dt__hash(h, &l->partial, sizeof l->partial);
     if (l->partial)
         h = dt__hash(h, &l->partial_op, sizeof l->partial_op);
-    return l->mesh ? dt__hash(h, &l->mesh->content, sizeof l->mesh->content) : h;
+    if (!l->mesh)
+        return h;
+    uint64_t id[2] = {l->mesh->content, l->mesh->agree_id};
+    return dt__hash(h, id, sizeof id);
 }
 
 static uint64_t hash_meta(uint64_t h, dt_dtype dtype, int rank, const int64_t shape[],
@@ -495,34 +498,70 @@ typedef struct op_desc {
     const dt_layout *want;
 } op_desc;
 
-/* "runs matmul(f32[4,2] \"x,unsharded\", f32[2,4] \"unsharded,x\") -> \"x,unsharded\" attributes
- * #1a2b" */
-static void describe_op(const void *ctx, char *buf, size_t size)
+/* The op's fields, in the order the clients compare them when their fingerprints differ:
+ * operands, attributes (every one, seed and key included), the requested layout. */
+static int op_fields(const void *ctx, dt__field out[], int max)
 {
     const op_desc *d = ctx;
-    size_t n = (size_t)snprintf(buf, size, "runs %s(", dt__op_get(d->op)->name);
-    for (int i = 0; i < d->nin && n < size; i++) {
-        char sh[DT__SHAPE_STR_MAX], la[DT_STRING_MAX];
+    const dt__attrs *a = d->attrs;
+    int n = 0;
+    char nm[48], tx[DT_STRING_MAX];
+#define FIELD(...)                                 \
+    do {                                           \
+        if (n < max)                               \
+            dt__field_set(&out[n++], __VA_ARGS__); \
+    } while (0)
+    FIELD("number of operands", &d->nin, sizeof d->nin, "%d", d->nin);
+    for (int i = 0; i < d->nin; i++) {
         const dt_tensor *t = d->in[i];
-        n += (size_t)snprintf(buf + n, size - n, "%s%s%s \"%s\"", i ? ", " : "",
-                              dt_dtype_name(t->dtype),
-                              dt__shape_str(sh, sizeof sh, t->rank, t->shape),
-                              dt__layout_str(&t->layout, la, sizeof la));
+        snprintf(nm, sizeof nm, "operand %d dtype", i);
+        FIELD(nm, &t->dtype, sizeof t->dtype, "%s", dt_dtype_name(t->dtype));
+        int64_t shape[DT_MAX_RANK + 1] = {t->rank};
+        memcpy(shape + 1, t->shape, sizeof(int64_t) * (size_t)t->rank);
+        snprintf(nm, sizeof nm, "operand %d shape", i);
+        FIELD(nm, shape, sizeof(int64_t) * (size_t)(t->rank + 1), "%s",
+              dt__shape_str(tx, sizeof tx, t->rank, t->shape));
+        uint64_t h = hash_layout(DT__HASH_SEED, &t->layout);
+        snprintf(nm, sizeof nm, "operand %d layout", i);
+        FIELD(nm, &h, sizeof h, "\"%s\"", dt__layout_str(&t->layout, tx, sizeof tx));
     }
-    if (n < size)
-        n += (size_t)snprintf(buf + n, size - n, ")");
-    if (d->want && n < size) {
-        char la[DT_STRING_MAX];
-        n += (size_t)snprintf(buf + n, size - n, " -> \"%s\"",
-                              dt__layout_str(d->want, la, sizeof la));
+    const char *opname = d->op == DT__OP_UNARY    ? dt_unary_op_name((dt_unary_op)a->op)
+                         : d->op == DT__OP_BINARY ? dt_binary_op_name((dt_binary_op)a->op)
+                         : d->op == DT__OP_REDUCE ? dt_reduce_op_name((dt_reduce_op)a->op)
+                         : d->op == DT__OP_RANDOM ? (a->op ? "normal" : "uniform")
+                                                  : "-";
+    FIELD("operator", &a->op, sizeof a->op, "%d (%s)", a->op, opname);
+    FIELD("keepdims", &a->keepdims, sizeof a->keepdims, "%d", a->keepdims);
+    FIELD("reduced axes", &a->mask, sizeof a->mask, "0x%x", a->mask);
+    FIELD("transpose of a", &a->ta, sizeof a->ta, "%d", a->ta);
+    FIELD("transpose of b", &a->tb, sizeof a->tb, "%d", a->tb);
+    FIELD("axis", &a->axis, sizeof a->axis, "%d", a->axis);
+    FIELD("dtype", &a->dtype, sizeof a->dtype, "%s",
+          dt__dtype_valid(a->dtype) ? dt_dtype_name(a->dtype) : "?");
+    int r = a->rank >= 0 && a->rank <= DT_MAX_RANK ? a->rank : DT_MAX_RANK;
+    int64_t shape[DT_MAX_RANK + 1] = {a->rank};
+    memcpy(shape + 1, a->shape, sizeof a->shape);
+    FIELD("shape", shape, sizeof shape, "%s", dt__shape_str(tx, sizeof tx, r, a->shape));
+    int ir = d->nin && d->in[0]->rank <= DT_MAX_RANK ? d->in[0]->rank : DT_MAX_RANK;
+    FIELD("begin", a->begin, sizeof a->begin, "%s", dt__shape_str(tx, sizeof tx, ir, a->begin));
+    int64_t perm[DT_MAX_RANK];
+    for (int i = 0; i < DT_MAX_RANK; i++)
+        perm[i] = a->perm[i];
+    FIELD("permutation", a->perm, sizeof a->perm, "%s", dt__shape_str(tx, sizeof tx, ir, perm));
+    FIELD("first parameter (value, start, minimum or mean)", &a->a, sizeof a->a, "%.17g", a->a);
+    FIELD("second parameter (step, maximum or deviation)", &a->b, sizeof a->b, "%.17g", a->b);
+    FIELD("seed", &a->seed, sizeof a->seed, "%llu", (unsigned long long)a->seed);
+    FIELD("key", &a->key, sizeof a->key, "%llu", (unsigned long long)a->key);
+    if (d->want) {
+        uint64_t h = hash_layout(DT__HASH_SEED, d->want);
+        FIELD("result layout", &h, sizeof h, "\"%s\"", dt__layout_str(d->want, tx, sizeof tx));
+    } else {
+        FIELD("result layout", NULL, 0, "none requested");
     }
-    if (n < size)
-        snprintf(buf + n, size - n, " attributes #%04x",
-                 (unsigned)(dt__hash(DT__HASH_SEED, d->attrs, sizeof *d->attrs) & 0xffff));
+#undef FIELD
+    return n;
 }
 
-/* The mesh an op's clients agree over: its first operand's (the first one given, when a
- * client passes NULL), else the requested layout's. */
 static const dt_mesh *op_mesh(int nin, const dt_tensor *const in[], const dt_layout *want)
 {
     for (int i = 0; in && i < nin; i++)
@@ -564,11 +603,14 @@ static const dt_mesh *function_mesh(const dt__program *p)
     return p->ninputs ? p->in[0].layout.mesh : p->out[0].layout.mesh;
 }
 
-static void describe_function(const void *ctx, char *buf, size_t size)
+static int function_fields(const void *ctx, dt__field out[], int max)
 {
     const dt_function *f = ctx;
-    snprintf(buf, size, "runs %s #%08llx", f->prog->title,
-             (unsigned long long)(f->fingerprint & 0xffffffffull));
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "function", &f->fingerprint, sizeof f->fingerprint, "%s #%08llx",
+                  f->prog->title, (unsigned long long)(f->fingerprint & 0xffffffffull));
+    return 1;
 }
 
 static _Thread_local dt_function *tracing;
@@ -709,19 +751,31 @@ dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor 
     if (results)
         for (int i = 0; i < num_outputs; i++)
             results[i] = NULL;
+    /* a failure fails the other clients too (over every client when the mesh is unknown) */
+    const dt__agreement fail = {.what = "dt_function_run"};
     if (!f || !f->ended || f->failed)
-        return dt__fail(DT_ERR_STATE, "dt_function_run: the function was not ended successfully");
+        return dt__mesh_agree(
+            NULL,
+            dt__fail(DT_ERR_STATE, "dt_function_run: the function was not ended successfully"),
+            &fail);
     if (num_inputs != f->prog->ninputs || num_outputs != f->prog->noutputs ||
         (num_inputs && !inputs) || !results)
-        return dt__fail(DT_ERR_ARG,
-                        "dt_function_run: %d inputs and %d results, the function has %d and %d",
-                        num_inputs, num_outputs, f->prog->ninputs, f->prog->noutputs);
+        return dt__mesh_agree(
+            function_mesh(f->prog),
+            dt__fail(DT_ERR_ARG,
+                     "dt_function_run: %d inputs and %d results, the function has %d and %d",
+                     num_inputs, num_outputs, f->prog->ninputs, f->prog->noutputs),
+            &fail);
     /* an input that does not fit fails on every client, never leaving the others waiting */
-    dt__op_check chk = {function_mesh(f->prog), f->fingerprint, describe_function, f};
+    dt__op_check chk = {function_mesh(f->prog),
+                        {.what = "dt_function_run",
+                         .fingerprint = f->fingerprint,
+                         .fields = function_fields,
+                         .ctx = f}};
     for (int i = 0; i < num_inputs; i++) {
         dt_status s = check_bound("dt_function_run", i, inputs[i], &f->prog->in[i]);
         if (s != DT_OK)
-            return dt__mesh_agree(chk.mesh, s, 0, NULL, NULL);
+            return dt__mesh_agree(chk.mesh, s, &chk.a);
     }
     return dt__program_run(f->prog, inputs, results, &chk);
 }
@@ -846,17 +900,31 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
     const dt_mesh *mesh = op_mesh(nin, in, want);
     dt__program *p = NULL;
     dt_status s = eager_program(op, attrs, nin, in, want, &p);
+    const char *name = dt__op_get(op)->name;
     if (s != DT_OK)
-        return dt__mesh_agree(mesh, s, 0, NULL, NULL);
+        return dt__mesh_agree(mesh, s, &(dt__agreement){.what = name});
     op_desc d = {op, attrs, nin, in, want};
-    dt__op_check chk = {mesh, 0, describe_op, &d};
-    if (mesh->comm != MPI_COMM_NULL)
-        chk.fingerprint = op_fingerprint(op, attrs, nin, in, want);
+    dt__op_check chk = {mesh, {.what = name, .fields = op_fields, .ctx = &d}};
+    if (mesh->comm != MPI_COMM_NULL && !p->has_fingerprint) {
+        p->fingerprint = op_fingerprint(op, attrs, nin, in, want);
+        p->has_fingerprint = true;
+    }
+    chk.a.fingerprint = p->fingerprint;
     if (opts && opts->program)
         dt__program_print(p, opts->program);
     s = dt__program_run(p, in, out, &chk);
     dt__program_release(p);
     return s;
+}
+
+dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const dt_op_options *opts,
+                        dt_status s)
+{
+    if (tracing)
+        return s;
+    const dt_layout *want = opts ? opts->layout : NULL;
+    return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s,
+                          &(dt__agreement){.what = dt__op_get(op)->name});
 }
 
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
@@ -877,7 +945,9 @@ dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *
             s = dt__fail(DT_ERR_ARG, "%s: operand %d is NULL", def->name, i);
     if (tracing)
         return s == DT_OK ? record(op, attrs, nin, in, want, out) : s;
-    if (s != DT_OK) /* the other clients, if this op is theirs too, fail with this client */
-        return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s, 0, NULL, NULL);
+    if (s != DT_OK) /* the other clients, if this op is theirs too, fail with this client; a
+                     * client that cannot tell the mesh (every operand NULL) agrees with all */
+        return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s,
+                              &(dt__agreement){.what = def->name});
     return eager(op, attrs, nin, in, opts, out);
 }

@@ -686,7 +686,7 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
             bufs[i] = out[sl->output]->data;
     }
     const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
-    s = dt__mesh_agree(chk->mesh, s, chk->fingerprint, chk->describe, chk->ctx);
+    s = dt__mesh_agree(chk->mesh, s, &chk->a);
     /* A failing kernel (a device error: CPU kernels cannot fail) stops the kernels of this
      * client, but its collectives still run, so that no client waits for one that left; on
      * devices whose kernels can fail, the clients then agree on the outcome (on every op, so
@@ -717,7 +717,7 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
         s = kernels;
     const dt__backend *be = m0 ? dt__backend_of(m0->type) : NULL;
     if (be && !be->host_accessible && chk->mesh->comm != MPI_COMM_NULL)
-        s = dt__agree(chk->mesh->comm, s);
+        s = dt__mesh_agree(chk->mesh, s, &(dt__agreement){.what = "kernels' outcome"});
     for (int i = 0; i < p->nslots; i++)
         if (is_temp(&p->slots[i]))
             free(bufs[i]);

@@ -426,17 +426,55 @@ static dt_status check_read(const dt_tensor *t, void *dst, size_t bytes, size_t 
     return DT_OK;
 }
 
+/* A tensor as the clients compare it before a collective call on it: dtype, shape, layout. */
+static int tensor_fields(const void *ctx, dt__field out[], int max)
+{
+    const dt_tensor *t = ctx;
+    char tx[DT_STRING_MAX];
+    int n = 0;
+    if (n < max)
+        dt__field_set(&out[n++], "dtype", &t->dtype, sizeof t->dtype, "%s",
+                      dt_dtype_name(t->dtype));
+    int64_t shape[DT_MAX_RANK + 1] = {t->rank};
+    memcpy(shape + 1, t->shape, sizeof(int64_t) * (size_t)t->rank);
+    if (n < max)
+        dt__field_set(&out[n++], "shape", shape, sizeof(int64_t) * (size_t)(t->rank + 1), "%s",
+                      dt__shape_str(tx, sizeof tx, t->rank, t->shape));
+    if (dt_layout_to_string(&t->layout, tx, sizeof tx) != DT_OK)
+        snprintf(tx, sizeof tx, "?");
+    if (n < max)
+        dt__field_set(&out[n++], "layout", NULL, 0, "\"%s\"", tx);
+    return n;
+}
+
+static uint64_t tensor_fingerprint(const dt_tensor *t)
+{
+    uint64_t h = dt__hash(DT__HASH_SEED, &t->dtype, sizeof t->dtype);
+    h = dt__hash(h, &t->rank, sizeof t->rank);
+    h = dt__hash(h, t->shape, sizeof(int64_t) * (size_t)t->rank);
+    h = dt__hash(h, t->layout.axes, sizeof t->layout.axes[0] * (size_t)t->layout.rank);
+    h = dt__hash(h, &t->layout.partial, sizeof t->layout.partial);
+    return t->layout.partial ? dt__hash(h, &t->layout.partial_op, sizeof t->layout.partial_op) : h;
+}
+
 dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
 {
-    if (!t)
-        return dt__fail(DT_ERR_ARG, "dt_tensor_read: tensor is NULL");
-    DT_TRY(dt__tensor_require_values(t, "dt_tensor_read"));
+    dt__agreement a = {.what = "dt_tensor_read"};
+    if (!t) /* the mesh is unknown: agree with every client, so that none waits for this one */
+        return dt__mesh_agree(NULL, dt__fail(DT_ERR_ARG, "dt_tensor_read: tensor is NULL"), &a);
+    dt_status s = dt__tensor_require_values(t, "dt_tensor_read");
+    if (s != DT_OK)
+        return dt__mesh_agree(t->mesh, s, &a);
     const dt_mesh *m = t->mesh;
     const dt_layout *l = &t->layout;
     size_t es = dt_dtype_size(t->dtype);
     size_t need = (size_t)dt_tensor_num_elements(t) * es;
-    /* The buffer is this client's own input: agree before anyone starts the gather. */
-    DT_TRY(dt__agree(m->comm, check_read(t, dst, bytes, need)));
+    /* The buffer is this client's own input, and the clients must read tensors of one shape
+     * and layout: agree before anyone starts the gather. */
+    a.fingerprint = tensor_fingerprint(t);
+    a.fields = tensor_fields;
+    a.ctx = t;
+    DT_TRY(dt__mesh_agree(m, check_read(t, dst, bytes, need), &a));
 
     /* Bytes each client sends: its contributing devices' components, in device order. */
     int nc = m->num_clients;
@@ -458,7 +496,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
     int64_t total = 0;
     for (int c = 0; c < nc; c++)
         total += counts[c];
-    dt_status s = DT_OK;
+    s = DT_OK;
     if (m->comm != MPI_COMM_NULL && total / (int64_t)es > INT32_MAX)
         s = dt__fail(DT_ERR_UNSUPPORTED,
                      "dt_tensor_read: gathering %lld elements exceeds what one MPI gather "
@@ -480,7 +518,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
         s = devs[i]->backend->to_host(devs[i], all + mine, t->data[i], t->bytes[i]);
         mine += (int64_t)t->bytes[i];
     }
-    s = dt__agree(m->comm, s);
+    s = dt__mesh_agree(m, s, &(dt__agreement){.what = "dt_tensor_read"});
     if (s == DT_OK && m->comm != MPI_COMM_NULL) {
         int *cnt = malloc(sizeof(int) * (size_t)nc), *displ = malloc(sizeof(int) * (size_t)nc);
         MPI_Datatype elem;

@@ -15,11 +15,16 @@ static dt_status copy_of(const dt_tensor *x, dt_tensor **out)
 
 dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
 {
-    if (!out)
-        return dt__fail(DT_ERR_ARG, "dt_variable_create: out is NULL");
-    *out = NULL;
-    if (!initial)
-        return dt__fail(DT_ERR_ARG, "dt_variable_create: initial value is NULL");
+    const dt__agreement a = {.what = "dt_variable_create"};
+    if (out)
+        *out = NULL;
+    /* the other clients are about to copy their initial values: a failure here fails them
+     * too (over every client when this one cannot tell the mesh) */
+    if (!out || !initial)
+        return dt__mesh_agree(
+            initial ? initial->mesh : NULL,
+            dt__fail(DT_ERR_ARG, "dt_variable_create: %s is NULL", out ? "initial value" : "out"),
+            &a);
     dt_status s = dt__tensor_require_values(initial, "dt_variable_create");
     if (s == DT_OK && initial->layout.partial) {
         char lb[DT_STRING_MAX];
@@ -28,8 +33,8 @@ dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
                      "variable's layout cannot be partial",
                      dt__layout_str(&initial->layout, lb, sizeof lb));
     }
-    if (s != DT_OK) /* the other clients are about to copy their initial values: fail them too */
-        return dt__mesh_agree(initial->mesh, s, 0, NULL, NULL);
+    if (s != DT_OK)
+        return dt__mesh_agree(initial->mesh, s, &a);
     dt_variable *v = calloc(1, sizeof *v);
     if (!v)
         return dt__fail(DT_ERR_NOMEM, "dt_variable_create: out of memory");
@@ -76,7 +81,7 @@ static dt_status check_value(const char *fn, const dt_variable *v, const dt_tens
 {
     dt_status s = fits(fn, v, x);
     const dt_tensor *on = v ? v->value : x;
-    return s == DT_OK || !on ? s : dt__mesh_agree(on->mesh, s, 0, NULL, NULL);
+    return s == DT_OK ? s : dt__mesh_agree(on ? on->mesh : NULL, s, &(dt__agreement){.what = fn});
 }
 
 static dt_status replace(dt_variable *v, dt_status s, dt_tensor *next)

@@ -781,36 +781,62 @@ static dt_status plan_write(const dt_checkpoint *c, witem **items, int *n)
 }
 
 /* What every client must write alike: the path and each tensor's name and metadata. */
-static uint64_t plan_hash(const char *path, const witem *items, int n)
+/* What every client must share about one tensor of a write: its path, dtype, shape, layout and
+ * the mesh's shape (not its devices: a client-local mesh, mirrored on several clients, is over
+ * other devices on every client). */
+static uint64_t item_hash(const witem *it)
 {
-    uint64_t h = dt__hash(DT__HASH_SEED, path, strlen(path));
-    for (int k = 0; k < n; k++) {
-        const dt_tensor *t = items[k].t;
-        h = dt__hash(h, items[k].path, strlen(items[k].path));
-        h = dt__hash(h, &t->dtype, sizeof t->dtype);
-        h = dt__hash(h, &t->rank, sizeof t->rank);
-        h = dt__hash(h, t->shape, sizeof t->shape[0] * (size_t)t->rank);
-        h = dt__hash(h, t->layout.axes, sizeof t->layout.axes[0] * (size_t)t->rank);
-        h = dt__hash(h, &t->layout.partial, sizeof t->layout.partial);
-        /* the mesh's shape, not its devices: a client-local mesh (mirrored on several
-         * clients) is over other devices on every client */
-        h = dt__hash(h, &t->mesh->num_axes, sizeof t->mesh->num_axes);
-        h = dt__hash(h, t->mesh->names, sizeof t->mesh->names[0] * (size_t)t->mesh->num_axes);
-        h = dt__hash(h, t->mesh->sizes, sizeof t->mesh->sizes[0] * (size_t)t->mesh->num_axes);
-        h = dt__hash(h, &t->mesh->type, sizeof t->mesh->type);
-    }
-    return h;
+    const dt_tensor *t = it->t;
+    uint64_t h = dt__hash(DT__HASH_SEED, it->path, strlen(it->path));
+    h = dt__hash(h, &t->dtype, sizeof t->dtype);
+    h = dt__hash(h, &t->rank, sizeof t->rank);
+    h = dt__hash(h, t->shape, sizeof t->shape[0] * (size_t)t->rank);
+    h = dt__hash(h, t->layout.axes, sizeof t->layout.axes[0] * (size_t)t->rank);
+    h = dt__hash(h, &t->layout.partial, sizeof t->layout.partial);
+    h = dt__hash(h, &t->mesh->num_axes, sizeof t->mesh->num_axes);
+    h = dt__hash(h, t->mesh->names, sizeof t->mesh->names[0] * (size_t)t->mesh->num_axes);
+    h = dt__hash(h, t->mesh->sizes, sizeof t->mesh->sizes[0] * (size_t)t->mesh->num_axes);
+    return dt__hash(h, &t->mesh->type, sizeof t->mesh->type);
 }
 
 typedef struct plan_desc {
     const char *path;
+    const witem *items;
     int n;
 } plan_desc;
 
-static void describe_plan(const void *ctx, char *buf, size_t size)
+static uint64_t plan_hash(const plan_desc *d)
+{
+    uint64_t h = dt__hash(DT__HASH_SEED, d->path, strlen(d->path));
+    for (int k = 0; k < d->n; k++) {
+        uint64_t ih = item_hash(&d->items[k]);
+        h = dt__hash(h, &ih, sizeof ih);
+    }
+    return h;
+}
+
+/* The write's fields for a disagreement's message: the file, the tensor count, then each
+ * tensor (as many as fit). */
+static int plan_fields(const void *ctx, dt__field out[], int max)
 {
     const plan_desc *d = ctx;
-    snprintf(buf, size, "a checkpoint write of %d tensors to %s", d->n, d->path);
+    int k = 0;
+    if (k < max)
+        dt__field_set(&out[k++], "checkpoint file", NULL, 0, "%s", d->path);
+    if (k < max)
+        dt__field_set(&out[k++], "tensor count", &d->n, sizeof d->n, "%d", d->n);
+    for (int i = 0; i < d->n && k < max; i++) {
+        const dt_tensor *t = d->items[i].t;
+        char name[48], shape[96], layout[128];
+        uint64_t ih = item_hash(&d->items[i]);
+        snprintf(name, sizeof name, "tensor %d", i);
+        dt__shape_str(shape, sizeof shape, t->rank, t->shape);
+        if (dt_layout_to_string(&t->layout, layout, sizeof layout) != DT_OK)
+            snprintf(layout, sizeof layout, "?");
+        dt__field_set(&out[k++], name, &ih, sizeof ih, "%s %s %s %s", d->items[i].path,
+                      dt_dtype_name(t->dtype), shape, layout);
+    }
+    return k;
 }
 
 static void mesh_text(const dt_mesh *m, char *buf, size_t size)
@@ -1092,9 +1118,12 @@ dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path)
         s = plan_write(c, &items, &n);
     /* the plan is metadata, but a client passing another path or objects must not leave the
      * others in HDF5's collectives: agree on it, with a fingerprint of what each writes */
-    plan_desc pd = {path, n};
-    s = dt__agree_op(dt__rt.world, s, s == DT_OK ? plan_hash(path, items, n) : 0, describe_plan,
-                     &pd);
+    plan_desc pd = {path, items, s == DT_OK ? n : 0};
+    s = dt__agree_on(&(dt__agreement){.what = "dt_checkpoint_write",
+                                      .fingerprint = plan_hash(&pd),
+                                      .fields = plan_fields,
+                                      .ctx = &pd},
+                     s);
     if (s != DT_OK)
         goto done;
     /* partial tensors: their sums first (collective ops over their meshes, in item order) */

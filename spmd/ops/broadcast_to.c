@@ -97,8 +97,10 @@ dt_status dt_broadcast_to(const dt_tensor *x, int rank, const int64_t shape[],
     if (out)
         *out = NULL;
     if (rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
-        return dt__fail(DT_ERR_SHAPE, "broadcast_to: rank %d outside 0..%d or shape NULL", rank,
-                        DT_MAX_RANK);
+        return dt__call_fail(DT__OP_BROADCAST_TO, 1, &x, opts,
+                             dt__fail(DT_ERR_SHAPE,
+                                      "broadcast_to: rank %d outside 0..%d or shape NULL", rank,
+                                      DT_MAX_RANK));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     a.rank = rank;

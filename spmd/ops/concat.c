@@ -25,8 +25,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
         if (!ok) {
             char s0[DT__SHAPE_STR_MAX], st[DT__SHAPE_STR_MAX];
             return dt__fail(
-                DT_ERR_SHAPE, "concat: operand %d is %s%s, operand 0 is %s%s (axis %d may differ)",
-                t, dt_dtype_name(x->dtype), dt__shape_str(st, sizeof st, x->rank, x->shape),
+                x->dtype != x0->dtype ? DT_ERR_DTYPE : DT_ERR_SHAPE,
+                "concat: operand %d is %s%s, operand 0 is %s%s (axis %d may differ)", t,
+                dt_dtype_name(x->dtype), dt__shape_str(st, sizeof st, x->rank, x->shape),
                 dt_dtype_name(x0->dtype), dt__shape_str(s0, sizeof s0, x0->rank, x0->shape), axis);
         }
         out->shape[axis] += x->shape[axis];
@@ -70,8 +71,11 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
 {
     if (out)
         *out = NULL;
-    if (n < 1 || n > DT__MAX_INPUTS || !xs)
-        return dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d", n, DT__MAX_INPUTS);
+    const dt__agreement ag = {.what = "concat"};
+    if (n < 1 || n > DT__MAX_INPUTS || !xs) /* the mesh is unknown: agree with every client */
+        return dt__mesh_agree(
+            NULL, dt__fail(DT_ERR_ARG, "concat: %d operands, expected 1 to %d", n, DT__MAX_INPUTS),
+            &ag);
     dt__attrs a;
     memset(&a, 0, sizeof a);
     a.axis = axis;
@@ -82,7 +86,7 @@ dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_op
                                   dt__fail(DT_ERR_ARG,
                                            "concat: axis %d is outside a tensor of rank %d", axis,
                                            xs[0]->rank),
-                                  0, NULL, NULL);
+                                  &ag);
     }
     return dt__call(DT__OP_CONCAT, &a, n, xs, opts, out);
 }

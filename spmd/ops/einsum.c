@@ -672,15 +672,17 @@ dt_status dt_einsum(const char *equation, int n, const dt_tensor *const xs[],
     if (out)
         *out = NULL;
     if (!equation || n < 1 || n > 2 || !xs)
-        return dt__fail(DT_ERR_ARG, "einsum: %s, %d operands (1 or 2)",
-                        equation ? "an equation" : "equation NULL", n);
+        return dt__call_fail(DT__OP_EINSUM, xs && n > 0 && n <= 2 ? n : 0, xs, opts,
+                             dt__fail(DT_ERR_ARG, "einsum: %s, %d operands (1 or 2)",
+                                      equation ? "an equation" : "equation NULL", n));
     for (int q = 0; q < n; q++)
         if (!xs[q])
-            return dt__fail(DT_ERR_ARG, "einsum: operand %d is NULL", q);
+            return dt__call_fail(DT__OP_EINSUM, n, xs, opts,
+                                 dt__fail(DT_ERR_ARG, "einsum: operand %d is NULL", q));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     dt_status s = canonical(equation, n, xs, a.equation, sizeof a.equation);
     if (s != DT_OK) /* every client passes the same equation: all fail alike */
-        return xs[0]->trace ? s : dt__mesh_agree(xs[0]->mesh, s, 0, NULL, NULL);
+        return dt__call_fail(DT__OP_EINSUM, n, xs, opts, s);
     return dt__call(DT__OP_EINSUM, &a, n, xs, opts, out);
 }

@@ -92,7 +92,8 @@ dt_status dt_pad(const dt_tensor *x, const int64_t before[], const int64_t after
     if (out)
         *out = NULL;
     if (!x || (x->rank && (!before || !after)))
-        return dt__fail(DT_ERR_ARG, "pad: operand, before or after is NULL");
+        return dt__call_fail(DT__OP_PAD, 1, &x, opts,
+                             dt__fail(DT_ERR_ARG, "pad: operand, before or after is NULL"));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     for (int i = 0; i < x->rank; i++) {

@@ -53,7 +53,8 @@ dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size
     if (out)
         *out = NULL;
     if (!x || (x->rank && (!begin || !size)))
-        return dt__fail(DT_ERR_ARG, "slice: operand, begin or size is NULL");
+        return dt__call_fail(DT__OP_SLICE, 1, &x, opts,
+                             dt__fail(DT_ERR_ARG, "slice: operand, begin or size is NULL"));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     for (int i = 0; i < x->rank; i++) {
@@ -73,7 +74,8 @@ dt_status dt_split(const dt_tensor *x, int num, const int64_t sizes[], int axis,
             outs[i] = NULL;
     dt_status s = DT_OK;
     if (!x || !outs)
-        return dt__fail(DT_ERR_ARG, "split: %s is NULL", x ? "outs" : "operand");
+        return dt__call_fail(DT__OP_SLICE, 1, &x, opts,
+                             dt__fail(DT_ERR_ARG, "split: %s is NULL", x ? "outs" : "operand"));
     int ax = axis < 0 ? axis + x->rank : axis;
     char sx[DT__SHAPE_STR_MAX];
     dt__shape_str(sx, sizeof sx, x->rank, x->shape);
@@ -96,7 +98,7 @@ dt_status dt_split(const dt_tensor *x, int num, const int64_t sizes[], int axis,
         s = dt__fail(DT_ERR_SHAPE, "split: the sizes add up to %lld, axis %d of %s has extent %lld",
                      (long long)total, axis, sx, (long long)x->shape[ax]);
     if (s != DT_OK) /* the other clients fail alike with this one */
-        return x->trace ? s : dt__mesh_agree(x->mesh, s, 0, NULL, NULL);
+        return dt__call_fail(DT__OP_SLICE, 1, &x, opts, s);
     int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
     memcpy(size, x->shape, sizeof(int64_t) * (size_t)x->rank);
     for (int i = 0; s == DT_OK && i < num; i++) {

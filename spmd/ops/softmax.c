@@ -207,7 +207,9 @@ dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int k
     if (out)
         *out = NULL;
     if (num_axes < 0 || (num_axes && !axes))
-        return dt__fail(DT_ERR_ARG, "logsumexp: %d axes%s", num_axes, axes ? "" : " (axes NULL)");
+        return dt__call_fail(
+            DT__OP_SOFTMAX, 1, &x, opts,
+            dt__fail(DT_ERR_ARG, "logsumexp: %d axes%s", num_axes, axes ? "" : " (axes NULL)"));
     return call(DT__SOFTMAX_LSE, x, num_axes, axes, keepdims, opts, out);
 }
 

@@ -87,7 +87,9 @@ dt_status dt_stack(int n, const dt_tensor *const xs[], int axis, const dt_op_opt
     if (out)
         *out = NULL;
     if (n < 1 || n > DT__MAX_INPUTS || !xs)
-        return dt__fail(DT_ERR_ARG, "stack: %d operands, expected 1 to %d", n, DT__MAX_INPUTS);
+        return dt__call_fail(
+            DT__OP_STACK, 0, NULL, opts,
+            dt__fail(DT_ERR_ARG, "stack: %d operands, expected 1 to %d", n, DT__MAX_INPUTS));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     a.axis = axis;

@@ -127,7 +127,8 @@ dt_status dt_tile(const dt_tensor *x, const int64_t multiples[], const dt_op_opt
     if (out)
         *out = NULL;
     if (!x || (x->rank && !multiples))
-        return dt__fail(DT_ERR_ARG, "tile: operand or multiples is NULL");
+        return dt__call_fail(DT__OP_TILE, 1, &x, opts,
+                             dt__fail(DT_ERR_ARG, "tile: operand or multiples is NULL"));
     dt__attrs a;
     memset(&a, 0, sizeof a);
     a.rank = x->rank;

@@ -2,6 +2,8 @@
  * never a client left waiting:
  * - a program's memory: when client 1 cannot allocate a temporary (a test hook makes it run
  *   out), every client fails the op before its first collective;
+ * - what a peer sends on the rare path: a status outside the enum is DT_ERR_COMM naming it, a
+ *   message without its NUL is cut to its field;
  * - dt_finalize: while client 1 still holds a tensor (and so its mesh), every client refuses,
  *   naming client 1 and its counts, and the runtime stays usable; once it is freed, every
  *   client finalizes. The test starts MPI itself so that it can report the last check after
@@ -62,6 +64,26 @@ int main(void)
     dt_tensor_free(b);
     dt_tensor_free(c);
 
+    /* peers' verdicts are checked whatever they hold: client 1 fails and sends a status out
+     * of range, then a message with no terminating NUL; the others fail with a bounded
+     * message (AddressSanitizer watches the reads), never a status outside the enum */
+    int64_t word = me, words[64];
+    if (me == 1)
+        dt__agree_test_garble(99);
+    dt_status gs = dt_client_allgather(me == 1 ? NULL : &word, sizeof word, words);
+    tap_check(me == 1 ? gs == DT_ERR_ARG
+                      : gs == DT_ERR_COMM && strstr(dt_last_error(), "client 1: sent status 99"),
+              "a peer's status out of range is DT_ERR_COMM naming it (%s: %s)", dt_status_name(gs),
+              dt_last_error());
+    if (me == 1)
+        dt__agree_test_garble(DT_ERR_ARG);
+    gs = dt_client_allgather(me == 1 ? NULL : &word, sizeof word, words);
+    size_t len = strlen(dt_last_error());
+    tap_check(gs == DT_ERR_ARG &&
+                  (me == 1 || (strstr(dt_last_error(), "client 1: AAAA") && len < 600)),
+              "a peer's message without its NUL is cut to its field (%zu characters)", len);
+    tap_check(dt_barrier() == DT_OK, "the clients still agree afterwards");
+
     /* every client frees the mesh; only client 1 keeps its tensor (which holds the mesh) */
     dt_mesh_free(m);
     if (me != 1) {
@@ -80,8 +102,8 @@ int main(void)
     int ok = s == DT_OK && !dt_is_initialized(), all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (me == 0) {
-        printf("%s 9 - every client finalizes once nothing is alive\n", all ? "ok" : "not ok");
-        printf("1..9\n");
+        printf("%s 12 - every client finalizes once nothing is alive\n", all ? "ok" : "not ok");
+        printf("1..12\n");
     }
     MPI_Finalize();
     return all ? 0 : 1;

@@ -1,6 +1,7 @@
 /* DTENSOR_CHECK_COLLECTIVES=1: a client that issues a different collective (here: another
  * count, other uneven counts, another kind) gets an error naming both sides' values on every
- * client, within 5 s, instead of a hang; the next, matching collective still works. */
+ * client, within 5 s, instead of a hang; a client whose collective fails validation fails
+ * every client with its message; the next, matching collective still works. */
 #include "../coll_ref.h"
 #include "tap.h"
 
@@ -82,6 +83,17 @@ int main(void)
     e = dt_last_error();
     tap_check(s == DT_ERR_MISMATCH && strstr(e, "all_reduce") && strstr(e, "broadcast"),
               "kind mismatch: %s", e);
+
+    /* a client whose collective fails validation (a root outside the group): every client
+     * fails with its message (read within bounds: it once overflowed a buffer here) */
+    dt__coll bc = c;
+    bc.kind = DT__COLL_BROADCAST;
+    bc.count = 100;
+    bc.root = me == 1 ? 1000 : 0;
+    s = dt__collective(m, &bc);
+    e = dt_last_error();
+    tap_check(s == DT_ERR_ARG && strstr(e, "root 1000") && (me == 1 || strstr(e, "client 1: ")),
+              "a failing client fails every client: %s", e);
 
     /* and then a matching collective runs and is right */
     bool ok;

@@ -1,14 +1,19 @@
 /* Clients that disagree inside an op: the last client passes something else (a bad shape, a
  * NULL, another result layout, an operand of another layout or shape, another seed, a value
- * of another layout to a variable, an input of another layout to a function). Every client
- * must fail the op alike -- the failing client with its own message, the others naming it, or
- * all with DT_ERR_MISMATCH naming both ops -- never hang, never return DT_OK with wrong
- * values; and the next op must run normally on every client. */
+ * of another layout to a variable, an input of another layout to a function, a NULL tensor to
+ * read, an op on another mesh of the same axes, another call altogether) or skips an op. Every
+ * client must fail the call alike -- the failing client with its own message, the others
+ * naming it, or all with DT_ERR_MISMATCH naming the first field that differs and the clients
+ * -- within 5 s (DTENSOR_TIMEOUT is 5 s here, so a wait for a client that never comes fails
+ * the check too), never hang, never return DT_OK with wrong values; and the next call must
+ * run normally on every client. */
 #include "dt.h"
 #include "tap.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int me, n, odd; /* odd: this client is the one that disagrees */
 static dt_mesh *m;
@@ -29,16 +34,45 @@ static dt_tensor *ones(const char *layout, int64_t r, int64_t c)
     return t;
 }
 
-/* Every client got `want` (the odd one `want_odd`), and the message names the odd client or
- * the mismatch, on every client. */
+static double t_start;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Start timing the call under test. */
+static void start(void)
+{
+    t_start = now();
+}
+
+/* Every client got `want` (the odd one `want_odd`) within 5 s of start(), and the message
+ * names the odd client or the mismatch, on every client. */
 static void expect_all(dt_status got, dt_status want, dt_status want_odd, const char *needle,
                        const char *what)
 {
+    double took = now() - t_start;
     dt_status w = odd ? want_odd : want;
-    tap_check(got == w, "%s: %s on every client (client %d got %s: %s)", what, dt_status_name(w),
-              me, dt_status_name(got), dt_last_error());
+    tap_check(got == w && took < 5.0,
+              "%s: %s on every client within 5 s (client %d got %s after "
+              "%.3f s: %s)",
+              what, dt_status_name(w), me, dt_status_name(got), took, dt_last_error());
     tap_check(odd || !needle || strstr(dt_last_error(), needle), "%s: the message says \"%s\": %s",
               what, needle ? needle : "", dt_last_error());
+}
+
+/* A mismatch: every client names the field, and the odd client by number. */
+static void expect_field(dt_status got, const char *field, const char *what)
+{
+    char in[96], who[32];
+    snprintf(in, sizeof in, "clients differ in %s: client 0 has ", field);
+    snprintf(who, sizeof who, "client %d has ", n - 1);
+    expect_all(got, DT_ERR_MISMATCH, DT_ERR_MISMATCH, in, what);
+    tap_check(strstr(dt_last_error(), who) != NULL, "%s: every client names client %d: %s", what,
+              n - 1, dt_last_error());
 }
 
 /* The next op after a failure runs on every client with the right values. */
@@ -58,7 +92,7 @@ static void still_works(const char *after)
 
 int main(void)
 {
-    if (dt_init(NULL) != DT_OK) {
+    if (dt_init(&(dt_init_options){.timeout_seconds = 5}) != DT_OK) {
         fprintf(stderr, "dt_init: %s\n", dt_last_error());
         return 1;
     }
@@ -73,6 +107,7 @@ int main(void)
 
     /* 1. the odd client's matmul has mismatched contracting extents */
     dt_tensor *a = ones("x,unsharded", 4, 2), *b = ones("unsharded,x", odd ? 3 : 2, 4), *c = NULL;
+    start();
     dt_status s = dt_matmul(a, b, NULL, &c);
     expect_all(s, DT_ERR_SHAPE, DT_ERR_SHAPE, client, "a bad matmul on one client");
     tap_check(!c, "no result on any client");
@@ -81,10 +116,12 @@ int main(void)
 
     /* 2. the odd client passes a NULL operand, then a NULL out-pointer */
     b = ones("unsharded,x", 2, 4);
+    start();
     s = dt_matmul(a, odd ? NULL : b, NULL, &c);
     expect_all(s, DT_ERR_ARG, DT_ERR_ARG, client, "a NULL operand on one client");
     dt_tensor_free(c);
     c = NULL;
+    start();
     s = dt_matmul(a, b, NULL, odd ? NULL : &c);
     expect_all(s, DT_ERR_ARG, DT_ERR_ARG, client, "a NULL out-pointer on one client");
     dt_tensor_free(c);
@@ -95,31 +132,41 @@ int main(void)
     dt_layout lx, ly;
     dt_layout_parse(m, "x,unsharded", &lx);
     dt_layout_parse(m, "unsharded,x", &ly);
+    start();
     s = dt_matmul(a, b, &(dt_op_options){.layout = odd ? &ly : &lx}, &c);
-    expect_all(s, DT_ERR_MISMATCH, DT_ERR_MISMATCH, "clients differ",
-               "another result layout on one client");
+    expect_field(s, "result layout", "another result layout on one client");
     tap_check(!c, "no result on any client");
     still_works("another result layout");
 
     /* 4. an operand of another layout, then of another shape, on the odd client */
     dt_tensor *b2 = odd ? ones("x,unsharded", 2, 4) : ones("unsharded,x", 2, 4);
+    start();
     s = dt_matmul(a, b2, NULL, &c);
-    expect_all(s, DT_ERR_MISMATCH, DT_ERR_MISMATCH, "\"x,unsharded\"",
-               "an operand of another layout on one client");
+    expect_field(s, "operand 1 layout", "an operand of another layout on one client");
+    tap_check(strstr(dt_last_error(), "\"x,unsharded\""), "both layouts named: %s",
+              dt_last_error());
     dt_tensor_free(b2);
     b2 = ones("unsharded,x", 2, odd ? 5 : 4);
+    start();
     s = dt_matmul(a, b2, NULL, &c);
-    expect_all(s, DT_ERR_MISMATCH, DT_ERR_MISMATCH, "[2,5]",
-               "an operand of another shape on one client");
+    expect_field(s, "operand 1 shape", "an operand of another shape on one client");
+    tap_check(strstr(dt_last_error(), "[2,4]") && strstr(dt_last_error(), "[2,5]"),
+              "both shapes named: %s", dt_last_error());
     dt_tensor_free(b2);
     still_works("operands of another layout and shape");
 
     /* 5. another seed on the odd client */
     dt_tensor *r = NULL;
+    start();
     s = dt_random_uniform(DT_DTYPE_F32, 2, (int64_t[]){4, 4}, odd ? 8 : 7, 0, 0.0, 1.0,
                           &(dt_op_options){.layout = &lx}, &r);
-    expect_all(s, DT_ERR_MISMATCH, DT_ERR_MISMATCH, "clients differ",
-               "another random seed on one client");
+    expect_field(s, "seed", "another random seed on one client");
+    dt_tensor_free(r);
+    r = NULL;
+    start();
+    s = dt_random_uniform(DT_DTYPE_F32, 2, (int64_t[]){4, 4}, 7, odd ? 3 : 0, 0.0, 1.0,
+                          &(dt_op_options){.layout = &lx}, &r);
+    expect_field(s, "key", "another random key on one client");
     dt_tensor_free(r);
 
     /* 6. a variable: the odd client assigns a value of another layout; the variable keeps its
@@ -127,6 +174,7 @@ int main(void)
     dt_tensor *v0 = ones("x,unsharded", 4, 4), *w = ones(odd ? "unsharded,x" : "x,unsharded", 4, 4);
     dt_variable *var = NULL;
     tap_check(dt_variable_create(v0, &var) == DT_OK, "variable");
+    start();
     s = dt_variable_assign(var, w);
     expect_all(s, DT_ERR_LAYOUT, DT_ERR_LAYOUT, client, "a variable assigned another layout");
     float got[16] = {0};
@@ -147,6 +195,7 @@ int main(void)
                   dt_function_end(f, 1, &ys) == DT_OK;
     tap_check(traced, "a traced function: %s", traced ? "" : dt_last_error());
     dt_tensor *in = odd ? ones("unsharded,x", 4, 2) : ones("x,unsharded", 4, 2), *res = NULL;
+    start();
     s = dt_function_run(f, 1, (const dt_tensor *const[]){in}, 1, &res);
     expect_all(s, DT_ERR_ARG, DT_ERR_ARG, client, "a function input of another layout");
     dt_tensor_free(res);
@@ -155,6 +204,117 @@ int main(void)
     dt_tensor_free(ys);
     dt_function_free(f);
     still_works("a bad function input");
+
+    /* 8. the odd client reads a NULL tensor; then runs an op whose only operand is NULL, so
+     * it cannot tell the mesh: it agrees with every client all the same */
+    start();
+    s = dt_tensor_read(odd ? NULL : a, got, sizeof got);
+    expect_all(s, DT_ERR_ARG, DT_ERR_ARG, client, "a NULL tensor read on one client");
+    start();
+    s = dt_unary(DT_UNARY_NEG, odd ? NULL : a, NULL, &c);
+    expect_all(s, DT_ERR_ARG, DT_ERR_ARG, client, "a NULL only operand on one client");
+    tap_check(!c, "no result on any client");
+    still_works("NULL tensors");
+
+    /* 9. the same op on another mesh of the same axes (another communicator): a mismatch */
+    dt_mesh *m2 = NULL;
+    tap_check(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m2) == DT_OK, "a second mesh %s",
+              spec);
+    dt_layout l2;
+    dt_layout_parse(m2, "x,unsharded", &l2);
+    start();
+    s = dt_ones(DT_DTYPE_F32, 2, (int64_t[]){4, 4}, &(dt_op_options){.layout = odd ? &l2 : &lx},
+                &c);
+    expect_field(s, "mesh", "an op on a mesh of the same axes but another identity");
+    dt_tensor_free(c);
+    c = NULL;
+    dt_mesh_free(m2);
+
+    /* 10. another call altogether: the odd client's barrier meets the others' matmul */
+    start();
+    s = odd ? dt_barrier() : dt_matmul(a, b, NULL, &c);
+    expect_field(s, "operation", "a barrier on one client, a matmul on the others");
+    tap_check(strstr(dt_last_error(), "dt_barrier") && strstr(dt_last_error(), "matmul"),
+              "both calls named: %s", dt_last_error());
+    dt_tensor_free(c);
+    c = NULL;
+    still_works("another call");
+
+    /* 11. with the collective check on, the odd client skips a matmul (its contracting axis is
+     * sharded: an all-reduce). Every call after it fails clearly on every client or succeeds in
+     * step, and clients get back in step by calling dt_barrier until it succeeds. */
+    setenv("DTENSOR_CHECK_COLLECTIVES", "1", 1);
+    dt_tensor *ka = ones("unsharded,x", 2, n * 2), *kb = ones("x,unsharded", n * 2, 2), *kc = NULL;
+    dt_status first = DT_OK, second, third;
+    start();
+    if (!odd)
+        first = dt_matmul(ka, kb, NULL, &kc); /* the odd client skips it */
+    dt_tensor_free(kc);
+    kc = NULL;
+    float kg[4] = {0};
+    second = dt_matmul(ka, kb, NULL, &kc);
+    third = dt_tensor_read(kc, kg, sizeof kg);
+    /* the others' skipped matmul met the odd client's next one (the same op: it ran); their
+     * next matmul met the odd client's read (a mismatch on both); their read of the matmul
+     * that failed (NULL: DT_ERR_ARG) met the odd client's first barrier, which fails naming
+     * them; their first barrier meets the odd client's second: in step again */
+    int tries = 0;
+    dt_status back;
+    do
+        back = dt_barrier();
+    while (back != DT_OK && ++tries < 4);
+    double took = now() - t_start;
+    unsetenv("DTENSOR_CHECK_COLLECTIVES");
+    tap_check(first == DT_OK && (odd ? second == DT_OK : second == DT_ERR_MISMATCH) &&
+                  third == (odd ? DT_ERR_MISMATCH : DT_ERR_ARG) && back == DT_OK &&
+                  tries == (odd ? 1 : 0) && took < 5.0,
+              "a skipped matmul: every later call fails clearly or runs in step, a barrier "
+              "brings the clients back in step (client %d: %s, %s, %s, %d barriers failed; "
+              "%.3f s)",
+              me, dt_status_name(first), dt_status_name(second), dt_status_name(third), tries,
+              took);
+    dt_tensor_free(kc);
+    dt_tensor_free(ka);
+    dt_tensor_free(kb);
+    still_works("a skipped op");
+
+    /* 2b. the odd client's arguments fail before the op is recorded (a NULL list, a count out
+     * of range): every client fails with it, in every op that checks its own arguments */
+    {
+        const dt_tensor *pair[2] = {a, a};
+        const int64_t begin[2] = {0, 0}, size[2] = {1, 1}, mult[2] = {1, 2};
+        const int axes[1] = {1};
+        dt_tensor *parts[2] = {NULL, NULL};
+        start(); /* all ten within the 5 s */
+        struct {
+            const char *what;
+            dt_status want;
+            dt_status got;
+        } cs[] = {
+            {"slice with begin NULL", DT_ERR_ARG, dt_slice(a, odd ? NULL : begin, size, NULL, &c)},
+            {"split with outs NULL", DT_ERR_ARG, dt_split(a, 2, NULL, 1, NULL, odd ? NULL : parts)},
+            {"pad with before NULL", DT_ERR_ARG, dt_pad(a, odd ? NULL : begin, size, 0, NULL, &c)},
+            {"tile with multiples NULL", DT_ERR_ARG, dt_tile(a, odd ? NULL : mult, NULL, &c)},
+            {"broadcast_to of rank -1", DT_ERR_SHAPE,
+             dt_broadcast_to(a, odd ? -1 : 2, (const int64_t[]){4, 2}, NULL, &c)},
+            {"stack of 0 operands", DT_ERR_ARG, dt_stack(odd ? 0 : 2, pair, 0, NULL, &c)},
+            {"einsum with a NULL operand", DT_ERR_ARG,
+             dt_einsum("ij,kj->ik", 2, odd ? (const dt_tensor *[]){a, NULL} : pair, NULL, &c)},
+            {"einsum with a bad equation", DT_ERR_ARG,
+             dt_einsum(odd ? "ij,jk->iq" : "ij,kj->ik", 2, pair, NULL, &c)},
+            {"squeeze of an axis of extent 2", DT_ERR_SHAPE,
+             dt_squeeze(a, odd ? 1 : 0, odd ? axes : NULL, NULL, &c)},
+            {"logsumexp with axes NULL", DT_ERR_ARG,
+             dt_logsumexp(a, 1, odd ? NULL : axes, 0, NULL, &c)},
+        };
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) /* the calls ran in order */
+            expect_all(cs[i].got, cs[i].want, cs[i].want, client, cs[i].what);
+        dt_tensor_free(c);
+        c = NULL;
+        dt_tensor_free(parts[0]);
+        dt_tensor_free(parts[1]);
+        still_works("arguments failing before an op");
+    }
 
     dt_tensor_free(a);
     dt_tensor_free(b);

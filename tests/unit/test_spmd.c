@@ -550,6 +550,13 @@ Test(errors, clear_messages)
     cr_assert_eq(dt_tensor_from_host(&l64, DT_DTYPE_F64, 2, s32, dv, sizeof dv, &d64), DT_OK);
     cr_expect_eq(dt_matmul(a, d64, NULL, &c), DT_ERR_DTYPE);
     cr_expect(strstr(dt_last_error(), "f32") && strstr(dt_last_error(), "f64"));
+    /* concat of two dtypes: a dtype error naming both, not a shape error */
+    dt_tensor *d23;
+    cr_assert_eq(dt_tensor_from_host(&l64, DT_DTYPE_F64, 2, s23, dv, sizeof dv, &d23), DT_OK);
+    cr_expect_eq(dt_concat(2, (const dt_tensor *[]){a, d23}, 0, NULL, &c), DT_ERR_DTYPE);
+    cr_expect(strstr(dt_last_error(), "f32[2,3]") && strstr(dt_last_error(), "f64[2,3]"), "%s",
+              dt_last_error());
+    dt_tensor_free(d23);
     /* a layout on another mesh */
     dt_mesh *other;
     cr_assert_eq(dt_mesh_create_from_string("y=2", DT_DEVICE_CPU, &other), DT_OK);

@@ -187,6 +187,38 @@ static void *unwrap(PyObject *o, int kind)
     return ((Handle *)o)->ptr;
 }
 
+/* ---- sequences ------------------------------------------------------------------------- */
+
+/* An argument error from reading a sequence argument: what the object itself raised when that
+ * is TypeError, ValueError, OverflowError or MemoryError, otherwise (a buffer of several
+ * dimensions raises NotImplementedError, a broken __getitem__ anything) a TypeError naming
+ * the object's type, so that every bad argument raises TypeError or ValueError. */
+static void sequence_error(PyObject *o)
+{
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError) ||
+        PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_OverflowError) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
+        return;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "expected a list or tuple, got %.80s", Py_TYPE(o)->tp_name);
+}
+
+static Py_ssize_t seq_size(PyObject *o)
+{
+    Py_ssize_t n = PySequence_Size(o);
+    if (n < 0)
+        sequence_error(o);
+    return n;
+}
+
+static PyObject *seq_item(PyObject *o, Py_ssize_t i)
+{
+    PyObject *v = PySequence_GetItem(o, i);
+    if (!v)
+        sequence_error(o);
+    return v;
+}
+
 /* ---- runtime ----------------------------------------------------------------------------- */
 
 static PyObject *py_init(PyObject *self, PyObject *args)
@@ -296,16 +328,16 @@ static PyObject *py_devices_report(PyObject *self, PyObject *unused)
 static Py_ssize_t parse_axes(PyObject *names_o, PyObject *sizes_o, const char *names[], int sizes[],
                              PyObject *keep[])
 {
-    Py_ssize_t n = PySequence_Size(names_o);
-    if (n < 0 || PySequence_Size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
+    Py_ssize_t n = seq_size(names_o);
+    if (n < 0 || seq_size(sizes_o) != n || n > DT_MAX_MESH_AXES) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "mesh: %zd names and %zd sizes (at most %d axes)", n,
-                         PySequence_Size(sizes_o), DT_MAX_MESH_AXES);
+                         seq_size(sizes_o), DT_MAX_MESH_AXES);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        keep[i] = PySequence_GetItem(names_o, i);
-        PyObject *size = PySequence_GetItem(sizes_o, i);
+        keep[i] = seq_item(names_o, i);
+        PyObject *size = seq_item(sizes_o, i);
         Py_ssize_t len = 0;
         names[i] = keep[i] ? PyUnicode_AsUTF8AndSize(keep[i], &len) : NULL;
         long v = size ? PyLong_AsLong(size) : -1;
@@ -337,7 +369,7 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     /* ids: the global device ids of a mesh over a subset of the devices (None: all) */
-    Py_ssize_t num_ids = ids_o == Py_None ? -1 : PySequence_Size(ids_o);
+    Py_ssize_t num_ids = ids_o == Py_None ? -1 : seq_size(ids_o);
     int *ids = num_ids > 0 ? PyMem_Calloc((size_t)num_ids, sizeof *ids) : NULL;
     if (ids_o != Py_None && (num_ids < 1 || num_ids > INT32_MAX || !ids)) {
         if (!PyErr_Occurred())
@@ -345,7 +377,7 @@ static PyObject *py_mesh_create(PyObject *self, PyObject *args)
         goto done;
     }
     for (Py_ssize_t i = 0; i < num_ids; i++) {
-        PyObject *id = PySequence_GetItem(ids_o, i);
+        PyObject *id = seq_item(ids_o, i);
         long v = id ? PyLong_AsLong(id) : -1;
         Py_XDECREF(id);
         if (PyErr_Occurred())
@@ -544,8 +576,8 @@ static PyObject *py_tensor_pack(PyObject *self, PyObject *args)
     int64_t shape[DT_MAX_RANK];
     if (parse_layout(mesh_o, text, &l) < 0 || parse_shape(shape_o, l.rank, shape) < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Size(bufs_o);
-    if (n < 0 || PySequence_Size(shapes_o) != n) {
+    Py_ssize_t n = seq_size(bufs_o);
+    if (n < 0 || seq_size(shapes_o) != n) {
         PyErr_SetString(PyExc_ValueError, "pack: components and shapes differ in length");
         return NULL;
     }
@@ -560,7 +592,7 @@ static PyObject *py_tensor_pack(PyObject *self, PyObject *args)
         goto done;
     }
     for (; got < n; got++) {
-        PyObject *b = PySequence_GetItem(bufs_o, got), *sh = PySequence_GetItem(shapes_o, got);
+        PyObject *b = seq_item(bufs_o, got), *sh = seq_item(shapes_o, got);
         int ok = b && sh && PyObject_GetBuffer(b, &views[got], PyBUF_C_CONTIGUOUS) == 0;
         if (ok && parse_shape(sh, l.rank, shapes + got * DT_MAX_RANK) < 0) {
             PyBuffer_Release(&views[got]);
@@ -849,7 +881,7 @@ static PyObject *py_tensor_from_dlpack(PyObject *self, PyObject *args)
     int64_t shape[DT_MAX_RANK];
     if (parse_layout(mesh_o, text, &l) < 0 || parse_shape(shape_o, l.rank, shape) < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Size(caps_o);
+    Py_ssize_t n = seq_size(caps_o);
     if (n < 0 || n > INT32_MAX)
         return NULL;
     import_ctx *c = PyMem_Calloc(1, sizeof *c + (size_t)(n + 1) * sizeof c->managed[0]);
@@ -868,7 +900,7 @@ static PyObject *py_tensor_from_dlpack(PyObject *self, PyObject *args)
     }
     c->n = (int)n;
     for (Py_ssize_t i = 0; i < n; i++) {
-        caps[i] = PySequence_GetItem(caps_o, i);
+        caps[i] = seq_item(caps_o, i);
         DLManagedTensor *m = caps[i] ? PyCapsule_GetPointer(caps[i], "dltensor") : NULL;
         if (!m) {
             if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -1006,18 +1038,23 @@ static PyObject *ctx_close(op_ctx *c, dt_status s, dt_tensor *t)
 
 static int parse_ints(PyObject *o, int max, int64_t out[], int *n)
 {
-    Py_ssize_t len = PySequence_Size(o);
+    Py_ssize_t len = seq_size(o);
     if (len < 0 || len > max) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "%zd values, at most %d", len, max);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *v = PySequence_GetItem(o, i);
+        PyObject *v = seq_item(o, i);
         out[i] = v ? PyLong_AsLongLong(v) : -1;
         Py_XDECREF(v);
-        if (PyErr_Occurred())
+        if (PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* an argument error */
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "entry %zd of the list does not fit in 64 bits", i);
+            }
             return -1;
+        }
     }
     *n = (int)len;
     return 0;
@@ -1091,14 +1128,33 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, found ? "%s needs a layout" : "unknown op %s", op);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Size(ts_o);
-    if (n < 1 || n > 64 || (strcmp(op, "where") == 0 && n != 3)) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd operands", op, n);
+    /* the C call reads as many operands as the op takes: between lo and hi (concat and stack
+     * take 1 to 64, einsum 1 or 2, norm x with gamma and beta as its flag says, checked below) */
+    Py_ssize_t n = seq_size(ts_o), lo = 1, hi = 1;
+    if (strcmp(op, "concat") == 0 || strcmp(op, "stack") == 0)
+        hi = 64;
+    else if (strcmp(op, "einsum") == 0)
+        hi = 2;
+    else if (strcmp(op, "norm") == 0)
+        hi = 3;
+    else if (strcmp(op, "where") == 0)
+        lo = hi = 3;
+    else if (strcmp(op, "matmul") == 0 || strcmp(op, "binary") == 0 || strcmp(op, "gather") == 0 ||
+             strcmp(op, "unsorted_segment_sum") == 0)
+        lo = hi = 2;
+    if (n < lo || n > hi) {
+        if (!PyErr_Occurred()) {
+            if (lo == hi)
+                PyErr_Format(PyExc_ValueError, "%s: %zd operands, expected %zd", op, n, lo);
+            else
+                PyErr_Format(PyExc_ValueError, "%s: %zd operands, expected %zd to %zd", op, n, lo,
+                             hi);
+        }
         return NULL;
     }
     const dt_tensor *ts[64];
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *h = PySequence_GetItem(ts_o, i);
+        PyObject *h = seq_item(ts_o, i);
         ts[i] = h ? unwrap(h, KIND_TENSOR) : NULL;
         Py_XDECREF(h);
         if (!ts[i])
@@ -1291,14 +1347,14 @@ static PyObject *py_function_input(PyObject *self, PyObject *args)
 
 static int collect_tensors(PyObject *seq, const dt_tensor **out, int max, int *n)
 {
-    Py_ssize_t len = PySequence_Size(seq);
+    Py_ssize_t len = seq_size(seq);
     if (len < 0 || len > max) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "%zd tensors, at most %d", len, max);
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *h = PySequence_GetItem(seq, i);
+        PyObject *h = seq_item(seq, i);
         out[i] = h ? unwrap(h, KIND_TENSOR) : NULL;
         Py_XDECREF(h);
         if (!out[i])
@@ -1620,7 +1676,7 @@ static PyObject *py_model_create(PyObject *self, PyObject *args)
     unsigned long long seed;
     if (!PyArg_ParseTuple(args, "LOiK", &features, &layers_o, &dtype, &seed))
         return NULL;
-    Py_ssize_t n = PySequence_Size(layers_o);
+    Py_ssize_t n = seq_size(layers_o);
     if (n < 1 || n > 64) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "a model needs 1 to 64 layers, got %zd", n);
@@ -1628,10 +1684,15 @@ static PyObject *py_model_create(PyObject *self, PyObject *args)
     }
     dt_dense_config cfg[64];
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *l = PySequence_GetItem(layers_o, i);
+        PyObject *l = seq_item(layers_o, i);
         long long units;
         int act, kinit, binit, no_bias;
         double l2;
+        if (l && !PyTuple_Check(l)) {
+            PyErr_Format(PyExc_TypeError, "layer %zd: expected a tuple, got %.80s", i,
+                         Py_TYPE(l)->tp_name);
+            Py_CLEAR(l);
+        }
         int ok = l && PyArg_ParseTuple(l, "Liiiid", &units, &act, &kinit, &binit, &no_bias, &l2);
         Py_XDECREF(l);
         if (!ok)
@@ -1766,14 +1827,14 @@ static PyObject *py_optimizer_apply(PyObject *self, PyObject *args)
     int n;
     if (!o || collect_tensors(grads_o, grads, MAX_FN_TENSORS, &n) < 0)
         return NULL;
-    if (PySequence_Size(vars_o) != n) {
+    if (seq_size(vars_o) != n) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "optimizer: %zd variables and %d gradients",
-                         PySequence_Size(vars_o), n);
+                         seq_size(vars_o), n);
         return NULL;
     }
     for (int i = 0; i < n; i++) {
-        PyObject *h = PySequence_GetItem(vars_o, i);
+        PyObject *h = seq_item(vars_o, i);
         vars[i] = h ? unwrap(h, KIND_VARIABLE) : NULL;
         Py_XDECREF(h);
         if (!vars[i])
