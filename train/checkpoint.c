@@ -1366,11 +1366,11 @@ static dt_status read_tensor(const char *fn, hid_t f, hid_t dxpl, const char *fi
     size_t esz = dt_dtype_size(dtype);
     hid_t d = -1, fspace = -1, type = -1;
     dt_status s = DT_OK;
+    int mine = 0; /* blocks this client reads (set before the goto that skips counting) */
     if (!offs || !exts || !elems || !same || !host) {
         s = dt__fail(DT_ERR_NOMEM, "%s: out of memory for %d devices", fn, nl);
         goto agree;
     }
-    int mine = 0;
     for (int i = 0; s == DT_OK && i < nl; i++) {
         s = block_of(l, rank, shape, i, offs[i], exts[i], &elems[i]);
         same[i] = -1;
