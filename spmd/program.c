@@ -403,6 +403,7 @@ dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *i
         most = e > most ? e : most;
     }
     st->bytes_max = 0; /* nothing crosses clients or devices of one type */
+    p->nsteps++;
     snprintf(st->text, sizeof st->text,
              "transfer %s %s -> %s: each device's shard to the device at its coordinates, at "
              "most %.0f bytes",
