@@ -19,10 +19,9 @@ static dt_status nccl_check(ncclResult_t e, const char *what, int group)
 static ncclDataType_t nccl_type(dt_dtype t)
 {
     static const ncclDataType_t types[] = {
-        [DT_DTYPE_F32] = ncclFloat32,
-        [DT_DTYPE_F64] = ncclFloat64,
-        [DT_DTYPE_I32] = ncclInt32,
-        [DT_DTYPE_I64] = ncclInt64,
+        [DT_DTYPE_F32] = ncclFloat32, [DT_DTYPE_F64] = ncclFloat64,   [DT_DTYPE_I32] = ncclInt32,
+        [DT_DTYPE_I64] = ncclInt64,   [DT_DTYPE_BF16] = ncclBfloat16, [DT_DTYPE_F16] = ncclFloat16,
+        [DT_DTYPE_BOOL] = ncclUint8,  [DT_DTYPE_U8] = ncclUint8,      [DT_DTYPE_I8] = ncclInt8,
     };
     return types[t];
 }

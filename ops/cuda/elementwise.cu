@@ -1,0 +1,410 @@
+/* CUDA elementwise kernels: fill, arange, Philox random numbers, unary, binary (broadcasting;
+ * comparisons write bool), cast and where, for every dtype the CPU's table takes, element for
+ * element as the CPU reference computes (ops/cpu/kernels.c). Queued on the device's stream;
+ * nothing here waits, allocates or changes the current GPU.
+ *
+ * Integer sums, differences and products wrap; the float functions of unary ops and pow are
+ * computed in double and rounded once (CUDA's exp, log, tanh, pow may differ from glibc's in the
+ * last bit of a double); random numbers come from common/philox.h with nvcc's --fmad=false, so
+ * they are bitwise the CPU's. */
+#include "common.cuh"
+#include "unary.h"
+
+namespace dtcuda
+{
+namespace
+{
+
+/* ---- arange, random ------------------------------------------------------------------------- */
+
+template <typename S> __global__ void arange_k(S *o, int64_t n, double a, double b, int64_t off)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        o[i] = Ty<S>::from_d(a + b * (double)(off + i));
+}
+
+struct RandArgs {
+    int rank;
+    int64_t shape[R];    /* the local block */
+    int64_t offset[R];   /* global index of its first element */
+    uint64_t gstride[R]; /* row-major strides of the global shape */
+    uint64_t seed, key;
+    double a, b;
+    bool normal;
+};
+
+RandArgs plan_random(const dt__kargs *k, bool normal)
+{
+    RandArgs r{};
+    int64_t gst[R];
+    strides_of(k->rank, k->gshape, gst);
+    r.rank = k->rank;
+    for (int a = 0; a < k->rank; a++) {
+        r.shape[a] = k->shape[a];
+        r.offset[a] = k->offset[a];
+        r.gstride[a] = (uint64_t)gst[a];
+    }
+    r.seed = k->seed;
+    r.key = k->key;
+    r.a = k->a;
+    r.b = k->b;
+    r.normal = normal;
+    return r;
+}
+
+/* Element i of the local block: global linear index e = sum (offset + idx) * gstride, then the
+ * shared Philox value of e; f64 takes the 53-bit stream, the others the f32 stream (rounded to
+ * f32 first, then to the 16-bit type, as the CPU does). */
+template <typename S> HD S random_at(const RandArgs &r, int64_t i)
+{
+    uint64_t e = 0;
+    UNROLL
+    for (int q = R - 1; q >= 0; q--)
+        if (q < r.rank) {
+            e += (uint64_t)(r.offset[q] + i % r.shape[q]) * r.gstride[q];
+            i /= r.shape[q];
+        }
+    constexpr bool wide = sizeof(S) == 8;
+    double v =
+        dt__random_scale(r.normal, r.a, r.b, dt__random_value(r.normal, wide, r.seed, r.key, e));
+    return Ty<S>::from_d(wide ? v : (double)(float)v);
+}
+
+template <typename S> __global__ void random_k(S *o, int64_t n, RandArgs r)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        o[i] = random_at<S>(r, i);
+}
+
+/* ---- unary ---------------------------------------------------------------------------------- */
+
+/* NEG, ABS, RELU, SQUARE in the compute type (integers wrap); the rest through double. */
+template <typename S> HD S unary_one(int op, S s)
+{
+    using C = Cof<S>;
+    C x = Ty<S>::ld(s);
+    switch ((dt_unary_op)op) {
+    case DT_UNARY_NEG:
+        return Ty<S>::st(wneg(x));
+    case DT_UNARY_ABS:
+        return Ty<S>::st(is_neg(x) ? wneg(x) : x);
+    case DT_UNARY_RELU:
+        return Ty<S>::st(x > 0 ? x : (C)0);
+    case DT_UNARY_SQUARE:
+        return Ty<S>::st(wmul(x, x));
+    default:
+        return Ty<S>::from_d(dt__unary_f(op, (double)x));
+    }
+}
+
+template <typename S> __global__ void unary_k(const S *x, S *o, int64_t n, int op)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        o[i] = unary_one<S>(op, x[i]);
+}
+
+/* ---- binary --------------------------------------------------------------------------------- */
+
+/* pow((double)a, (double)b), as the CPU computes it. glibc's pow is exact whenever the power is
+ * a representable integer (and correctly rounded in practice), CUDA's only within 2 ulps, which
+ * truncation to an integer dtype would show (80.99999999999999 -> 80): for integer operands
+ * whose power is an integer below 2^64 in magnitude, that integer rounded once. */
+template <typename C> HD double pow_of(C a, C b)
+{
+    double da = (double)a, db = (double)b;
+    if constexpr (!std::is_floating_point<C>::value) {
+        /* |a| <= 1 and b < 0 are exact in CUDA's pow (IEEE special cases; 1 / a^-b is no
+         * integer); b > 64 with |a| >= 2 is out of every integer range anyway. */
+        if (fabs(da) >= 2.0 && db >= 0.0 && db <= 64.0) {
+            uint64_t base = (uint64_t)fabs(da), mag = 1;
+            int e = (int)db, i = 0;
+            for (; i < e && mag <= UINT64_MAX / base; i++)
+                mag *= base;
+            if (i == e) {
+                double p = (double)mag;
+                return da < 0 && (e & 1) ? -p : p;
+            }
+        }
+    }
+    return pow(da, db);
+}
+
+/* numpy's divmod, as the CPU's floor_divmod: the quotient rounded towards minus infinity and
+ * the remainder with the divisor's sign; floats through the exact fmod; an integer divisor of
+ * 0 gives 0 and 0. */
+template <typename C> HD C floor_divmod(C a, C b, C *mod)
+{
+    if constexpr (!std::is_floating_point<C>::value) {
+        if (b == 0) {
+            *mod = 0;
+            return 0;
+        }
+        C q = std::is_signed<C>::value && b == (C)-1 ? wneg(a) : (C)(a / b);
+        C r = wsub(a, wmul(q, b));
+        bool fix = r != 0 && is_neg(r) != is_neg(b);
+        *mod = fix ? wadd(r, b) : r;
+        return fix ? wsub(q, (C)1) : q;
+    } else {
+        C m = (C)fmod((double)a, (double)b);
+        if (b == 0) {
+            *mod = m;
+            return (C)(a / b);
+        }
+        C div = (C)((a - m) / b);
+        if (m != 0 && (b < 0) != (m < 0)) {
+            m = (C)(m + b);
+            div = (C)(div - (C)1);
+        }
+        *mod = m != 0 ? m : (C)copysign(0.0, (double)b);
+        if (div == 0)
+            return (C)copysign(0.0, (double)(a / b));
+        C fl = (C)floor((double)div);
+        return div - fl > (C)0.5 ? (C)(fl + (C)1) : fl;
+    }
+}
+
+/* The CPU's binary_one, in the compute type; comparisons and logical ops give 0 or 1. */
+template <typename C> HD C binary_one(int op, C a, C b)
+{
+    switch ((dt_binary_op)op) {
+    case DT_BINARY_ADD:
+        return wadd(a, b);
+    case DT_BINARY_SUB:
+        return wsub(a, b);
+    case DT_BINARY_MUL:
+        return wmul(a, b);
+    case DT_BINARY_DIV:
+        if constexpr (std::is_floating_point<C>::value)
+            return a / b;
+        else
+            return b == 0 ? (C)0 : std::is_signed<C>::value && b == (C)-1 ? wneg(a) : (C)(a / b);
+    case DT_BINARY_MAX:
+        return a > b ? a : b;
+    case DT_BINARY_MIN:
+        return a < b ? a : b;
+    case DT_BINARY_EQ:
+        return (C)(a == b);
+    case DT_BINARY_NE:
+        return (C)(a != b);
+    case DT_BINARY_LT:
+        return (C)(a < b);
+    case DT_BINARY_LE:
+        return (C)(a <= b);
+    case DT_BINARY_GT:
+        return (C)(a > b);
+    case DT_BINARY_GE:
+        return (C)(a >= b);
+    case DT_BINARY_FLOORDIV:
+    case DT_BINARY_FLOORMOD: {
+        C mod, div = floor_divmod(a, b, &mod);
+        return op == DT_BINARY_FLOORDIV ? div : mod;
+    }
+    case DT_BINARY_LOGICAL_AND:
+        return (C)(a != 0 && b != 0);
+    case DT_BINARY_LOGICAL_OR:
+        return (C)(a != 0 || b != 0);
+    case DT_BINARY_LOGICAL_XOR:
+        return (C)((a != 0) != (b != 0));
+    default:
+        return a;
+    }
+}
+
+/* Element i of the result: comparisons write bool (a byte), the rest the operands' dtype; pow is
+ * computed in double and rounded once. */
+template <typename S> HD void binary_put(int op, void *out, int64_t i, S sa, S sb)
+{
+    using C = Cof<S>;
+    C a = Ty<S>::ld(sa), b = Ty<S>::ld(sb);
+    if (op == DT_BINARY_POW)
+        ((S *)out)[i] = Ty<S>::from_d(pow_of(a, b));
+    else if (DT__BINARY_IS_COMPARISON(op))
+        ((uint8_t *)out)[i] = (uint8_t)(binary_one(op, a, b) != 0);
+    else
+        ((S *)out)[i] = Ty<S>::st(binary_one(op, a, b));
+}
+
+template <typename S>
+__global__ void binary_same_k(const S *a, const S *b, void *o, int64_t n, int op)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        binary_put<S>(op, o, i, a[i], b[i]);
+}
+
+template <typename S>
+__global__ void binary_k(const S *a, const S *b, void *o, int64_t n, int op, Bcast g)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step()) {
+        int64_t ia, ib;
+        offset2(i, g.nd, g.ext, g.st[0], g.st[1], &ia, &ib);
+        binary_put<S>(op, o, i, a[ia], b[ib]);
+    }
+}
+
+/* ---- cast, where ---------------------------------------------------------------------------- */
+
+/* One element of dtype F as dtype T: integers and bool through int64_t, floats through double
+ * (both exact), then converted once (as the CPU's STI / STD). */
+template <typename T, typename F> HD T cast_one(F v)
+{
+    if constexpr (Ty<F>::flt)
+        return Ty<T>::from_d((double)Ty<F>::ld(v));
+    else
+        return Ty<T>::from_i((int64_t)Ty<F>::ld(v));
+}
+
+template <typename T, typename F>
+__global__ void cast_k(const F *x, T *o, int64_t n, bool plain, Bcast g)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        o[i] = cast_one<T, F>(x[plain ? i : bcast_at(g, 0, i)]);
+}
+
+template <typename T, typename F>
+dt_status cast_from(const dt__kctx *x, const void *in, void *out, int64_t n, bool plain,
+                    const Bcast &g)
+{
+    cast_k<T, F><<<grid_for(n), kThreads, 0, stream_of(x)>>>((const F *)in, (T *)out, n, plain, g);
+    return launched(x, "cast", Ty<T>::dt);
+}
+
+/* out[i] = cond[i] ? x[i] : y[i], each operand broadcast to the output; dtype-blind (B: the
+ * element's bits). */
+template <typename B>
+__global__ void where_k(const uint8_t *c, const B *xv, const B *yv, B *o, int64_t n, bool plain,
+                        Bcast g)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step()) {
+        if (plain)
+            o[i] = c[i] ? xv[i] : yv[i];
+        else
+            o[i] = c[bcast_at(g, 0, i)] ? xv[bcast_at(g, 1, i)] : yv[bcast_at(g, 2, i)];
+    }
+}
+
+} // namespace
+
+/* ---- the table's entries -------------------------------------------------------------------- */
+
+template <typename S>
+dt_status fill(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
+{
+    /* converted on the host, as the CPU converts it */
+    return fill_value<S>(x, out, elems(k->rank, k->shape), Ty<S>::from_d(k->a), "fill");
+}
+
+template <typename S>
+dt_status arange(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
+{
+    int64_t n = k->shape[0];
+    if (n <= 0)
+        return DT_OK;
+    arange_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>((S *)out, n, k->a, k->b, k->offset[0]);
+    return launched(x, "arange", Ty<S>::dt);
+}
+
+template <typename S>
+dt_status random_values(const dt__kctx *x, const dt__kargs *k, void *out, bool normal)
+{
+    int64_t n = elems(k->rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    random_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>((S *)out, n, plan_random(k, normal));
+    return launched(x, normal ? "philox_normal" : "philox_uniform", Ty<S>::dt);
+}
+
+template <typename S>
+dt_status philox_uniform(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
+{
+    return random_values<S>(x, k, out, false);
+}
+
+template <typename S>
+dt_status philox_normal(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
+{
+    return random_values<S>(x, k, out, true);
+}
+
+template <typename S>
+dt_status unary(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    int64_t n = elems(k->rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    unary_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>((const S *)in[0], (S *)out, n, k->op);
+    return launched(x, "unary", Ty<S>::dt);
+}
+
+template <typename S>
+dt_status binary(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    int64_t n = elems(k->rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    const S *a = (const S *)in[0], *b = (const S *)in[1];
+    Bcast g;
+    if (plan_bcast(k->rank, k->shape, 2, k->in_shape, &g))
+        binary_same_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op);
+    else
+        binary_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op, g);
+    return launched(x, "binary", Ty<S>::dt);
+}
+
+/* out (the table's dtype S) from k->from, broadcast from in_shape[0]. */
+template <typename S>
+dt_status cast(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    int64_t n = elems(k->rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    Bcast g;
+    bool plain = plan_bcast(k->rank, k->shape, 1, k->in_shape, &g);
+    switch (k->from) {
+    case DT_DTYPE_F32:
+        return cast_from<S, float>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_F64:
+        return cast_from<S, double>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_I32:
+        return cast_from<S, int32_t>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_I64:
+        return cast_from<S, int64_t>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_BF16:
+        return cast_from<S, bf16s>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_F16:
+        return cast_from<S, f16s>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_BOOL:
+        return cast_from<S, bools>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_U8:
+        return cast_from<S, uint8_t>(x, in[0], out, n, plain, g);
+    case DT_DTYPE_I8:
+        return cast_from<S, int8_t>(x, in[0], out, n, plain, g);
+    default:
+        return dt__fail(DT_ERR_DTYPE, "CUDA:%d (GPU %d): cast to %s from dtype %d", x->index,
+                        x->ordinal, dt_dtype_name(Ty<S>::dt), (int)k->from);
+    }
+}
+
+template <typename S>
+dt_status where(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    int64_t n = elems(k->rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    using B = Bits<S>;
+    Bcast g;
+    bool plain = plan_bcast(k->rank, k->shape, 3, k->in_shape, &g);
+    where_k<B><<<grid_for(n), kThreads, 0, stream_of(x)>>>((const uint8_t *)in[0], (const B *)in[1],
+                                                           (const B *)in[2], (B *)out, n, plain, g);
+    return launched(x, "where", Ty<S>::dt);
+}
+
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, fill)
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, arange)
+DT__CUDA_FLOAT_TYPES(DT__CUDA_INSTANTIATE, philox_uniform)
+DT__CUDA_FLOAT_TYPES(DT__CUDA_INSTANTIATE, philox_normal)
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, unary)
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, binary)
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, cast)
+DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, where)
+
+} // namespace dtcuda
