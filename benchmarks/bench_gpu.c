@@ -19,6 +19,8 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int reps = 10;
@@ -58,6 +60,32 @@ static dt_mesh *gpu_mesh(int n)
     return m;
 }
 
+/* count values uniform in [-1, 1) of dtype dt (f32 or f64) into device memory: the baseline
+ * multiplies the same distribution as dtensor's random operands (a GPU's clock under load
+ * depends on the data: zeros draw less power than random values). */
+static void upload_uniform(void *dev, size_t count, dt_dtype dt, uint64_t seed)
+{
+    size_t es = dt_dtype_size(dt);
+    void *host = malloc(count * es);
+    if (!host) {
+        fprintf(stderr, "bench_gpu: out of host memory\n");
+        exit(1);
+    }
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < count; i++) {
+        x ^= x << 13; /* xorshift64 */
+        x ^= x >> 7;
+        x ^= x << 17;
+        double u = (double)(x >> 11) * 0x1p-53 * 2 - 1;
+        if (dt == DT_DTYPE_F64)
+            ((double *)host)[i] = u;
+        else
+            ((float *)host)[i] = (float)u;
+    }
+    cuda_ok(cudaMemcpy(dev, host, count * es, cudaMemcpyHostToDevice), "cudaMemcpy");
+    free(host);
+}
+
 /* Seconds per call of one direct cuBLAS gemm of n x n (TF32 when asked), median-free mean. */
 static double cublas_seconds(int n, dt_dtype dt, bool tf32)
 {
@@ -67,8 +95,8 @@ static double cublas_seconds(int n, dt_dtype dt, bool tf32)
     cuda_ok(cudaMalloc(&a, bytes), "cudaMalloc");
     cuda_ok(cudaMalloc(&b, bytes), "cudaMalloc");
     cuda_ok(cudaMalloc(&c, bytes), "cudaMalloc");
-    cudaMemset(a, 0, bytes);
-    cudaMemset(b, 0, bytes);
+    upload_uniform(a, (size_t)n * (size_t)n, dt, 1);
+    upload_uniform(b, (size_t)n * (size_t)n, dt, 2);
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "cublasCreate failed\n");
