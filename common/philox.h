@@ -139,32 +139,39 @@ DT__HD double dt__cos2pi01(double b)
     return sign * c;
 }
 
-/* Element e of the global tensor (row-major index) of the stream (seed, key), in double:
+/* Elements of the global tensor (row-major index e) of the stream (seed, key), in double:
  *   uniform f32: word e%4 of block e/4;   uniform f64: words 2(e%2), 2(e%2)+1 of block e/2
  *   normal f32:  words 2(e%2), 2(e%2)+1 of block e/2;   normal f64: all 4 words of block e
- * Normal values by Box-Muller: sqrt(-2 log(1 - a)) cos(2 pi b), a and b uniform. */
-DT__HD double dt__random_value(bool normal, bool f64, uint64_t seed, uint64_t key, uint64_t e)
+ * Normal values by Box-Muller: sqrt(-2 log(1 - a)) cos(2 pi b), a and b uniform.
+ * Elements per block: */
+DT__HD int dt__random_per_block(bool normal, bool f64)
 {
-    uint32_t w[4];
-    if (!normal) {
-        if (!f64) {
-            dt__philox_block(seed, key, e / 4, w);
-            return dt__u24(w[e % 4]);
-        }
-        dt__philox_block(seed, key, e / 2, w);
-        return dt__u53(w[2 * (e % 2)], w[2 * (e % 2) + 1]);
-    }
+    return normal ? (f64 ? 1 : 2) : (f64 ? 2 : 4);
+}
+
+/* Element k (< dt__random_per_block) of a block's words w. */
+DT__HD double dt__random_from_block(bool normal, bool f64, const uint32_t w[4], int k)
+{
+    if (!normal)
+        return f64 ? dt__u53(w[2 * k], w[2 * k + 1]) : dt__u24(w[k]);
     double a, b;
     if (!f64) {
-        dt__philox_block(seed, key, e / 2, w);
-        a = dt__u24(w[2 * (e % 2)]);
-        b = dt__u24(w[2 * (e % 2) + 1]);
+        a = dt__u24(w[2 * k]);
+        b = dt__u24(w[2 * k + 1]);
     } else {
-        dt__philox_block(seed, key, e, w);
         a = dt__u53(w[0], w[1]);
         b = dt__u53(w[2], w[3]);
     }
     return sqrt(-2.0 * dt__log01(1.0 - a)) * dt__cos2pi01(b);
+}
+
+/* Element e alone (a block computed for it). */
+DT__HD double dt__random_value(bool normal, bool f64, uint64_t seed, uint64_t key, uint64_t e)
+{
+    int per = dt__random_per_block(normal, f64);
+    uint32_t w[4];
+    dt__philox_block(seed, key, e / (uint64_t)per, w);
+    return dt__random_from_block(normal, f64, w, (int)(e % (uint64_t)per));
 }
 
 /* The value an element of a random tensor takes, before conversion to its dtype: uniform in

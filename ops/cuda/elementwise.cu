@@ -23,6 +23,10 @@ template <typename S> __global__ void arange_k(S *o, int64_t n, double a, double
         o[i] = Ty<S>::from_d(a + b * (double)(off + i));
 }
 
+/* A random block is a set of rows along its innermost axis: row r's elements are len
+ * consecutive global indices from row_start(r). A work item is one Philox block of a row (the
+ * 1, 2 or 4 elements a block gives: common/philox.h), so each block is computed once; a row
+ * that starts or ends inside a block shares it with its neighbour item. */
 struct RandArgs {
     int rank;
     int64_t shape[R];    /* the local block */
@@ -31,9 +35,12 @@ struct RandArgs {
     uint64_t seed, key;
     double a, b;
     bool normal;
+    int64_t len;   /* elements of a row: the innermost local extent (1 for a scalar) */
+    int64_t nbr;   /* blocks a row can touch */
+    int64_t items; /* rows * nbr */
 };
 
-RandArgs plan_random(const dt__kargs *k, bool normal)
+RandArgs plan_random(const dt__kargs *k, bool normal, bool wide)
 {
     RandArgs r{};
     int64_t gst[R];
@@ -49,31 +56,50 @@ RandArgs plan_random(const dt__kargs *k, bool normal)
     r.a = k->a;
     r.b = k->b;
     r.normal = normal;
+    r.len = k->rank ? k->shape[k->rank - 1] : 1;
+    int64_t per = dt__random_per_block(normal, wide),
+            rows = r.len ? elems(k->rank, k->shape) / r.len : 0;
+    r.nbr = (r.len + 2 * (per - 1)) / per;
+    r.items = rows * r.nbr;
     return r;
 }
 
-/* Element i of the local block: global linear index e = sum (offset + idx) * gstride, then the
- * shared Philox value of e; f64 takes the 53-bit stream, the others the f32 stream (rounded to
- * f32 first, then to the 16-bit type, as the CPU does). */
-template <typename S> HD S random_at(const RandArgs &r, int64_t i)
+/* Item t: block kb of its row; its elements inside the row, each from the shared conversion of
+ * the block's words (bitwise the CPU's per-element dt__random_value); f64 takes the 53-bit
+ * stream, the others the f32 stream (rounded to f32 first, then to the 16-bit type, as the CPU
+ * does). */
+template <typename S> HD void random_item(const RandArgs &r, int64_t t, S *o)
 {
-    uint64_t e = 0;
-    UNROLL
-    for (int q = R - 1; q >= 0; q--)
-        if (q < r.rank) {
-            e += (uint64_t)(r.offset[q] + i % r.shape[q]) * r.gstride[q];
-            i /= r.shape[q];
-        }
     constexpr bool wide = sizeof(S) == 8;
-    double v =
-        dt__random_scale(r.normal, r.a, r.b, dt__random_value(r.normal, wide, r.seed, r.key, e));
-    return Ty<S>::from_d(wide ? v : (double)(float)v);
+    const int per = dt__random_per_block(r.normal, wide);
+    int64_t row = t / r.nbr, kb = t % r.nbr, rest = row;
+    uint64_t g0 = r.rank ? (uint64_t)r.offset[r.rank - 1] : 0;
+    UNROLL
+    for (int q = R - 2; q >= 0; q--)
+        if (q < r.rank - 1) {
+            g0 += (uint64_t)(r.offset[q] + rest % r.shape[q]) * r.gstride[q];
+            rest /= r.shape[q];
+        }
+    uint64_t blk = g0 / (uint64_t)per + (uint64_t)kb, e0 = blk * (uint64_t)per;
+    uint64_t end = g0 + (uint64_t)r.len;
+    if (e0 >= end)
+        return;
+    uint32_t w[4];
+    dt__philox_block(r.seed, r.key, blk, w);
+    for (int k = 0; k < per; k++) {
+        uint64_t e = e0 + (uint64_t)k;
+        if (e < g0 || e >= end)
+            continue;
+        double v =
+            dt__random_scale(r.normal, r.a, r.b, dt__random_from_block(r.normal, wide, w, k));
+        o[row * r.len + (int64_t)(e - g0)] = Ty<S>::from_d(wide ? v : (double)(float)v);
+    }
 }
 
-template <typename S> __global__ void random_k(S *o, int64_t n, RandArgs r)
+template <typename S> __global__ void random_k(S *o, RandArgs r)
 {
-    for (int64_t i = first_index(); i < n; i += grid_step())
-        o[i] = random_at<S>(r, i);
+    for (int64_t t = first_index(); t < r.items; t += grid_step())
+        random_item<S>(r, t, o);
 }
 
 /* ---- unary ---------------------------------------------------------------------------------- */
@@ -309,7 +335,8 @@ dt_status random_values(const dt__kctx *x, const dt__kargs *k, void *out, bool n
     int64_t n = elems(k->rank, k->shape);
     if (n <= 0)
         return DT_OK;
-    random_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>((S *)out, n, plan_random(k, normal));
+    RandArgs r = plan_random(k, normal, sizeof(S) == 8);
+    random_k<S><<<grid_for(r.items), kThreads, 0, stream_of(x)>>>((S *)out, r);
     return launched(x, normal ? "philox_normal" : "philox_uniform", Ty<S>::dt);
 }
 
