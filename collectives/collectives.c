@@ -49,21 +49,27 @@ dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m)
     return m ? m->coll_algorithm : DT_ALGORITHM_AUTO;
 }
 
+/* Collectives of a mesh of `type` run on its devices (GPUs) rather than through host memory. */
+static bool on_devices(dt_device_type type)
+{
+    const dt__backend *be = dt__backend_of(type);
+    return be && be->device_collectives;
+}
+
 dt_status dt__coll_check_algorithm(dt_device_type type, dt_collective_algorithm a, const char *fn)
 {
-    if (type == DT_DEVICE_CUDA && a != DT_ALGORITHM_AUTO && a != DT_ALGORITHM_NCCL)
+    if (on_devices(type) && a != DT_ALGORITHM_AUTO && a != DT_ALGORITHM_NCCL)
         return dt__fail(DT_ERR_UNSUPPORTED,
                         "%s: CUDA devices exchange by device copies (auto) or through NCCL, %s "
                         "was asked for",
                         fn, dt_collective_algorithm_name(a));
-    if (type == DT_DEVICE_CUDA) {
-#ifndef DT_HAVE_CUDA
+    if (type == DT_DEVICE_CUDA && !dt__backend_of(type))
         return dt__fail(DT_ERR_UNSUPPORTED, "%s: built without CUDA, so without NCCL", fn);
-#endif
-    }
-    if (type != DT_DEVICE_CUDA && a == DT_ALGORITHM_NCCL)
-        return dt__fail(DT_ERR_UNSUPPORTED, "%s: nccl needs CUDA devices, the mesh has %s devices",
-                        fn, dt_device_type_name(type));
+    if (!on_devices(type) && a == DT_ALGORITHM_NCCL)
+        return dt__fail(
+            DT_ERR_UNSUPPORTED, "%s: nccl needs CUDA devices on GPUs, the mesh has %s devices%s",
+            fn, dt_device_type_name(type),
+            type == DT_DEVICE_CUDA ? " emulated on the host (DTENSOR_EMULATE_CUDA)" : "");
     return DT_OK;
 }
 
@@ -406,12 +412,12 @@ static dt_status plan(dt__coll_req *r)
     /* GPU devices: groups inside this client exchange by device copies and reduction kernels
      * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
      * when a group spans clients. */
-    bool nccl = r->m->type == DT_DEVICE_CUDA && (spans || a == DT_ALGORITHM_NCCL);
-    if (r->m->type == DT_DEVICE_CUDA)
+    bool gpus = on_devices(r->m->type), nccl = gpus && (spans || a == DT_ALGORITHM_NCCL);
+    if (gpus)
         r->backend = nccl ? "nccl" : "cuda";
-    r->algorithm = nccl                           ? DT_ALGORITHM_NCCL
-                   : r->m->type == DT_DEVICE_CUDA ? DT_ALGORITHM_AUTO
-                   : ring                         ? DT_ALGORITHM_RING
+    r->algorithm = nccl   ? DT_ALGORITHM_NCCL
+                   : gpus ? DT_ALGORITHM_AUTO
+                   : ring ? DT_ALGORITHM_RING
                    : rtod || a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        ? DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        : DT_ALGORITHM_HIERARCHICAL_COPY;
@@ -441,7 +447,7 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (s == DT_OK)
         s = plan(r);
 #ifdef DT_HAVE_CUDA
-    if (s == DT_OK && m->type == DT_DEVICE_CUDA && r->algorithm != DT_ALGORITHM_NCCL)
+    if (s == DT_OK && on_devices(m->type) && r->algorithm != DT_ALGORITHM_NCCL)
         s = dt__cuda_coll_check(r);
 #endif
     if (check)
@@ -451,9 +457,9 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (s == DT_OK) {
         r->mask->seq++;
 #ifdef DT_HAVE_CUDA
-        if (m->type == DT_DEVICE_CUDA && r->algorithm == DT_ALGORITHM_NCCL)
+        if (on_devices(m->type) && r->algorithm == DT_ALGORITHM_NCCL)
             s = dt__nccl_run(r);
-        else if (m->type == DT_DEVICE_CUDA)
+        else if (on_devices(m->type))
             s = dt__cuda_coll_run(r);
         else
 #endif
@@ -508,7 +514,7 @@ dt_status dt__collective_wait(dt__coll_req *r)
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
-    if (r->m->type != DT_DEVICE_CUDA) {
+    if (!on_devices(r->m->type)) {
         dt__waiter w;
         dt__wait_begin(&w);
         while (!dt__coll_mpi_progress(r, &s))

@@ -94,9 +94,17 @@ typedef struct dt__backend {
     dt_status (*sync)(dt__device *d);
     /* Local kernels by (kernel, dtype); NULL when the backend has none. */
     const dt__kernel_fn (*kernels)[DT_DTYPE_COUNT];
+    /* Collectives between its devices run on the devices (CUDA copies and kernels, NCCL);
+     * otherwise through host memory (the shared-memory and MPI phases). */
+    bool device_collectives;
 } dt__backend;
 
 extern const dt__backend dt__cpu_backend;
+/* CUDA devices emulated on the host (DTENSOR_EMULATE_CUDA, where no GPU is visible): the CPU's
+ * kernels on host memory, used as a GPU's is (not host-accessible: values come and go through
+ * to_device and to_host, the clients agree on kernels' outcome), so that the executor's device
+ * paths run on machines without a GPU. */
+extern const dt__backend dt__emulated_cuda_backend;
 /* Threads of each OpenBLAS call: the cores each local CPU device has (devices of every client
  * on the host share its cores), so concurrent GEMMs of several devices do not oversubscribe
  * them; unchanged when the user set OPENBLAS_NUM_THREADS (*user). Returns the count in use. */
@@ -186,11 +194,12 @@ void dt__devices_run_here(dt__device *const devices[], int n, dt__task_fn fn, vo
 
 typedef struct dt__runtime {
     bool initialized;
-    bool mpi_used;    /* clients are MPI ranks */
-    bool mpi_owned;   /* dt_init called MPI_Init and dt_finalize ends it */
-    bool cuda_tf32;   /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
-    int blas_threads; /* threads of one OpenBLAS call */
-    int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
+    bool mpi_used;      /* clients are MPI ranks */
+    bool mpi_owned;     /* dt_init called MPI_Init and dt_finalize ends it */
+    bool cuda_tf32;     /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
+    bool cuda_emulated; /* this client's CUDA devices are dt__emulated_cuda_backend's */
+    int blas_threads;   /* threads of one OpenBLAS call */
+    int timeout_s;      /* a wait for other clients gives up after this (dt_init_options) */
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;

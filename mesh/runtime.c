@@ -123,6 +123,8 @@ const dt__backend *dt__backend_of(dt_device_type type)
     case DT_DEVICE_CPU:
         return &dt__cpu_backend;
     case DT_DEVICE_CUDA:
+        if (dt__rt.cuda_emulated)
+            return &dt__emulated_cuda_backend;
 #ifdef DT_HAVE_CUDA
         return &dt__cuda_backend;
 #else
@@ -148,6 +150,7 @@ typedef struct init_cfg {
     int cpu_devices;
     int bind;
     int cuda_logical; /* logical devices per physical GPU */
+    int emulate;      /* emulated GPUs where none is visible (DTENSOR_EMULATE_CUDA) */
     bool tf32;
     int timeout_s;
 } init_cfg;
@@ -186,6 +189,8 @@ static dt_status read_options(const dt_init_options *opts, init_cfg *cfg)
         option("cpu_devices", o.cpu_devices, "DTENSOR_CPU_DEVICES", 1, 4096, 1, &cfg->cpu_devices));
     DT_TRY(option("cuda_logical_devices", o.cuda_logical_devices, "DTENSOR_CUDA_DEVICES", 1, 64, 1,
                   &cfg->cuda_logical));
+    DT_TRY(option("DTENSOR_EMULATE_CUDA", 0, "DTENSOR_EMULATE_CUDA", 0, DT__MAX_GPUS, 0,
+                  &cfg->emulate));
     int tf32 = 0;
     if (o.allow_tf32 == 2)
         tf32 = 0;
@@ -443,11 +448,27 @@ dt_status dt_init(const dt_init_options *opts)
             dt__cpu_blas_threads(dt__rt.cores / (host_cpu_devices > 0 ? host_cpu_devices : 1),
                                  &dt__rt.blas_threads_user);
     }
+    int visible = 0;
 #ifdef DT_HAVE_CUDA
-    if (s == DT_OK) {
+    visible = dt__cuda_device_count();
+#endif
+    if (s == DT_OK && cfg.emulate && !visible) {
+        /* cfg.emulate GPUs of this client, each hosting cfg.cuda_logical devices */
+        int n = cfg.emulate * cfg.cuda_logical, ordinals[DT__MAX_GPUS * 64],
+            logical[DT__MAX_GPUS * 64];
+        for (int i = 0; i < n; i++) {
+            ordinals[i] = i / cfg.cuda_logical;
+            logical[i] = i % cfg.cuda_logical;
+        }
+        dt__rt.cuda_emulated = true;
+        s = start_devices(DT_DEVICE_CUDA, n, &dt__emulated_cuda_backend, ordinals, logical,
+                          cfg.tf32);
+    }
+#ifdef DT_HAVE_CUDA
+    else if (s == DT_OK) {
         /* Clients on one host share its GPUs round-robin; each GPU of this client hosts
          * cfg.cuda_logical devices (logical GPUs), consecutive in the device list. */
-        int visible = dt__cuda_device_count(), gpus = 0, mine = 0;
+        int gpus = 0, mine = 0;
         int physical[DT__MAX_GPUS], ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
         for (int g = gpu_slot; g < visible && gpus < DT__MAX_GPUS; g += gpu_share)
             physical[gpus++] = g;
@@ -518,7 +539,10 @@ dt_status dt_devices_print(FILE *f)
             const dt__device *d = &dt__rt.devices[t][i];
             fprintf(f, "  %s:%d global id %d, backend %s, ", dt_device_type_name(d->type), i,
                     first + i, d->backend->name);
-            if (d->type == DT_DEVICE_CUDA)
+            if (d->type == DT_DEVICE_CUDA && dt__rt.cuda_emulated)
+                fprintf(f, "emulated GPU %d (logical device %d of it; DTENSOR_EMULATE_CUDA)",
+                        d->ordinal, d->logical);
+            else if (d->type == DT_DEVICE_CUDA)
                 fprintf(f, "GPU ordinal %d (logical device %d of it), f32 gemm %s", d->ordinal,
                         d->logical, d->kx.tf32 ? "TF32" : "FP32");
             else if (d->ordinal >= 0)

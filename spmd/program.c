@@ -183,10 +183,11 @@ static void shape_text(char *buf, size_t size, int rank, const int64_t s[])
 }
 
 /* The arithmetic a gemm runs with, for the printer: integer gemms are exact loops; f32 on
- * CUDA devices uses TF32 tensor cores only when the user allowed it (dt_init_options). */
+ * CUDA devices uses TF32 tensor cores only when the user allowed it (dt_init_options);
+ * emulated CUDA devices run the CPU's kernels. */
 static const char *gemm_math(dt_device_type type, dt_dtype dtype)
 {
-    bool cuda = type == DT_DEVICE_CUDA;
+    bool cuda = type == DT_DEVICE_CUDA && !dt__rt.cuda_emulated;
     switch (dtype) {
     case DT_DTYPE_F32:
         return !cuda              ? "FP32 (OpenBLAS sgemm)"

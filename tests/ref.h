@@ -27,20 +27,31 @@ int dt__cuda_device_count(void); /* the CUDA runtime's count, 0 on any error (no
 
 /* CUDA devices the runtime should give client `client` of `clients` on one host: the GPUs the
  * CUDA runtime reports, dealt round-robin to the clients, times DTENSOR_CUDA_DEVICES logical
- * devices each (default 1); 0 in a build without CUDA or on a machine without a GPU. */
+ * devices each (default 1); 0 in a build without CUDA or on a machine without a GPU, unless
+ * DTENSOR_EMULATE_CUDA gives each client that many GPUs emulated on the host. */
+/* True when the CUDA devices are emulated on the host: no GPU, and DTENSOR_EMULATE_CUDA set. */
+static inline bool ref_cuda_emulated(void)
+{
+    const char *emu = getenv("DTENSOR_EMULATE_CUDA");
+#ifdef DT_HAVE_CUDA
+    if (dt__cuda_device_count() > 0)
+        return false;
+#endif
+    return emu && *emu && atoi(emu) > 0;
+}
+
 static inline int ref_cuda_devices(int client, int clients)
 {
+    int gpus = 0, visible = 0;
 #ifdef DT_HAVE_CUDA
-    int gpus = 0;
-    for (int g = client; g < dt__cuda_device_count(); g += clients)
+    visible = dt__cuda_device_count();
+#endif
+    for (int g = client; g < visible; g += clients)
         gpus++;
     const char *e = getenv("DTENSOR_CUDA_DEVICES");
+    if (ref_cuda_emulated())
+        gpus = atoi(getenv("DTENSOR_EMULATE_CUDA")); /* each client's own, on the host */
     return gpus * (e && *e ? atoi(e) : 1);
-#else
-    (void)client;
-    (void)clients;
-    return 0;
-#endif
 }
 
 /* Deal n elements out one at a time to the shard holding the fewest so far (lowest index on

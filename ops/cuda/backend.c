@@ -241,4 +241,5 @@ const dt__backend dt__cuda_backend = {
     .copy = cuda_copy,
     .sync = cuda_sync,
     .kernels = dt__cuda_kernels,
+    .device_collectives = true,
 };
