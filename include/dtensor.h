@@ -609,8 +609,9 @@ dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, const dt_op_options *opts,
 dt_status dt_where(const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y,
                    const dt_op_options *opts, dt_tensor **out);
 
-/* op: DT_REDUCE_SUM, MEAN, MAX or MIN over `num_axes` axes (negative counts from the end;
- * num_axes 0 reduces every axis). Correct on uneven and empty shards. */
+/* op: DT_REDUCE_SUM, MEAN, MAX, MIN or PROD over `num_axes` axes (negative counts from the end;
+ * num_axes 0 reduces every axis). Correct on uneven and empty shards (a shard's empty product is
+ * 1); sums and products of integers wrap. */
 dt_status dt_reduce(dt_reduce_op op, const dt_tensor *x, int num_axes, const int axes[],
                     int keepdims, const dt_op_options *opts, dt_tensor **out);
 

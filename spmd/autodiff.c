@@ -79,6 +79,12 @@ static dt_status cast(ad *a, const dt_tensor *x, dt_dtype dtype, dt_tensor **out
     return keep(a, dt_cast(x, dtype, NULL, out), out);
 }
 
+static dt_status where(ad *a, const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y,
+                       dt_tensor **out)
+{
+    return keep(a, dt_where(cond, x, y, NULL, out), out);
+}
+
 static dt_status reshape(ad *a, const dt_tensor *x, int rank, const int64_t shape[],
                          dt_tensor **out)
 {
@@ -384,6 +390,27 @@ static dt_status vjp_reduce(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
         DT_TRY(reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &c));
         DT_TRY(bin(a, DT_BINARY_DIV, dk, c, &c));
         return bin(a, DT_BINARY_MUL, t, c, &dx[0]);
+    case DT_REDUCE_PROD: {
+        /* d prod / d x_i is the product of the row's other elements: y / x_i in a row without
+         * a zero; in a row with one zero, the product of its nonzero elements at the zero and 0
+         * elsewhere; with two zeros or more, 0 (exact where TensorFlow's exclusive cumulative
+         * products are, and without dividing by zero) */
+        dt_tensor *zero, *one, *isz, *nz, *xnz, *pnz, *at0, *else0;
+        DT_TRY(scalar(a, X, 0.0, &zero));
+        DT_TRY(scalar(a, X, 1.0, &one));
+        DT_TRY(bin(a, DT_BINARY_EQ, x[0], zero, &isz));
+        DT_TRY(cast(a, isz, X->dtype, &t));
+        DT_TRY(reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &nz)); /* zeros per row */
+        DT_TRY(where(a, isz, one, x[0], &xnz));
+        DT_TRY(reduce_keep(a, DT_REDUCE_PROD, xnz, nax, axes, &pnz));
+        DT_TRY(bin(a, DT_BINARY_EQ, nz, one, &c));
+        DT_TRY(where(a, c, pnz, zero, &at0));
+        DT_TRY(bin(a, DT_BINARY_DIV, yk, xnz, &t));
+        DT_TRY(bin(a, DT_BINARY_EQ, nz, zero, &c));
+        DT_TRY(where(a, c, t, zero, &else0));
+        DT_TRY(where(a, isz, at0, else0, &t));
+        return bin(a, DT_BINARY_MUL, t, dk, &dx[0]);
+    }
     default:
         return dt__fail(DT_ERR_UNSUPPORTED, "gradient: reduce %s has no gradient rule",
                         dt_reduce_op_name((dt_reduce_op)n->attrs.op));

@@ -249,9 +249,10 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
     }                                                                                              \
     static C reduce_one_##NAME(int op, C acc, C v)                                                 \
     {                                                                                              \
-        return op == DT_REDUCE_MAX   ? (v > acc ? v : acc)                                         \
-               : op == DT_REDUCE_MIN ? (v < acc ? v : acc)                                         \
-                                     : DT__ADD(acc, v);                                            \
+        return op == DT_REDUCE_MAX    ? (v > acc ? v : acc)                                        \
+               : op == DT_REDUCE_MIN  ? (v < acc ? v : acc)                                        \
+               : op == DT_REDUCE_PROD ? DT__MUL(acc, v)                                            \
+                                      : DT__ADD(acc, v);                                           \
     }                                                                                              \
     /* One binary op in C (pow aside); comparisons and logical ops give 0 or 1. */                 \
     static C binary_one_##NAME(int op, C a, C b)                                                   \
@@ -338,7 +339,10 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
         S *o = out;                                                                                \
         int r = k->rank;                                                                           \
         int64_t no = dt__num_elements(r, k->shape), ni = dt__num_elements(r, k->in_shape[0]);      \
-        C init = k->op == DT_REDUCE_MAX ? LOWEST : k->op == DT_REDUCE_MIN ? HIGHEST : (C)0;        \
+        C init = k->op == DT_REDUCE_MAX    ? LOWEST                                                \
+                 : k->op == DT_REDUCE_MIN  ? HIGHEST                                               \
+                 : k->op == DT_REDUCE_PROD ? (C)1                                                  \
+                                           : (C)0;                                                 \
         int64_t rows, per_row, inner;                                                              \
         if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1) {         \
             /* rows reduced over their contiguous last axes: the running value in a register       \

@@ -115,8 +115,8 @@ template <typename C> using Wide = std::conditional_t<std::is_floating_point<C>:
 
 /* ---- reduce --------------------------------------------------------------------------------- */
 
-/* The CPU's step: v > a ? v : a (MAX), v < a ? v : a (MIN), a + v otherwise; then the scale
- * (a mean) in double, rounded once. */
+/* The CPU's step: v > a ? v : a (MAX), v < a ? v : a (MIN), a * v (PROD), a + v otherwise; then
+ * the scale (a mean) in double, rounded once. */
 template <typename S, typename A> struct ReduceFold {
     using acc_t = A;
     const S *x;
@@ -125,7 +125,10 @@ template <typename S, typename A> struct ReduceFold {
     double scale;
     HD A init() const
     {
-        return op == DT_REDUCE_MAX ? (A)Ty<S>::lo() : op == DT_REDUCE_MIN ? (A)Ty<S>::hi() : (A)0;
+        return op == DT_REDUCE_MAX    ? (A)Ty<S>::lo()
+               : op == DT_REDUCE_MIN  ? (A)Ty<S>::hi()
+               : op == DT_REDUCE_PROD ? (A)1
+                                      : (A)0;
     }
     HD A load(int64_t, int64_t off, int64_t) const
     {
@@ -137,6 +140,8 @@ template <typename S, typename A> struct ReduceFold {
             return v > a ? v : a;
         if (op == DT_REDUCE_MIN)
             return v < a ? v : a;
+        if (op == DT_REDUCE_PROD)
+            return wmul(a, v);
         return wadd(a, v);
     }
     /* a float sum rounds once from its accumulator (double for shared folds) */

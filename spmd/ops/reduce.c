@@ -1,5 +1,5 @@
-/* Reductions (sum, mean, max, min) over any axes. Each device reduces its shard (an empty
- * shard gives the identity: 0, -inf, +inf), which leaves the result partial over the mesh axes
+/* Reductions (sum, mean, max, min, prod) over any axes. Each device reduces its shard (an empty
+ * shard gives the identity: 0, -inf, +inf, 1), which leaves the result partial over the mesh axes
  * that split the reduced axes; the partial is then resolved by all-reduce, or reduce-scatter
  * into a requested sharded layout, or kept when the request is partial. Mean scales locally
  * by 1 / (global count) before the sum. A partial-sum operand stays partial through sum and
@@ -12,19 +12,20 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
 {
     const dt__val *x = in[0];
     int op = n->attrs.op;
-    if (op != DT_REDUCE_SUM && op != DT_REDUCE_MEAN && op != DT_REDUCE_MAX && op != DT_REDUCE_MIN)
-        return dt__fail(DT_ERR_ARG, "reduce: operator %s is not sum, mean, max or min",
-                        dt_reduce_op_name((dt_reduce_op)op));
+    if (op < 0 || op >= DT_REDUCE_COUNT)
+        return dt__fail(DT_ERR_ARG, "reduce: operator %d is not sum, mean, max, min or prod", op);
     /* mean is floating only (Python's reduce_mean of integers truncates in its own layer);
-     * sums of bool are refused as arithmetic on bool (cast first); max and min of bool are
-     * any and all */
-    DT_TRY(dt__dtype_check(op == DT_REDUCE_MEAN  ? "reduce mean"
-                           : op == DT_REDUCE_SUM ? "reduce sum"
-                                                 : "reduce",
+     * sums and products of bool are refused as arithmetic on bool (cast first); max and min of
+     * bool are any and all */
+    bool arith = op == DT_REDUCE_SUM || op == DT_REDUCE_PROD;
+    DT_TRY(dt__dtype_check(op == DT_REDUCE_MEAN   ? "reduce mean"
+                           : op == DT_REDUCE_SUM  ? "reduce sum"
+                           : op == DT_REDUCE_PROD ? "reduce prod"
+                                                  : "reduce",
                            x->dtype,
-                           op == DT_REDUCE_MEAN  ? DT__FLOATING
-                           : op == DT_REDUCE_SUM ? DT__NUMERIC
-                                                 : DT__ANY));
+                           op == DT_REDUCE_MEAN ? DT__FLOATING
+                           : arith              ? DT__NUMERIC
+                                                : DT__ANY));
     if (n->attrs.mask >> x->rank) {
         char sb[DT__SHAPE_STR_MAX];
         return dt__fail(DT_ERR_ARG, "reduce: axes mask 0x%x names axes beyond %s of rank %d",

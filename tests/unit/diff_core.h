@@ -941,7 +941,8 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
     (void)o;
     dt_layout ls[MAX_LAYOUTS];
     const int64_t shapes[2][3] = {{4, 6, 2}, {5, 3, 3}};
-    const int ops[4] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    const int ops[5] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN,
+                        DT_REDUCE_PROD};
     for (int s = 0; s < 2; s++)
         for (int d = 0; d < NUM_DTYPES; d++) {
             dt_dtype dt = dtypes[d];
@@ -958,7 +959,7 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                     continue;
                 dt_tensor *x = make_tensor(&ls[i], dt, 3, sh, hx);
                 for (unsigned mask = 1; mask < 8; mask++)
-                    for (int q = 0; q < 4; q++) {
+                    for (int q = 0; q < 5; q++) {
                         if ((mask + (unsigned)q + (unsigned)i) % 2 && mask != 7)
                             continue;
                         int axes[3], na = 0;
@@ -972,10 +973,15 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                             cnt *= (mask & (1u << a)) ? sh[a] : 1;
                         }
                         int64_t no = os[0] * os[1] * os[2];
-                        for (int64_t k = 0; k < no; k++)
-                            ref[k] = ops[q] == DT_REDUCE_MAX   ? -INFINITY
-                                     : ops[q] == DT_REDUCE_MIN ? INFINITY
-                                                               : 0;
+                        /* products of integers wrap: their reference is a wrapping product */
+                        uint64_t wrapped[128];
+                        for (int64_t k = 0; k < no; k++) {
+                            ref[k] = ops[q] == DT_REDUCE_MAX    ? -INFINITY
+                                     : ops[q] == DT_REDUCE_MIN  ? INFINITY
+                                     : ops[q] == DT_REDUCE_PROD ? 1
+                                                                : 0;
+                            wrapped[k] = 1;
+                        }
                         for (int64_t i0 = 0; i0 < sh[0]; i0++)
                             for (int64_t i1 = 0; i1 < sh[1]; i1++)
                                 for (int64_t i2 = 0; i2 < sh[2]; i2++) {
@@ -987,9 +993,17 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                                         ref[k] = fmax(ref[k], v);
                                     else if (ops[q] == DT_REDUCE_MIN)
                                         ref[k] = fmin(ref[k], v);
+                                    else if (ops[q] == DT_REDUCE_PROD)
+                                        ref[k] *= v;
                                     else
                                         ref[k] += v;
+                                    wrapped[k] *= (uint64_t)(int64_t)v;
                                 }
+                        for (int64_t k = 0; ops[q] == DT_REDUCE_PROD && is_int(dt) && k < no; k++)
+                            ref[k] = dt == DT_DTYPE_I32  ? (double)(int32_t)wrapped[k]
+                                     : dt == DT_DTYPE_U8 ? (double)(uint8_t)wrapped[k]
+                                     : dt == DT_DTYPE_I8 ? (double)(int8_t)wrapped[k]
+                                                         : (double)(int64_t)wrapped[k];
                         if (ops[q] == DT_REDUCE_MEAN)
                             for (int64_t k = 0; k < no; k++)
                                 ref[k] /= (double)cnt;
@@ -997,9 +1011,10 @@ static void diff_reduce(const dt_mesh *m, const diff_opts *o)
                             dt_tensor *y = NULL;
                             bool refused =
                                 (ops[q] == DT_REDUCE_MEAN && !dt_dtype_is_floating(dt)) ||
-                                (ops[q] == DT_REDUCE_SUM && is_bool(dt));
+                                ((ops[q] == DT_REDUCE_SUM || ops[q] == DT_REDUCE_PROD) &&
+                                 is_bool(dt));
                             if (refused) {
-                                /* means of integers and sums of bool, said clearly */
+                                /* means of integers, sums and products of bool, said clearly */
                                 bool one = x &&
                                            dt_reduce((dt_reduce_op)ops[q], x, na, axes, keep, NULL,
                                                      &y) == DT_ERR_DTYPE &&

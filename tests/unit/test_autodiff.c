@@ -344,7 +344,8 @@ Test(autodiff, binary)
 
 Test(autodiff, reduce)
 {
-    const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN,
+                                DT_REDUCE_PROD};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         for (int axis = 0; axis < 2; axis++) {
             cur_reduce = ops[i];
@@ -353,6 +354,46 @@ Test(autodiff, reduce)
             gcase c = {dt_reduce_op_name(ops[i]), 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_reduce};
             check_case(&c);
         }
+}
+
+/* reduce_prod at zeros, where y / x is not the product of the others: rows with no zero, one
+ * zero (the product of the others at it, 0 elsewhere) and two zeros (0 everywhere), the rows
+ * sharded over x and the reduced axis over y (uneven); the gradient of sum(prod(x, axis 1)). */
+Test(autodiff, reduce_prod_at_zeros)
+{
+    const double x[3][3] = {{1, 2, 4}, {0, 2, 3}, {0, 0, 5}};
+    const double want[3][3] = {{8, 4, 2}, {6, 0, 0}, {0, 0, 0}};
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(mesh, "x,y", &l), DT_OK);
+    dt_function *f = NULL, *g = NULL;
+    dt_tensor *in = NULL, *p = NULL, *s = NULL;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &l, DT_DTYPE_F64, 2, (int64_t[]){3, 3}, &in), DT_OK);
+    cr_assert_eq(dt_reduce(DT_REDUCE_PROD, in, 1, (int[]){1}, 0, NULL, &p), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, p, 0, NULL, 0, NULL, &s), DT_OK);
+    cr_assert_eq(dt_function_end(f, 1, &s), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_function_gradient(f, 0, 1, (int[]){0}, &g), DT_OK, "%s", dt_last_error());
+    dt_tensor *tx = NULL, *res[2] = {0};
+    cr_assert_eq(dt_tensor_from_host(&l, DT_DTYPE_F64, 2, (int64_t[]){3, 3}, x, sizeof x, &tx),
+                 DT_OK);
+    cr_assert_eq(dt_function_run(g, 1, (const dt_tensor *const[]){tx}, 2, res), DT_OK, "%s",
+                 dt_last_error());
+    double got[3][3], loss;
+    cr_assert_eq(dt_tensor_read(res[0], &loss, sizeof loss), DT_OK);
+    cr_assert_eq(dt_tensor_read(res[1], got, sizeof got), DT_OK);
+    cr_expect_eq(loss, 8.0, "sum of row products %g", loss);
+    cr_expect(memcmp(got, want, sizeof got) == 0, "gradient [[%g %g %g] [%g %g %g] [%g %g %g]]",
+              got[0][0], got[0][1], got[0][2], got[1][0], got[1][1], got[1][2], got[2][0],
+              got[2][1], got[2][2]);
+    dt_tensor_free(tx);
+    dt_tensor_free(res[0]);
+    dt_tensor_free(res[1]);
+    dt_tensor_free(in);
+    dt_tensor_free(p);
+    dt_tensor_free(s);
+    dt_function_free(f);
+    dt_function_free(g);
 }
 
 Test(autodiff, shape_ops)

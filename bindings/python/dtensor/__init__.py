@@ -44,8 +44,8 @@ __all__ = [
     "range", "random", "matmul", "add", "subtract", "multiply", "divide", "maximum", "minimum",
     "pow", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "neg",
     "negative", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "square", "sin", "cos",
-    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "transpose", "reshape", "slice",
-    "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "transpose",
+    "reshape", "slice", "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
     "ledger", "ledger_text", "ledger_clear", "ledger_next_step", "Dense", "Sequential", "SGD",
     "Adam", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
@@ -1293,6 +1293,7 @@ def reduce_mean(input_tensor, axis=None, keepdims=False):
     return _divide(reduce_sum(x, axis, keepdims), count)
 reduce_max = _reduce(_c.REDUCE_MAX)
 reduce_min = _reduce(_c.REDUCE_MIN)
+reduce_prod = _reduce(_c.REDUCE_PROD)
 
 
 # ---- row-wise ops: softmax, normalization, arg reductions, running sums ----------------------
@@ -2666,7 +2667,7 @@ math = _types.SimpleNamespace(
     logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs, exp=exp,
     log=log, sqrt=sqrt, rsqrt=rsqrt, square=square, sin=sin, cos=cos, tanh=tanh, erf=erf,
     sigmoid=sigmoid, reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max,
-    reduce_min=reduce_min,
+    reduce_min=reduce_min, reduce_prod=reduce_prod,
     softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
     argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
 

@@ -109,7 +109,8 @@ def test_reductions_uneven(mesh_2d, axis, keepdims):
     for layout in all_layouts(mesh_2d, 2):
         t = dtensor.dtensor_from_array(x, layout)
         for op, ref in [(dtensor.reduce_sum, np.sum), (dtensor.reduce_mean, np.mean),
-                        (dtensor.reduce_max, np.max), (dtensor.reduce_min, np.min)]:
+                        (dtensor.reduce_max, np.max), (dtensor.reduce_min, np.min),
+                        (dtensor.math.reduce_prod, np.prod)]:
             got = dtensor.gather(op(t, axis=axis, keepdims=keepdims))
             np.testing.assert_allclose(got, ref(x, axis=axis, keepdims=keepdims), rtol=1e-12)
 
