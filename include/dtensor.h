@@ -978,7 +978,8 @@ dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x,
 /* X(NAME, name) */
 #define DT_OPTIMIZER_LIST(X) \
     X(SGD, sgd)              \
-    X(ADAM, adam)
+    X(ADAM, adam)            \
+    X(ADAMW, adamw)
 
 typedef enum dt_optimizer_kind {
 #define DT__OPTIMIZER_ENUM(NAME, name) DT_OPTIMIZER_##NAME,
@@ -989,14 +990,16 @@ typedef enum dt_optimizer_kind {
 
 /* Keras semantics. SGD: v = momentum v - lr g; w += v (nesterov: w += momentum v - lr g);
  * momentum 0 is plain w -= lr g. Adam: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
- * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). Zeros mean the
- * defaults: Adam b1 0.9, b2 0.999, eps 1e-7. */
+ * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). AdamW (decoupled
+ * weight decay, Loshchilov and Hutter; Keras's AdamW): w -= lr weight_decay w, then Adam's
+ * step. Zeros mean the defaults: Adam b1 0.9, b2 0.999, eps 1e-7; AdamW weight_decay 0.004. */
 typedef struct dt_optimizer_config {
     dt_optimizer_kind kind;
     double learning_rate;
     double momentum;
     int nesterov;
     double beta_1, beta_2, epsilon;
+    double weight_decay; /* AdamW */
 } dt_optimizer_config;
 
 typedef struct dt_optimizer dt_optimizer;

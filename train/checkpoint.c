@@ -1036,12 +1036,7 @@ static dt_status write_rest(const dt_checkpoint *c, hid_t f, hid_t dxpl, const c
                 DT_TRY(write_group(f, e->path, file, &g));
             if (g < 0)
                 return h5_fail("dt_checkpoint_write", file, "opening an optimizer's group");
-            static const char *const kinds[] = {
-#define KIND_NAME(NAME, name) [DT_OPTIMIZER_##NAME] = #name,
-                DT_OPTIMIZER_LIST(KIND_NAME)
-#undef KIND_NAME
-            };
-            dt_status s = attr_string(g, "kind", kinds[cf->kind], file);
+            dt_status s = attr_string(g, "kind", dt__optimizer_kind_name(cf->kind), file);
             if (s == DT_OK)
                 s = attr_f64(g, "learning_rate", cf->learning_rate, file);
             if (s == DT_OK)
@@ -1054,6 +1049,8 @@ static dt_status write_rest(const dt_checkpoint *c, hid_t f, hid_t dxpl, const c
                 s = attr_f64(g, "beta_2", cf->beta_2, file);
             if (s == DT_OK)
                 s = attr_f64(g, "epsilon", cf->epsilon, file);
+            if (s == DT_OK)
+                s = attr_f64(g, "weight_decay", cf->weight_decay, file);
             H5Gclose(g);
             DT_TRY(s);
             snprintf(p, sizeof p, "%s/iterations", e->path);
@@ -1561,7 +1558,7 @@ static dt_status plan_read(dt_checkpoint *c, hid_t f, const char *file, ritem *i
             attr_read_string(g, "kind", kind, sizeof kind);
             if (g >= 0)
                 H5Gclose(g);
-            const char *want = e->opt->cfg.kind == DT_OPTIMIZER_ADAM ? "adam" : "sgd";
+            const char *want = dt__optimizer_kind_name(e->opt->cfg.kind);
             if (strcmp(kind, want))
                 return dt__fail(DT_ERR_ARG, "%s: optimizer \"%s\" is %s, %s holds a \"%s\" one", fn,
                                 e->name, want, file, kind);

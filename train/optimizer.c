@@ -9,6 +9,16 @@
 
 typedef dt__opt_slot slot;
 
+const char *dt__optimizer_kind_name(dt_optimizer_kind k)
+{
+    static const char *const names[] = {
+#define KIND_NAME(NAME, name) [DT_OPTIMIZER_##NAME] = #name,
+        DT_OPTIMIZER_LIST(KIND_NAME)
+#undef KIND_NAME
+    };
+    return (unsigned)k < DT_OPTIMIZER_COUNT ? names[k] : "?";
+}
+
 int64_t dt_optimizer_iterations(const dt_optimizer *o)
 {
     return o ? o->iterations : 0;
@@ -16,7 +26,7 @@ int64_t dt_optimizer_iterations(const dt_optimizer *o)
 
 int dt__optimizer_slot_count(const dt_optimizer *o)
 {
-    if (o->cfg.kind == DT_OPTIMIZER_ADAM)
+    if (o->cfg.kind != DT_OPTIMIZER_SGD)
         return 2;
     return o->cfg.momentum > 0 ? 1 : 0;
 }
@@ -45,12 +55,14 @@ dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out
         return dt__fail(DT_ERR_ARG, "dt_optimizer_create: out is NULL");
     *out = NULL;
     if (!cfg || (unsigned)cfg->kind >= DT_OPTIMIZER_COUNT || !(cfg->learning_rate > 0) ||
-        cfg->momentum < 0 || cfg->momentum >= 1)
+        cfg->momentum < 0 || cfg->momentum >= 1 || !(cfg->weight_decay >= 0))
         return dt__fail(DT_ERR_ARG,
-                        "dt_optimizer_create: kind %d, learning rate %g, momentum %g: expected a "
-                        "kind in 0..%d, a positive rate and momentum in [0, 1)",
+                        "dt_optimizer_create: kind %d, learning rate %g, momentum %g, weight decay "
+                        "%g: expected a kind in 0..%d, a positive rate, momentum in [0, 1) and a "
+                        "weight decay of at least 0",
                         cfg ? (int)cfg->kind : -1, cfg ? cfg->learning_rate : 0.0,
-                        cfg ? cfg->momentum : 0.0, DT_OPTIMIZER_COUNT - 1);
+                        cfg ? cfg->momentum : 0.0, cfg ? cfg->weight_decay : 0.0,
+                        DT_OPTIMIZER_COUNT - 1);
     dt_optimizer *o = calloc(1, sizeof *o);
     if (!o)
         return dt__fail(DT_ERR_NOMEM, "dt_optimizer_create: out of memory");
@@ -61,6 +73,8 @@ dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out
         o->cfg.beta_2 = 0.999;
     if (o->cfg.epsilon == 0)
         o->cfg.epsilon = 1e-7;
+    if (o->cfg.kind == DT_OPTIMIZER_ADAMW && o->cfg.weight_decay == 0)
+        o->cfg.weight_decay = 0.004;
     *out = o;
     return DT_OK;
 }
@@ -124,7 +138,7 @@ static dt_status slot_of(dt_optimizer *o, const dt_variable *v, slot **out)
     const dt_tensor *w = dt_variable_value(v);
     dt_op_options lo = {.layout = dt_variable_layout(v)};
     DT_TRY(dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->m));
-    if (o->cfg.kind == DT_OPTIMIZER_ADAM) {
+    if (o->cfg.kind != DT_OPTIMIZER_SGD) {
         dt_status s = dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->v);
         if (s != DT_OK) {
             dt_tensor_free(sl->m);
@@ -171,7 +185,13 @@ static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *
             }
         }
     } else {
-        /* m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; w - lr_t m / (sqrt v + eps) */
+        /* AdamW first decays w (by lr, not lr_t), then: m = b1 m + (1 - b1) g;
+         * v = b2 v + (1 - b2) g^2; w - lr_t m / (sqrt v + eps) */
+        dt_tensor *decayed = NULL;
+        if (c->kind == DT_OPTIMIZER_ADAMW) {
+            DT_TRY(axpby(1.0 - c->learning_rate * c->weight_decay, w, 0, NULL, l, &decayed));
+            w = decayed;
+        }
         dt_layout sl0;
         DT_TRY(dt_layout_replicated(l->mesh, 0, &sl0));
         dt_op_options so = {.layout = &sl0}, lo = {.layout = l};
@@ -203,6 +223,7 @@ static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *
         if (s == DT_OK)
             s = axpby(1.0, w, -lr_t, u, l, next);
         dt_tensor_free(eps);
+        dt_tensor_free(decayed);
     }
     dt_tensor_free(t);
     dt_tensor_free(u);

@@ -74,7 +74,9 @@ struct dt_optimizer {
 
 /* Slot tensors per variable: 0 (SGD without momentum), 1 (m) or 2 (m, v). */
 int dt__optimizer_slot_count(const dt_optimizer *o);
-/* Give v's slot the tensors m and w (w NULL unless Adam), adopted, freeing any it had. On
+/* "sgd", "adam", "adamw" (the checkpoint's optimizer kind attribute). */
+const char *dt__optimizer_kind_name(dt_optimizer_kind k);
+/* Give v's slot the tensors m and w (w NULL unless Adam or AdamW), adopted, freeing any it had. On
  * error nothing is adopted. Not collective. */
 dt_status dt__optimizer_set_slot(dt_optimizer *o, const dt_variable *v, dt_tensor *m, dt_tensor *w);
 

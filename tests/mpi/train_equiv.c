@@ -98,7 +98,10 @@ static double host_grad(const host_model *m, int r0, host_model *g)
 
 #define NPARAM ((int)(sizeof(host_model) / sizeof(double)))
 
-static void host_train(host_model m, bool adam, int steps, double *losses)
+/* opt: the optimizer kind (SGD with momentum, Adam, or AdamW with weight decay WD) */
+#define WD 0.05
+
+static void host_train(host_model m, dt_optimizer_kind opt, int steps, double *losses)
 {
     double v[NPARAM] = {0}, mo[NPARAM] = {0};
     for (int t = 0; t < steps; t++) {
@@ -106,11 +109,13 @@ static void host_train(host_model m, bool adam, int steps, double *losses)
         losses[t] = host_grad(&m, (t * B) % ROWS, &g);
         double *w = (double *)&m, *gg = (double *)&g;
         for (int p = 0; p < NPARAM; p++) {
-            if (!adam) {
+            if (opt == DT_OPTIMIZER_SGD) {
                 v[p] = MOM * v[p] - LR * gg[p];
                 w[p] += v[p];
             } else {
                 double b1 = 0.9, b2 = 0.999, eps = 1e-7, lr = 0.01;
+                if (opt == DT_OPTIMIZER_ADAMW)
+                    w[p] -= lr * WD * w[p];
                 mo[p] = b1 * mo[p] + (1 - b1) * gg[p];
                 v[p] = b2 * v[p] + (1 - b2) * gg[p] * gg[p];
                 double lr_t = lr * sqrt(1 - pow(b2, t + 1)) / (1 - pow(b1, t + 1));
@@ -130,8 +135,8 @@ static bool read_var(dt_model *m, int i, double *dst, size_t bytes)
 }
 
 /* Train under `kind`; losses per step; *init gets the initial variables. */
-static bool train(dt_strategy_kind kind, bool adam, int steps, double *losses, host_model *init,
-                  int *replicas)
+static bool train(dt_strategy_kind kind, dt_optimizer_kind opt, int steps, double *losses,
+                  host_model *init, int *replicas)
 {
     dt_strategy *s = NULL;
     dt_model *m = NULL;
@@ -142,8 +147,8 @@ static bool train(dt_strategy_kind kind, bool adam, int steps, double *losses, h
     if (s)
         dt_strategy_scope_exit(s);
     dt_optimizer_config oc = {.kind = DT_OPTIMIZER_SGD, .learning_rate = LR, .momentum = MOM};
-    if (adam)
-        oc = (dt_optimizer_config){.kind = DT_OPTIMIZER_ADAM, .learning_rate = 0.01};
+    if (opt != DT_OPTIMIZER_SGD)
+        oc = (dt_optimizer_config){.kind = opt, .learning_rate = 0.01, .weight_decay = WD};
     ok = ok && dt_optimizer_create(&oc, &o) == DT_OK;
     if (ok && init) {
         ok = read_var(m, 0, &init->W1[0][0], sizeof init->W1) &&
@@ -261,9 +266,9 @@ int main(void)
     host_model init;
     double ref[STEPS], one[STEPS], got[STEPS];
     int rep = 0;
-    bool ok = train(DT_STRATEGY_ONE_DEVICE, false, STEPS, one, &init, &rep);
+    bool ok = train(DT_STRATEGY_ONE_DEVICE, DT_OPTIMIZER_SGD, STEPS, one, &init, &rep);
     tap_check(ok && rep == 1, "one_device trains %d steps (replicas %d)", STEPS, rep);
-    host_train(init, false, STEPS, ref);
+    host_train(init, DT_OPTIMIZER_SGD, STEPS, ref);
     double r = max_rel(one, ref, STEPS);
     tap_check(ok && r <= 1e-5, "one_device losses match the host reference (max rel %.2e)", r);
     tap_check(ok && one[STEPS - 1] < 0.5 * one[0], "loss falls: %.4f -> %.4f", one[0],
@@ -271,7 +276,7 @@ int main(void)
     const dt_strategy_kind kinds[] = {DT_STRATEGY_MIRRORED, DT_STRATEGY_MULTI_WORKER_MIRRORED,
                                       DT_STRATEGY_CENTRAL_STORAGE, DT_STRATEGY_DEFAULT};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        ok = train(kinds[k], false, STEPS, got, NULL, &rep);
+        ok = train(kinds[k], DT_OPTIMIZER_SGD, STEPS, got, NULL, &rep);
         double a = max_rel(got, one, STEPS), b = max_rel(got, ref, STEPS);
         tap_check(ok && a <= 1e-5 && b <= 1e-5,
                   "%s (%d replicas): every step's loss within 1e-5 of one_device (max rel %.2e) "
@@ -281,10 +286,10 @@ int main(void)
     /* a global batch of 7: uneven shards over the replicas, the same losses as the host */
     B = 7;
     host_model init7;
-    ok = train(DT_STRATEGY_ONE_DEVICE, false, 10, one, &init7, &rep);
-    host_train(init7, false, 10, ref);
+    ok = train(DT_STRATEGY_ONE_DEVICE, DT_OPTIMIZER_SGD, 10, one, &init7, &rep);
+    host_train(init7, DT_OPTIMIZER_SGD, 10, ref);
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        ok = ok && train(kinds[k], false, 10, got, NULL, &rep);
+        ok = ok && train(kinds[k], DT_OPTIMIZER_SGD, 10, got, NULL, &rep);
         r = max_rel(got, ref, 10);
         tap_check(ok && r <= 1e-5,
                   "%s (%d replicas): a global batch of 7 (uneven shards) matches the host (max "
@@ -299,12 +304,14 @@ int main(void)
     check_placement(DT_STRATEGY_CENTRAL_STORAGE, false);
     check_placement(DT_STRATEGY_MULTI_WORKER_MIRRORED, true);
 
-    /* Adam, a few steps, mirrored against the host */
-    ok = train(DT_STRATEGY_MULTI_WORKER_MIRRORED, true, 10, got, &init, &rep);
-    host_train(init, true, 10, ref);
-    r = max_rel(got, ref, 10);
-    tap_check(ok && r <= 1e-5, "adam under multi_worker_mirrored matches the host (max rel %.2e)",
-              r);
+    /* Adam and AdamW, a few steps, mirrored against the host */
+    for (int k = DT_OPTIMIZER_ADAM; k <= DT_OPTIMIZER_ADAMW; k++) {
+        ok = train(DT_STRATEGY_MULTI_WORKER_MIRRORED, (dt_optimizer_kind)k, 10, got, &init, &rep);
+        host_train(init, (dt_optimizer_kind)k, 10, ref);
+        r = max_rel(got, ref, 10);
+        tap_check(ok && r <= 1e-5, "%s under multi_worker_mirrored matches the host (max rel %.2e)",
+                  k == DT_OPTIMIZER_ADAM ? "adam" : "adamw", r);
+    }
 
     /* a model created outside the scope, used inside it: a clear error on every client */
     dt_strategy *s = NULL;

@@ -47,7 +47,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "transpose",
     "reshape", "slice", "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
     "ledger", "ledger_text", "ledger_clear", "ledger_next_step", "Dense", "Sequential", "SGD",
-    "Adam", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
+    "Adam", "AdamW", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
     "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
@@ -1926,10 +1926,10 @@ class Optimizer:
     MirroredStrategy does), then updates the mirrored variables once."""
 
     def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
-                 beta_2=0.0, epsilon=0.0):
+                 beta_2=0.0, epsilon=0.0, weight_decay=0.0):
         self.learning_rate = float(learning_rate)
         self._handle = _c.optimizer_create(kind, self.learning_rate, momentum, nesterov, beta_1,
-                                           beta_2, epsilon)
+                                           beta_2, epsilon, weight_decay)
         self.iterations = 0
         _live.add(self)
 
@@ -1980,6 +1980,18 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
         super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon)
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Keras's AdamW): each update first shrinks a variable by
+    learning_rate * weight_decay of itself, then takes Adam's step."""
+
+    def __init__(self, learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-7):
+        if not weight_decay > 0:
+            raise ValueError(f"AdamW: weight_decay {weight_decay}, expected > 0 (Adam has none)")
+        super().__init__(_c.OPTIMIZER_ADAMW, learning_rate, 0.0, False, beta_1, beta_2, epsilon,
+                         weight_decay)
 
 
 # ---- strategies (tf.distribute) --------------------------------------------------------------

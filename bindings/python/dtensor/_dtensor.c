@@ -1777,14 +1777,14 @@ static PyObject *py_model_evaluate(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(value);
 }
 
-/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon) */
+/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon, weight_decay) */
 static PyObject *py_optimizer_create(PyObject *self, PyObject *args)
 {
     (void)self;
     dt_optimizer_config c = {0};
     int kind;
-    if (!PyArg_ParseTuple(args, "iddpddd", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
-                          &c.beta_1, &c.beta_2, &c.epsilon))
+    if (!PyArg_ParseTuple(args, "iddpdddd", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
+                          &c.beta_1, &c.beta_2, &c.epsilon, &c.weight_decay))
         return NULL;
     c.kind = (dt_optimizer_kind)kind;
     dt_optimizer *o = NULL;

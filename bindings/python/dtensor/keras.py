@@ -18,8 +18,9 @@ import types as _types
 
 import numpy as np
 
-from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, Optimizer, _allgather_json,
-               _from_components, _replicas, _tape, _value, client_id, get_strategy, unpack)
+from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, AdamW, Optimizer,
+               _allgather_json, _from_components, _replicas, _tape, _value, client_id,
+               get_strategy, unpack)
 from . import data as _data
 
 # ---- ops the losses and layers need, in terms of dtensor's differentiable ops --------------
@@ -660,13 +661,13 @@ callbacks = _types.SimpleNamespace(Callback=Callback, History=History,
                                    LambdaCallback=LambdaCallback, CSVLogger=CSVLogger,
                                    ModelCheckpoint=ModelCheckpoint)
 
-optimizers = _types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam)
+optimizers = _types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW)
 
 
 def _get_optimizer(o):
     if isinstance(o, Optimizer):
         return o
-    table = {"sgd": SGD, "adam": Adam}
+    table = {"sgd": SGD, "adam": Adam, "adamw": AdamW}
     if str(o).lower() not in table:
         raise ValueError(f"unknown optimizer {o!r}; one of {sorted(table)}")
     return table[str(o).lower()]()

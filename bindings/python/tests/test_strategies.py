@@ -138,3 +138,22 @@ def test_variables_on_device_0(cls):
     got = [model.train_step(x, s.distribute_batch(y_host), "mean_squared_error", opt)
            for _ in range(3)]
     np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_adamw_against_numpy(mesh_2d):
+    """AdamW (Keras's): decay by lr * weight_decay of the variable, then Adam's step; on a
+    sharded variable, three updates against numpy."""
+    w0 = np.linspace(-1, 1, 12).reshape(6, 2)
+    grads = [np.cos(np.arange(12.0) + k).reshape(6, 2) for k in range(3)]
+    v = dtensor.DVariable(dtensor.dtensor_from_array(w0, dtensor.Layout(["x", "y"], mesh_2d)))
+    opt = dtensor.keras.optimizers.AdamW(learning_rate=0.1, weight_decay=0.2)
+    w, m, s = w0.copy(), np.zeros_like(w0), np.zeros_like(w0)
+    for t, g in enumerate(grads, start=1):
+        opt.apply_gradients([(dtensor.dtensor_from_array(g, v.layout), v)])
+        w -= 0.1 * 0.2 * w
+        m = 0.9 * m + 0.1 * g
+        s = 0.999 * s + 0.001 * g * g
+        w -= 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(s) + 1e-7)
+    np.testing.assert_allclose(dtensor.gather(v.read_value()), w, rtol=1e-12)
+    with pytest.raises(ValueError, match="weight_decay"):
+        dtensor.AdamW(weight_decay=0)
