@@ -466,6 +466,13 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
 {
     const dt_mesh *m = in->layout.mesh;
     tctx c = {.t = t, .in = in, .g = group_size(m, t->axes)};
+    if (c.g == 1) {
+        /* over mesh axes of size 1 a shard is the whole axis and a partial value its one term:
+         * the same data in the same slot, only the layout changes (no step, nothing moves) */
+        *out = *in;
+        out->layout = t->after;
+        return DT_OK;
+    }
     for (int a = 0; a < m->num_axes; a++)
         if (t->axes & (1u << a))
             c.mesh_axis = a;
