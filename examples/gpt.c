@@ -1,0 +1,500 @@
+/* A GPT-style decoder trained on a 2-D mesh `batch x model`, as Megatron-LM shards it: the
+ * batch over `batch`; attention heads and the MLP's hidden axis over `model` (column-parallel
+ * projections, then row-parallel ones, so each block costs one all-reduce over `model` after
+ * attention and one after the MLP); the token embedding and the tied output projection split
+ * over the vocabulary (each shard looks up the ids it owns; the logits are never gathered:
+ * the cross-entropy reduces per-row statistics across the shards). AdamW.
+ *
+ *   gpt [1|data|model|2d] [steps]   train under one sharding, print the loss of every step
+ *   gpt compare [steps]             every sharding in turn: the same loss curve (within 1e-5),
+ *                                   Megatron's collectives in the forward pass, and each
+ *                                   device's share of the parameters; exit 1 if not
+ *   gpt program                     print the expanded forward pass under 2d
+ * Four devices in all: DTENSOR_CPU_DEVICES=4 gpt, or mpiexec.mpich -n 2 (2 devices each) or
+ * -n 4. The sharding "1" runs on global device 0 alone (the other clients hold nothing of it).
+ * The task: sequences where each next token is a fixed permutation of the current one. */
+#include <dtensor.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(x)                                                                         \
+    do {                                                                                 \
+        dt_status s_ = (x);                                                              \
+        if (s_ != DT_OK) {                                                               \
+            fprintf(stderr, "client %d: %s: %s\n", dt_client_id(), #x, dt_last_error()); \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+/* vocabulary V, sequence T, model width D, heads H of E = D / H, MLP hidden F, blocks NL,
+ * global batch B */
+enum { V = 512, T = 16, D = 64, H = 4, E = D / H, F = 4 * D, NL = 2, B = 8 };
+enum { MAX_STEPS = 200 };
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+/* Each parameter's global shape and layout on the mesh (axes "batch", "model"); initial
+ * values N(0, scale) from one Philox stream per parameter, the same under every sharding.
+ * Scale 0: zeros; scale -1: ones (layer norms). */
+typedef struct param {
+    char name[24];
+    int rank;
+    int64_t shape[3];
+    const char *layout;
+    double scale;
+} param;
+
+/* Per block: ln1 gamma, beta; wq, wk, wv [D, H, E] with heads on model (column-parallel);
+ * wo [H, E, D] (row-parallel); ln2; w1 [D, F] column-parallel, b1 [F]; w2 [F, D] row-parallel,
+ * b2 [D]. */
+enum {
+    P_WTE,
+    P_WPE,
+    P_FIRST_BLOCK,
+    PER_BLOCK = 12,
+    P_LNF_G = P_FIRST_BLOCK + NL * PER_BLOCK,
+    P_LNF_B,
+    NP
+};
+enum { B_LN1_G, B_LN1_B, B_WQ, B_WK, B_WV, B_WO, B_LN2_G, B_LN2_B, B_W1, B_B1, B_W2, B_B2 };
+
+static param params[NP];
+
+static void set(int i, const char *name, int rank, int64_t a, int64_t b, int64_t c,
+                const char *layout, double scale)
+{
+    param *p = &params[i];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rank = rank;
+    p->shape[0] = a;
+    p->shape[1] = b;
+    p->shape[2] = c;
+    p->layout = layout;
+    p->scale = scale;
+}
+
+static void describe_params(void)
+{
+    double s = 0.02, out = 0.02 / sqrt(2.0 * NL); /* GPT-2: residual projections scaled */
+    set(P_WTE, "wte", 2, V, D, 0, "model,unsharded", s);
+    set(P_WPE, "wpe", 2, T, D, 0, "unsharded,unsharded", s);
+    for (int l = 0; l < NL; l++) {
+        int b = P_FIRST_BLOCK + l * PER_BLOCK;
+        char n[24];
+#define NAME(what) (snprintf(n, sizeof n, "h%d.%s", l, what), n)
+        set(b + B_LN1_G, NAME("ln1.gamma"), 1, D, 0, 0, "unsharded", -1);
+        set(b + B_LN1_B, NAME("ln1.beta"), 1, D, 0, 0, "unsharded", 0);
+        set(b + B_WQ, NAME("wq"), 3, D, H, E, "unsharded,model,unsharded", s);
+        set(b + B_WK, NAME("wk"), 3, D, H, E, "unsharded,model,unsharded", s);
+        set(b + B_WV, NAME("wv"), 3, D, H, E, "unsharded,model,unsharded", s);
+        set(b + B_WO, NAME("wo"), 3, H, E, D, "model,unsharded,unsharded", out);
+        set(b + B_LN2_G, NAME("ln2.gamma"), 1, D, 0, 0, "unsharded", -1);
+        set(b + B_LN2_B, NAME("ln2.beta"), 1, D, 0, 0, "unsharded", 0);
+        set(b + B_W1, NAME("w1"), 2, D, F, 0, "unsharded,model", s);
+        set(b + B_B1, NAME("b1"), 1, F, 0, 0, "model", 0);
+        set(b + B_W2, NAME("w2"), 2, F, D, 0, "model,unsharded", out);
+        set(b + B_B2, NAME("b2"), 1, D, 0, 0, "unsharded", 0);
+#undef NAME
+    }
+    set(P_LNF_G, "lnf.gamma", 1, D, 0, 0, "unsharded", -1);
+    set(P_LNF_B, "lnf.beta", 1, D, 0, 0, "unsharded", 0);
+}
+
+/* ---- the forward pass, traced once ------------------------------------------------------- */
+
+/* The tensors a trace makes, freed once it is expanded. */
+static dt_tensor *made[1024];
+static int nmade;
+
+static dt_tensor *keep(dt_tensor *t)
+{
+    if (nmade == (int)(sizeof made / sizeof made[0])) {
+        fprintf(stderr, "gpt: too many traced tensors\n");
+        exit(1);
+    }
+    return made[nmade++] = t;
+}
+
+static dt_tensor *op2(dt_binary_op op, const dt_tensor *a, const dt_tensor *b)
+{
+    dt_tensor *t;
+    CHECK(dt_binary(op, a, b, NULL, &t));
+    return keep(t);
+}
+
+static dt_tensor *einsum(const char *eq, const dt_tensor *a, const dt_tensor *b)
+{
+    dt_tensor *t;
+    CHECK(dt_einsum(eq, 2, (const dt_tensor *const[]){a, b}, NULL, &t));
+    return keep(t);
+}
+
+static dt_tensor *norm(const dt_tensor *x, dt_tensor *const p[], int g)
+{
+    dt_tensor *t;
+    CHECK(dt_layer_norm(x, p[g], p[g + 1], 1e-5, NULL, &t));
+    return keep(t);
+}
+
+static dt_tensor *scalar(const dt_mesh *m, double v)
+{
+    dt_layout l;
+    CHECK(dt_layout_replicated(m, 0, &l));
+    dt_op_options o = {.layout = &l};
+    dt_tensor *t;
+    CHECK(dt_fill(DT_DTYPE_F32, 0, NULL, v, &o, &t));
+    return keep(t);
+}
+
+/* Mean next-token cross-entropy of the tokens tok [B, T] against tgt [B, T]; causal is the
+ * [T, T] lower-triangular mask. */
+static dt_tensor *forward(const dt_mesh *m, dt_tensor *const p[], const dt_tensor *tok,
+                          const dt_tensor *tgt, const dt_tensor *causal)
+{
+    dt_tensor *t;
+    /* x [B, T, D]: each model shard looks up the ids of its vocabulary rows (zeros for the
+     * others), then one all-reduce over model */
+    CHECK(dt_gather(p[P_WTE], tok, NULL, &t));
+    dt_tensor *x = op2(DT_BINARY_ADD, keep(t), p[P_WPE]);
+    dt_tensor *inv_sqrt_e = scalar(m, 1.0 / sqrt((double)E)), *minus_inf = scalar(m, -1e9);
+    for (int l = 0; l < NL; l++) {
+        dt_tensor *const *b = p + P_FIRST_BLOCK + l * PER_BLOCK;
+        /* attention: q, k, v [B, T, H, E] with the heads on model; scores [B, H, T, T] */
+        dt_tensor *h = norm(x, b, B_LN1_G);
+        dt_tensor *q = einsum("btd,dhe->bthe", h, b[B_WQ]);
+        dt_tensor *k = einsum("btd,dhe->bthe", h, b[B_WK]);
+        dt_tensor *v = einsum("btd,dhe->bthe", h, b[B_WV]);
+        dt_tensor *s = op2(DT_BINARY_MUL, einsum("bthe,bshe->bhts", q, k), inv_sqrt_e);
+        CHECK(dt_where(causal, s, minus_inf, NULL, &t));
+        CHECK(dt_softmax(keep(t), -1, NULL, &t));
+        dt_tensor *c = einsum("bhts,bshe->bthe", keep(t), v);
+        /* row-parallel output projection: partial over model, all-reduced once */
+        x = op2(DT_BINARY_ADD, x, einsum("bthe,hed->btd", c, b[B_WO]));
+        /* MLP: [B, T, F] with F on model, gelu, then row-parallel: one all-reduce */
+        h = norm(x, b, B_LN2_G);
+        CHECK(dt_matmul(h, b[B_W1], NULL, &t));
+        CHECK(dt_unary(DT_UNARY_GELU, op2(DT_BINARY_ADD, keep(t), b[B_B1]), NULL, &t));
+        dt_tensor *u;
+        CHECK(dt_matmul(keep(t), b[B_W2], NULL, &u));
+        x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, keep(u), b[B_B2]));
+    }
+    /* logits [B, T, V] with the vocabulary on model (the embedding, tied): log sum exp and
+     * the target's logit reduce across the vocabulary shards ([B, T] statistics only) */
+    dt_tensor *logits = einsum("btd,vd->btv", norm(x, p, P_LNF_G), p[P_WTE]);
+    dt_tensor *lse, *hot, *picked, *loss;
+    CHECK(dt_logsumexp(logits, 1, (int[]){-1}, 0, NULL, &lse));
+    CHECK(dt_one_hot(tgt, V, 1, 0, -1, DT_DTYPE_F32, NULL, &hot));
+    CHECK(dt_reduce(DT_REDUCE_SUM, op2(DT_BINARY_MUL, keep(hot), logits), 1, (int[]){-1}, 0, NULL,
+                    &picked));
+    CHECK(dt_reduce(DT_REDUCE_MEAN, op2(DT_BINARY_SUB, keep(lse), keep(picked)), 0, NULL, 0, NULL,
+                    &loss));
+    return keep(loss);
+}
+
+/* ---- one sharding ------------------------------------------------------------------------ */
+
+typedef struct run {
+    const char *name;
+    int batch, model; /* mesh axis sizes */
+    dt_mesh *mesh;
+    dt_variable *vars[NP];
+    dt_function *fwd, *grad;
+    dt_tensor *causal;
+} run;
+
+/* The mesh batch x model over global devices 0 .. batch * model - 1. */
+static void make_mesh(run *r)
+{
+    const char *names[2] = {"batch", "model"};
+    int ids[8];
+    for (int i = 0; i < r->batch * r->model; i++)
+        ids[i] = i;
+    CHECK(dt_mesh_create_on_devices(2, names, (int[]){r->batch, r->model}, DT_DEVICE_CPU,
+                                    r->batch * r->model, ids, &r->mesh));
+}
+
+/* Bytes in use on every local device (at most 8). */
+static void device_bytes(size_t out[8])
+{
+    for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++) {
+        size_t peak;
+        CHECK(dt_device_memory(DT_DEVICE_CPU, i, &out[i], &peak));
+    }
+}
+
+/* The parameters as variables, in their layouts; *bytes gets the most bytes they take on one
+ * device (the library's own accounting, every client's devices). */
+static void make_params(run *r, size_t *bytes)
+{
+    size_t before[8] = {0}, after[8] = {0};
+    device_bytes(before);
+    for (int i = 0; i < NP; i++) {
+        const param *p = &params[i];
+        dt_layout l;
+        CHECK(dt_layout_parse(r->mesh, p->layout, &l));
+        dt_op_options o = {.layout = &l};
+        dt_tensor *v;
+        if (p->scale > 0)
+            CHECK(dt_random_normal(DT_DTYPE_F32, p->rank, p->shape, 2024, (uint64_t)i + 1, 0,
+                                   p->scale, &o, &v));
+        else
+            CHECK(dt_fill(DT_DTYPE_F32, p->rank, p->shape, p->scale < 0 ? 1 : 0, &o, &v));
+        CHECK(dt_variable_create(v, &r->vars[i]));
+        dt_tensor_free(v);
+    }
+    device_bytes(after);
+    uint64_t mine = 0, all[64];
+    for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++)
+        if (after[i] - before[i] > mine)
+            mine = after[i] - before[i];
+    CHECK(dt_client_allgather(&mine, sizeof mine, all));
+    *bytes = 0;
+    for (int c = 0; c < dt_num_clients() && c < 64; c++)
+        *bytes = all[c] > *bytes ? all[c] : *bytes;
+}
+
+/* The forward pass traced on the variables' layouts, and its gradient function (results: the
+ * loss, then one gradient per parameter, each in its parameter's layout). */
+static void make_functions(run *r)
+{
+    dt_layout tl, cl;
+    CHECK(dt_layout_parse(r->mesh, "batch,unsharded", &tl));
+    CHECK(dt_layout_replicated(r->mesh, 2, &cl));
+    CHECK(dt_function_begin(&r->fwd));
+    dt_tensor *in[NP + 3];
+    for (int i = 0; i < NP; i++)
+        CHECK(dt_function_input(r->fwd, dt_variable_layout(r->vars[i]), DT_DTYPE_F32,
+                                params[i].rank, params[i].shape, &in[i]));
+    CHECK(dt_function_input(r->fwd, &tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, &in[NP]));
+    CHECK(dt_function_input(r->fwd, &tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, &in[NP + 1]));
+    CHECK(dt_function_input(r->fwd, &cl, DT_DTYPE_BOOL, 2, (int64_t[]){T, T}, &in[NP + 2]));
+    dt_tensor *loss = forward(r->mesh, in, in[NP], in[NP + 1], in[NP + 2]);
+    CHECK(dt_function_end(r->fwd, 1, &loss));
+    for (int i = 0; i < NP + 3; i++)
+        dt_tensor_free(in[i]);
+    for (int i = 0; i < nmade; i++)
+        dt_tensor_free(made[i]);
+    nmade = 0;
+    int wrt[NP];
+    for (int i = 0; i < NP; i++)
+        wrt[i] = i;
+    CHECK(dt_function_gradient(r->fwd, 0, NP, wrt, &r->grad));
+    bool mask[T][T];
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++)
+            mask[i][j] = j <= i;
+    CHECK(dt_tensor_from_host(&cl, DT_DTYPE_BOOL, 2, (int64_t[]){T, T}, mask, sizeof mask,
+                              &r->causal));
+}
+
+/* The batch of step `step`: B sequences of the permutation walk from random starts (the same
+ * on every client). */
+static void batch_of(int step, int32_t tok[B][T], int32_t tgt[B][T])
+{
+    static int32_t next[V];
+    static bool ready;
+    uint64_t x = 88172645463325252ull; /* xorshift64: the permutation, then each step's own */
+#define RAND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    if (!ready) {
+        for (int i = 0; i < V; i++)
+            next[i] = i;
+        for (int i = V - 1; i > 0; i--) {
+            int j = (int)(RAND() % (uint64_t)(i + 1)), s = next[i];
+            next[i] = next[j];
+            next[j] = s;
+        }
+        ready = true;
+    }
+    x = 88172645463325252ull + (uint64_t)(step + 1) * 0x9E3779B97F4A7C15ull;
+    for (int b = 0; b < B; b++) {
+        int32_t c = (int32_t)(RAND() % V);
+        for (int t = 0; t < T; t++) {
+            tok[b][t] = c;
+            tgt[b][t] = c = next[c];
+        }
+    }
+#undef RAND
+}
+
+/* Train `steps` steps; losses[t] on every client (the loss is read from a copy on a mesh over
+ * every device: under "1" the other clients hold no part of it). */
+static void train(run *r, const dt_mesh *all, int steps, double losses[], bool print)
+{
+    dt_optimizer *opt;
+    dt_optimizer_config oc = {
+        .kind = DT_OPTIMIZER_ADAMW, .learning_rate = 3e-3, .weight_decay = 0.01};
+    CHECK(dt_optimizer_create(&oc, &opt));
+    dt_layout tl, everywhere;
+    CHECK(dt_layout_parse(r->mesh, "batch,unsharded", &tl));
+    CHECK(dt_layout_replicated(all, 0, &everywhere));
+    for (int step = 0; step < steps; step++) {
+        int32_t tok[B][T], tgt[B][T];
+        batch_of(step, tok, tgt);
+        const dt_tensor *in[NP + 3];
+        dt_tensor *ttok, *ttgt, *res[NP + 1];
+        CHECK(dt_tensor_from_host(&tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, tok, sizeof tok, &ttok));
+        CHECK(dt_tensor_from_host(&tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, tgt, sizeof tgt, &ttgt));
+        for (int i = 0; i < NP; i++)
+            in[i] = dt_variable_value(r->vars[i]);
+        in[NP] = ttok;
+        in[NP + 1] = ttgt;
+        in[NP + 2] = r->causal;
+        CHECK(dt_function_run(r->grad, NP + 3, in, NP + 1, res));
+        CHECK(dt_optimizer_apply(opt, NP, r->vars, (const dt_tensor *const *)res + 1));
+        dt_tensor *copy;
+        float loss;
+        CHECK(dt_copy_to_mesh(res[0], &everywhere, NULL, &copy));
+        CHECK(dt_tensor_read(copy, &loss, sizeof loss));
+        dt_tensor_free(copy);
+        losses[step] = loss;
+        if (print && dt_client_id() == 0)
+            printf("%s step %2d loss %.6f\n", r->name, step, losses[step]);
+        for (int i = 0; i < NP + 1; i++)
+            dt_tensor_free(res[i]);
+        dt_tensor_free(ttok);
+        dt_tensor_free(ttgt);
+    }
+    dt_optimizer_free(opt);
+}
+
+static void free_run(run *r)
+{
+    for (int i = 0; i < NP; i++)
+        dt_variable_free(r->vars[i]);
+    dt_function_free(r->fwd);
+    dt_function_free(r->grad);
+    dt_tensor_free(r->causal);
+    dt_mesh_free(r->mesh);
+}
+
+/* The forward pass's collectives over each mesh axis (from the printed program). */
+static void count_collectives(const run *r, int *model, int *batch, int *other)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(dt_function_print(r->fwd, f));
+    fclose(f);
+    *model = *batch = *other = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, " collective "))
+            continue;
+        if (strstr(line, "over {model}"))
+            (*model)++;
+        else if (strstr(line, "over {batch}"))
+            (*batch)++;
+        else
+            (*other)++;
+    }
+    free(text);
+}
+
+static const run shardings[4] = {
+    {.name = "1", .batch = 1, .model = 1},
+    {.name = "data", .batch = 4, .model = 1},
+    {.name = "model", .batch = 1, .model = 4},
+    {.name = "2d", .batch = 2, .model = 2},
+};
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "2d";
+    int steps = argc > 2 ? atoi(argv[2]) : 50;
+    if (steps < 1 || steps > MAX_STEPS) {
+        fprintf(stderr, "gpt: steps %d, expected 1 to %d\n", steps, MAX_STEPS);
+        return 2;
+    }
+    CHECK(dt_init(NULL));
+    if (dt_num_global_devices(DT_DEVICE_CPU) != 4) {
+        fprintf(stderr,
+                "gpt: needs 4 devices in all, this job has %d (DTENSOR_CPU_DEVICES=4, "
+                "or mpiexec.mpich -n 2 with 2 each, or -n 4)\n",
+                dt_num_global_devices(DT_DEVICE_CPU));
+        dt_finalize();
+        return 2;
+    }
+    describe_params();
+    dt_mesh *all;
+    CHECK(dt_mesh_create_from_string("x=4", DT_DEVICE_CPU, &all));
+    int rc = 0;
+    if (strcmp(mode, "compare") == 0) {
+        static double curves[4][MAX_STEPS];
+        size_t bytes[4];
+        int colls[4][3];
+        for (int s = 0; s < 4; s++) {
+            run r = shardings[s];
+            make_mesh(&r);
+            make_params(&r, &bytes[s]);
+            make_functions(&r);
+            count_collectives(&r, &colls[s][0], &colls[s][1], &colls[s][2]);
+            train(&r, all, steps, curves[s], false);
+            free_run(&r);
+        }
+        double worst = 0;
+        for (int s = 1; s < 4; s++)
+            for (int t = 0; t < steps; t++)
+                worst = fmax(worst, fabs(curves[s][t] - curves[0][t]) / fabs(curves[0][t]));
+        /* Megatron: over model, 1 all-reduce for the embedding, 2 per block, 3 for the loss's
+         * statistics (max, sum of exp, the target logit); over batch, the mean's one */
+        int want_model = 1 + 2 * NL + 3;
+        bool colls_ok = colls[0][0] + colls[0][1] + colls[0][2] == 0 && colls[1][0] == 0 &&
+                        colls[1][1] == 1 && colls[2][0] == want_model && colls[2][1] == 0 &&
+                        colls[3][0] == want_model && colls[3][1] == 1 &&
+                        colls[1][2] + colls[2][2] + colls[3][2] == 0;
+        double share = (double)bytes[2] / (double)bytes[0];
+        if (dt_client_id() == 0) {
+            printf("gpt: %d blocks, d_model %d, %d heads, vocabulary %d, sequence %d, batch %d, "
+                   "AdamW, %d steps\n",
+                   NL, D, H, V, T, B, steps);
+            for (int s = 0; s < 4; s++)
+                printf("  %-5s batch=%d,model=%d: first loss %.6f, last %.6f; forward "
+                       "collectives over model %d, over batch %d; parameters on one device %zu "
+                       "bytes\n",
+                       shardings[s].name, shardings[s].batch, shardings[s].model, curves[s][0],
+                       curves[s][steps - 1], colls[s][0], colls[s][1], bytes[s]);
+            printf("largest relative difference from one device's curve: %.2e (<= 1e-5: %s)\n",
+                   worst, worst <= 1e-5 ? "yes" : "NO");
+            printf("forward collectives as Megatron's (model: %d, batch: 1): %s\n", want_model,
+                   colls_ok ? "yes" : "NO");
+            printf("parameters per device with model=4: %.3f of one device's (1/4 within 10%%: "
+                   "%s)\n",
+                   share, fabs(share * 4 - 1) <= 0.1 ? "yes" : "NO");
+        }
+        rc = worst <= 1e-5 && colls_ok && fabs(share * 4 - 1) <= 0.1 &&
+                     curves[0][steps - 1] < curves[0][0]
+                 ? 0
+                 : 1;
+    } else {
+        int s = 0;
+        while (s < 4 && strcmp(mode, shardings[s].name) && strcmp(mode, "program"))
+            s++;
+        if (strcmp(mode, "program") == 0)
+            s = 3;
+        if (s == 4) {
+            fprintf(stderr, "gpt: unknown mode %s (1, data, model, 2d, compare, program)\n", mode);
+            dt_mesh_free(all);
+            dt_finalize();
+            return 2;
+        }
+        run r = shardings[s];
+        size_t bytes;
+        make_mesh(&r);
+        make_params(&r, &bytes);
+        make_functions(&r);
+        if (strcmp(mode, "program") == 0) {
+            if (dt_client_id() == 0)
+                CHECK(dt_function_print(r.fwd, stdout));
+        } else {
+            static double losses[MAX_STEPS];
+            train(&r, all, steps, losses, true);
+        }
+        free_run(&r);
+    }
+    dt_mesh_free(all);
+    CHECK(dt_finalize());
+    return rc;
+}
