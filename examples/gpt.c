@@ -5,10 +5,13 @@
  * over the vocabulary (each shard looks up the ids it owns; the logits are never gathered:
  * the cross-entropy reduces per-row statistics across the shards). AdamW.
  *
- *   gpt [1|data|model|2d] [steps]   train under one sharding, print the loss of every step
- *   gpt compare [steps]             every sharding in turn: the same loss curve (within 1e-5),
- *                                   Megatron's collectives in the forward pass, and each
- *                                   device's share of the parameters; exit 1 if not
+ *   gpt [1|data|model|2d] [steps] [f32|bf16]   train under one sharding, print each step's loss
+ *   gpt compare [steps] [f32|bf16]  every sharding in turn: the same loss curve (within 1e-5 in
+ *                                   f32, BF16_TOL in bf16), Megatron's collectives in the forward
+ *                                   pass, and each device's share of the parameters; exit 1 if
+ *                                   any fails
+ *   gpt bench [steps]               steps per second of each sharding, and the share of the step
+ *                                   time spent in collectives (the ledger)
  *   gpt program                     print the expanded forward pass under 2d
  * Four devices in all: DTENSOR_CPU_DEVICES=4 gpt, or mpiexec.mpich -n 2 (2 devices each) or
  * -n 4. The sharding "1" runs on global device 0 alone (the other clients hold nothing of it).
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CHECK(x)                                                                         \
     do {                                                                                 \
@@ -34,6 +38,10 @@
  * global batch B */
 enum { V = 512, T = 16, D = 64, H = 4, E = D / H, F = 4 * D, NL = 2, B = 8 };
 enum { MAX_STEPS = 200 };
+#define BF16_TOL 1e-2
+
+/* The parameters' and activations' dtype (f32, or bf16 with the cross-entropy in f32). */
+static dt_dtype dtype = DT_DTYPE_F32;
 
 /* ---- parameters ---------------------------------------------------------------------------- */
 
@@ -146,7 +154,7 @@ static dt_tensor *scalar(const dt_mesh *m, double v)
     CHECK(dt_layout_replicated(m, 0, &l));
     dt_op_options o = {.layout = &l};
     dt_tensor *t;
-    CHECK(dt_fill(DT_DTYPE_F32, 0, NULL, v, &o, &t));
+    CHECK(dt_fill(dtype, 0, NULL, v, &o, &t));
     return keep(t);
 }
 
@@ -182,9 +190,13 @@ static dt_tensor *forward(const dt_mesh *m, dt_tensor *const p[], const dt_tenso
         CHECK(dt_matmul(keep(t), b[B_W2], NULL, &u));
         x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, keep(u), b[B_B2]));
     }
-    /* logits [B, T, V] with the vocabulary on model (the embedding, tied): log sum exp and
-     * the target's logit reduce across the vocabulary shards ([B, T] statistics only) */
+    /* logits [B, T, V] with the vocabulary on model (the embedding, tied), in f32: log sum exp
+     * and the target's logit reduce across the vocabulary shards ([B, T] statistics only) */
     dt_tensor *logits = einsum("btd,vd->btv", norm(x, p, P_LNF_G), p[P_WTE]);
+    if (dtype != DT_DTYPE_F32) {
+        CHECK(dt_cast(logits, DT_DTYPE_F32, NULL, &t));
+        logits = keep(t);
+    }
     dt_tensor *lse, *hot, *picked, *loss;
     CHECK(dt_logsumexp(logits, 1, (int[]){-1}, 0, NULL, &lse));
     CHECK(dt_one_hot(tgt, V, 1, 0, -1, DT_DTYPE_F32, NULL, &hot));
@@ -239,10 +251,10 @@ static void make_params(run *r, size_t *bytes)
         dt_op_options o = {.layout = &l};
         dt_tensor *v;
         if (p->scale > 0)
-            CHECK(dt_random_normal(DT_DTYPE_F32, p->rank, p->shape, 2024, (uint64_t)i + 1, 0,
-                                   p->scale, &o, &v));
+            CHECK(dt_random_normal(dtype, p->rank, p->shape, 2024, (uint64_t)i + 1, 0, p->scale, &o,
+                                   &v));
         else
-            CHECK(dt_fill(DT_DTYPE_F32, p->rank, p->shape, p->scale < 0 ? 1 : 0, &o, &v));
+            CHECK(dt_fill(dtype, p->rank, p->shape, p->scale < 0 ? 1 : 0, &o, &v));
         CHECK(dt_variable_create(v, &r->vars[i]));
         dt_tensor_free(v);
     }
@@ -267,8 +279,8 @@ static void make_functions(run *r)
     CHECK(dt_function_begin(&r->fwd));
     dt_tensor *in[NP + 3];
     for (int i = 0; i < NP; i++)
-        CHECK(dt_function_input(r->fwd, dt_variable_layout(r->vars[i]), DT_DTYPE_F32,
-                                params[i].rank, params[i].shape, &in[i]));
+        CHECK(dt_function_input(r->fwd, dt_variable_layout(r->vars[i]), dtype, params[i].rank,
+                                params[i].shape, &in[i]));
     CHECK(dt_function_input(r->fwd, &tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, &in[NP]));
     CHECK(dt_function_input(r->fwd, &tl, DT_DTYPE_I32, 2, (int64_t[]){B, T}, &in[NP + 1]));
     CHECK(dt_function_input(r->fwd, &cl, DT_DTYPE_BOOL, 2, (int64_t[]){T, T}, &in[NP + 2]));
@@ -400,14 +412,103 @@ static const run shardings[4] = {
     {.name = "2d", .batch = 2, .model = 2},
 };
 
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every sharding in turn: the loss curves against one device's (within tol), the forward
+ * pass's collectives, the parameters per device. True when all hold (on every client). */
+static bool compare(const dt_mesh *all, int steps, double tol)
+{
+    static double curves[4][MAX_STEPS];
+    size_t bytes[4];
+    int colls[4][3];
+    for (int s = 0; s < 4; s++) {
+        run r = shardings[s];
+        make_mesh(&r);
+        make_params(&r, &bytes[s]);
+        make_functions(&r);
+        count_collectives(&r, &colls[s][0], &colls[s][1], &colls[s][2]);
+        train(&r, all, steps, curves[s], false);
+        free_run(&r);
+    }
+    double worst = 0;
+    for (int s = 1; s < 4; s++)
+        for (int t = 0; t < steps; t++)
+            worst = fmax(worst, fabs(curves[s][t] - curves[0][t]) / fabs(curves[0][t]));
+    /* Megatron: over model, 1 all-reduce for the embedding, 2 per block, 3 for the loss's
+     * statistics (max, sum of exp, the target logit); over batch, the mean's one */
+    int want_model = 1 + 2 * NL + 3;
+    bool colls_ok = colls[0][0] + colls[0][1] + colls[0][2] == 0 && colls[1][0] == 0 &&
+                    colls[1][1] == 1 && colls[2][0] == want_model && colls[2][1] == 0 &&
+                    colls[3][0] == want_model && colls[3][1] == 1 &&
+                    colls[1][2] + colls[2][2] + colls[3][2] == 0;
+    double share = (double)bytes[2] / (double)bytes[0];
+    if (dt_client_id() == 0) {
+        printf("gpt: %d blocks, d_model %d, %d heads, vocabulary %d, sequence %d, batch %d, %s, "
+               "AdamW, %d steps\n",
+               NL, D, H, V, T, B, dt_dtype_name(dtype), steps);
+        for (int s = 0; s < 4; s++)
+            printf("  %-5s batch=%d,model=%d: first loss %.6f, last %.6f; forward collectives "
+                   "over model %d, over batch %d; parameters on one device %zu bytes\n",
+                   shardings[s].name, shardings[s].batch, shardings[s].model, curves[s][0],
+                   curves[s][steps - 1], colls[s][0], colls[s][1], bytes[s]);
+        printf("largest relative difference from one device's curve: %.2e (<= %g: %s)\n", worst,
+               tol, worst <= tol ? "yes" : "NO");
+        printf("forward collectives as Megatron's (model: %d, batch: 1): %s\n", want_model,
+               colls_ok ? "yes" : "NO");
+        printf("parameters per device with model=4: %.3f of one device's (1/4 within 10%%: "
+               "%s)\n",
+               share, fabs(share * 4 - 1) <= 0.1 ? "yes" : "NO");
+    }
+    return worst <= tol && colls_ok && fabs(share * 4 - 1) <= 0.1 &&
+           curves[0][steps - 1] < curves[0][0];
+}
+
+/* Steps per second of each sharding over `steps` steps (after 3 untimed), and the share of the
+ * step time this client spent in collectives (its ledger). */
+static void bench(const dt_mesh *all, int steps)
+{
+    static double losses[MAX_STEPS + 3];
+    if (dt_client_id() == 0)
+        printf("sharding,steps_per_second,collective_fraction,collectives_per_step\n");
+    for (int s = 0; s < 4; s++) {
+        run r = shardings[s];
+        size_t bytes;
+        make_mesh(&r);
+        make_params(&r, &bytes);
+        make_functions(&r);
+        train(&r, all, 3, losses, false);
+        dt_ledger_clear();
+        double t0 = now();
+        train(&r, all, steps, losses, false);
+        double t = now() - t0, in_coll = 0;
+        int64_t n = dt_ledger_size();
+        for (int64_t i = 0; i < n; i++) {
+            dt_ledger_entry e;
+            CHECK(dt_ledger_entry_get(i, &e));
+            in_coll += e.seconds;
+        }
+        if (dt_client_id() == 0)
+            printf("%s,%.2f,%.3f,%.1f\n", r.name, steps / t, in_coll / t, (double)n / steps);
+        free_run(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "2d";
     int steps = argc > 2 ? atoi(argv[2]) : 50;
-    if (steps < 1 || steps > MAX_STEPS) {
-        fprintf(stderr, "gpt: steps %d, expected 1 to %d\n", steps, MAX_STEPS);
+    const char *type = argc > 3 ? argv[3] : "f32";
+    if (steps < 1 || steps > MAX_STEPS || (strcmp(type, "f32") && strcmp(type, "bf16"))) {
+        fprintf(stderr, "gpt: steps %d (1 to %d), dtype %s (f32 or bf16)\n", steps, MAX_STEPS,
+                type);
         return 2;
     }
+    dtype = strcmp(type, "bf16") ? DT_DTYPE_F32 : DT_DTYPE_BF16;
     CHECK(dt_init(NULL));
     if (dt_num_global_devices(DT_DEVICE_CPU) != 4) {
         fprintf(stderr,
@@ -420,72 +521,22 @@ int main(int argc, char **argv)
     describe_params();
     dt_mesh *all;
     CHECK(dt_mesh_create_from_string("x=4", DT_DEVICE_CPU, &all));
-    int rc = 0;
+    int rc = 0, s = 0;
+    while (s < 4 && strcmp(mode, shardings[s].name))
+        s++;
     if (strcmp(mode, "compare") == 0) {
-        static double curves[4][MAX_STEPS];
-        size_t bytes[4];
-        int colls[4][3];
-        for (int s = 0; s < 4; s++) {
-            run r = shardings[s];
-            make_mesh(&r);
-            make_params(&r, &bytes[s]);
-            make_functions(&r);
-            count_collectives(&r, &colls[s][0], &colls[s][1], &colls[s][2]);
-            train(&r, all, steps, curves[s], false);
-            free_run(&r);
-        }
-        double worst = 0;
-        for (int s = 1; s < 4; s++)
-            for (int t = 0; t < steps; t++)
-                worst = fmax(worst, fabs(curves[s][t] - curves[0][t]) / fabs(curves[0][t]));
-        /* Megatron: over model, 1 all-reduce for the embedding, 2 per block, 3 for the loss's
-         * statistics (max, sum of exp, the target logit); over batch, the mean's one */
-        int want_model = 1 + 2 * NL + 3;
-        bool colls_ok = colls[0][0] + colls[0][1] + colls[0][2] == 0 && colls[1][0] == 0 &&
-                        colls[1][1] == 1 && colls[2][0] == want_model && colls[2][1] == 0 &&
-                        colls[3][0] == want_model && colls[3][1] == 1 &&
-                        colls[1][2] + colls[2][2] + colls[3][2] == 0;
-        double share = (double)bytes[2] / (double)bytes[0];
-        if (dt_client_id() == 0) {
-            printf("gpt: %d blocks, d_model %d, %d heads, vocabulary %d, sequence %d, batch %d, "
-                   "AdamW, %d steps\n",
-                   NL, D, H, V, T, B, steps);
-            for (int s = 0; s < 4; s++)
-                printf("  %-5s batch=%d,model=%d: first loss %.6f, last %.6f; forward "
-                       "collectives over model %d, over batch %d; parameters on one device %zu "
-                       "bytes\n",
-                       shardings[s].name, shardings[s].batch, shardings[s].model, curves[s][0],
-                       curves[s][steps - 1], colls[s][0], colls[s][1], bytes[s]);
-            printf("largest relative difference from one device's curve: %.2e (<= 1e-5: %s)\n",
-                   worst, worst <= 1e-5 ? "yes" : "NO");
-            printf("forward collectives as Megatron's (model: %d, batch: 1): %s\n", want_model,
-                   colls_ok ? "yes" : "NO");
-            printf("parameters per device with model=4: %.3f of one device's (1/4 within 10%%: "
-                   "%s)\n",
-                   share, fabs(share * 4 - 1) <= 0.1 ? "yes" : "NO");
-        }
-        rc = worst <= 1e-5 && colls_ok && fabs(share * 4 - 1) <= 0.1 &&
-                     curves[0][steps - 1] < curves[0][0]
-                 ? 0
-                 : 1;
-    } else {
-        int s = 0;
-        while (s < 4 && strcmp(mode, shardings[s].name) && strcmp(mode, "program"))
-            s++;
-        if (strcmp(mode, "program") == 0)
-            s = 3;
-        if (s == 4) {
-            fprintf(stderr, "gpt: unknown mode %s (1, data, model, 2d, compare, program)\n", mode);
-            dt_mesh_free(all);
-            dt_finalize();
-            return 2;
-        }
-        run r = shardings[s];
+        /* bf16: each device rounds its partial terms before they are added, so the curves
+         * drift apart by bf16's rounding (2^-9 relative) over the steps */
+        rc = compare(all, steps, dtype == DT_DTYPE_F32 ? 1e-5 : BF16_TOL) ? 0 : 1;
+    } else if (strcmp(mode, "bench") == 0) {
+        bench(all, steps);
+    } else if (s < 4 || strcmp(mode, "program") == 0) {
+        run r = shardings[s < 4 ? s : 3];
         size_t bytes;
         make_mesh(&r);
         make_params(&r, &bytes);
         make_functions(&r);
-        if (strcmp(mode, "program") == 0) {
+        if (s == 4) {
             if (dt_client_id() == 0)
                 CHECK(dt_function_print(r.fwd, stdout));
         } else {
@@ -493,6 +544,11 @@ int main(int argc, char **argv)
             train(&r, all, steps, losses, true);
         }
         free_run(&r);
+    } else {
+        if (dt_client_id() == 0)
+            fprintf(stderr, "gpt: unknown mode %s (1, data, model, 2d, compare, bench, program)\n",
+                    mode);
+        rc = 2;
     }
     dt_mesh_free(all);
     CHECK(dt_finalize());
