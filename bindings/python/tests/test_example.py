@@ -50,3 +50,17 @@ def test_readme_c_program_is_the_tested_example():
     shown = re.findall(r"```c\n(.*?)```", README.read_text(), re.S)[0]
     source = (EXAMPLE.parent / "first_program.c").read_text()
     assert shown == source[source.index("#include <dtensor.h>"):]
+
+
+@pytest.mark.skipif(CLIENTS > 1, reason="the example starts its own clients")
+def test_gpt_example_same_curve_under_every_sharding():
+    """examples/gpt.py compare: one device, data, tensor and 2-D parallelism give one loss curve
+    (within 1e-5) as one client of 4 devices and as 2 and 4 clients."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    example = str(EXAMPLE.parent / "gpt.py")
+    for launch in ([], ["mpiexec.mpich", "-n", "2"], ["mpiexec.mpich", "-n", "4"]):
+        out = subprocess.run(launch + [sys.executable, example, "compare", "20"], env=env,
+                             check=True, capture_output=True, text=True, timeout=300).stdout
+        assert "(<= 1e-5: yes)" in out, out
+        assert out.count("first loss") == 4, out
