@@ -2,11 +2,13 @@
  *
  *   bench_spmd dispatch            eager dispatch from the program cache on a tiny tensor
  *                                  (1-device mesh and a 2-device mesh), microseconds per op
- *   bench_spmd matmul [n]          f32 matmul C = A B (default n = 4096) for each expansion on
- *                                  a 1-D mesh of every device (run as 1 process x 2 devices,
- *                                  DTENSOR_CPU_DEVICES=2, or mpiexec.mpich -n 2 x 1 device),
- *                                  beside single-process OpenBLAS with 2 threads in the same
- *                                  run (client 0 measures it while the others wait)
+ *   bench_spmd matmul [n] [dtype]  matmul C = A B (default n = 4096, dtype f32; bf16 and f16
+ *                                  widen each matrix to f32 for one sgemm and round the product
+ *                                  once) for each expansion on a 1-D mesh of every device (run
+ *                                  as 1 process x 2 devices, DTENSOR_CPU_DEVICES=2, or
+ *                                  mpiexec.mpich -n 2 x 1 device), beside single-process f32
+ *                                  OpenBLAS with 2 threads in the same run (client 0 measures it
+ *                                  while the others wait)
  */
 #include "bench.h"
 #include "dt.h"
@@ -80,7 +82,7 @@ static double best_of(int reps, dt_tensor *a, dt_tensor *b, const dt_layout *out
     return best;
 }
 
-static void matmul(int64_t n)
+static void matmul(int64_t n, dt_dtype dtype)
 {
     /* Baseline: one process, OpenBLAS with 2 threads, client 0 while the others wait. */
     double base = 0;
@@ -126,36 +128,41 @@ static void matmul(int64_t n)
         {"columns of B", "unsharded,unsharded", "unsharded,x", "unsharded,x"},
     };
     if (dt_client_id() == 0)
-        printf(
-            "benchmark,clients,devices,n,expansion,seconds,gflops,ratio_to_openblas_2_threads\n");
+        printf("benchmark,clients,devices,n,dtype,expansion,seconds,gflops,"
+               "ratio_to_openblas_f32_2_threads\n");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         dt_layout la, lb, lc;
         BENCH_CHECK(dt_layout_parse(m, cases[k].a, &la));
         BENCH_CHECK(dt_layout_parse(m, cases[k].b, &lb));
         BENCH_CHECK(dt_layout_parse(m, cases[k].c, &lc));
         dt_tensor *a, *b;
-        BENCH_CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 1, 0, 1,
-                                      &(dt_op_options){.layout = &la}, &a));
-        BENCH_CHECK(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, 0, 1,
-                                      &(dt_op_options){.layout = &lb}, &b));
+        BENCH_CHECK(
+            dt_random_uniform(dtype, 2, shape, 1, 1, 0, 1, &(dt_op_options){.layout = &la}, &a));
+        BENCH_CHECK(
+            dt_random_uniform(dtype, 2, shape, 1, 2, 0, 1, &(dt_op_options){.layout = &lb}, &b));
         double t = best_of(3, a, b, &lc);
         double gf = 2.0 * (double)n * n * n / t / 1e9;
         if (dt_client_id() == 0)
-            printf("matmul,%d,%d,%lld,%s,%.4f,%.1f,%.3f\n", dt_num_clients(), devices, (long long)n,
-                   cases[k].name, t, gf, gf / base);
+            printf("matmul,%d,%d,%lld,%s,%s,%.4f,%.1f,%.3f\n", dt_num_clients(), devices,
+                   (long long)n, dt_dtype_name(dtype), cases[k].name, t, gf, gf / base);
         fflush(stdout);
         dt_tensor_free(a);
         dt_tensor_free(b);
     }
     if (dt_client_id() == 0)
-        printf("baseline,1,1,%lld,openblas sgemm 2 threads,,%.1f,1.000\n", (long long)n, base);
+        printf("baseline,1,1,%lld,f32,openblas sgemm 2 threads,,%.1f,1.000\n", (long long)n, base);
     dt_mesh_free(m);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "dispatch") && strcmp(argv[1], "matmul"))) {
-        fprintf(stderr, "usage: %s dispatch | matmul [n]\n", argv[0]);
+    dt_dtype dtype = DT_DTYPE_F32;
+    for (int d = 0; argc > 3 && d < DT_DTYPE_COUNT; d++)
+        if (strcmp(argv[3], dt_dtype_name((dt_dtype)d)) == 0)
+            dtype = (dt_dtype)d;
+    if (argc < 2 || (strcmp(argv[1], "dispatch") && strcmp(argv[1], "matmul")) ||
+        (argc > 3 && strcmp(argv[3], dt_dtype_name(dtype)))) {
+        fprintf(stderr, "usage: %s dispatch | matmul [n] [f32|f64|bf16|f16]\n", argv[0]);
         return 2;
     }
     dt_init_options o = {0};
@@ -163,7 +170,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "dispatch") == 0)
         dispatch();
     else
-        matmul(argc > 2 ? atoll(argv[2]) : 4096);
+        matmul(argc > 2 ? atoll(argv[2]) : 4096, dtype);
     BENCH_CHECK(dt_finalize());
     return 0;
 }
