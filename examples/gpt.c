@@ -542,6 +542,13 @@ int main(int argc, char **argv)
         } else {
             static double losses[MAX_STEPS];
             train(&r, all, steps, losses, true);
+            /* parameters, optimizer slots, activations and gradients at their most, on this
+             * client's first device (the library's accounting; the 4-device mesh x=4 used to
+             * read the loss adds a few bytes) */
+            dt_memory_stats ms;
+            CHECK(dt_device_memory_stats(DT_DEVICE_CPU, 0, &ms));
+            if (dt_client_id() == 0)
+                printf("%s: peak bytes in use on device 0: %zu\n", r.name, ms.peak);
         }
         free_run(&r);
     } else {
