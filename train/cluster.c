@@ -1,6 +1,6 @@
 /* Cluster description (TF_CONFIG JSON, read with jansson, or DTENSOR_CLUSTER) mapped onto MPI
  * ranks and agreed across clients. */
-#include "../train/train.h"
+#include "train.h"
 
 #include <jansson.h>
 #include <stdint.h>

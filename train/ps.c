@@ -8,7 +8,7 @@
  * must keep entering MPI: while serving, ps (and idle) ranks poll a nonblocking receive with
  * MPI_Test, yielding between polls and sleeping briefly when nothing happens for a while, so
  * that with more ranks than cores the workers get the cores (TOOLCHAIN.md). */
-#include "../train/train.h"
+#include "train.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * all-reduce included) is the expansion engine's. Central storage keeps its variables on a
  * second mesh, global device 0 alone; the training step copies them to the batch mesh and the
  * gradients back (train/model.c). */
-#include "../train/train.h"
+#include "train.h"
 
 #include <stdlib.h>
 #include <string.h>
