@@ -1,13 +1,12 @@
-/* tf.distribute strategies as layout presets (ARCHITECTURE.md "Strategies as layout presets").
- * A strategy is a 1-D mesh "batch" plus two layouts: variables replicated on it, inputs split
- * on it along their batch axis (or replicated for one replica). Everything else (gradient
- * all-reduce included) is the expansion engine's. Central storage keeps its variables on a
- * second mesh, global device 0 alone; the training step copies them to the batch mesh and the
- * gradients back (train/model.c). */
+/* The strategies' runtime (ARCHITECTURE.md "Strategies as layout presets"): create and free,
+ * scopes, run a step, reduce per-replica values, read results, the cluster. Where a strategy
+ * puts its variables and inputs is layout/strategy.c's preset (dt__preset); everything else
+ * (gradient all-reduce included) is the expansion engine's. Central storage's training step
+ * copies the variables to the batch mesh and the gradients back (train/model.c); the parameter
+ * server's runtime is train/ps.c. */
 #include "train.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 const char *dt_strategy_kind_name(dt_strategy_kind k)
 {
@@ -17,21 +16,6 @@ const char *dt_strategy_kind_name(dt_strategy_kind k)
 #undef SNAME
     };
     return (unsigned)k < DT_STRATEGY_COUNT ? names[k] : "?";
-}
-
-/* ---- a mesh over this client's devices only ---------------------------------------------- */
-
-/* This client owns every device of the mesh and the other clients none, so the collectives
- * see groups inside this client only (and there is no communicator). Not collective. */
-dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out)
-{
-    *out = NULL;
-    int n = dt__rt.num_devices[type];
-    if (n < 1)
-        return dt__fail(DT_ERR_MESH, "local mesh: this client has no %s device",
-                        dt_device_type_name(type));
-    const char *names[1] = {"batch"};
-    return dt_mesh_create_local(1, names, &n, type, 0, out);
 }
 
 /* ---- scope -------------------------------------------------------------------------------- */
@@ -96,36 +80,10 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
         return dt__fail(DT_ERR_ARG, "dt_strategy_create: device_type %d outside 0..%d", (int)type,
                         DT_DEVICE_COUNT - 1);
     }
+    /* the parameter server first: a cluster without ps or worker tasks fails on every client
+     * (an agreement) before any mesh is made */
     dt_status st = DT_OK;
-    const char *names[1] = {"batch"};
-    int device = opts ? opts->device : 0; /* checked by the mesh over it */
-    switch (kind) {
-    case DT_STRATEGY_ONE_DEVICE: /* one global device alone; other clients hold no component */
-        st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){device}, &s->mesh);
-        s->replicas = 1;
-        break;
-    case DT_STRATEGY_DEFAULT:
-    case DT_STRATEGY_MULTI_WORKER_MIRRORED:
-    case DT_STRATEGY_CENTRAL_STORAGE: {
-        int n = dt_num_global_devices(type);
-        st = dt_mesh_create(1, names, &n, type, &s->mesh);
-        s->shard_inputs = kind != DT_STRATEGY_DEFAULT;
-        s->replicas = s->shard_inputs ? n : 1;
-        if (st == DT_OK && kind == DT_STRATEGY_CENTRAL_STORAGE)
-            st = dt_mesh_create_on_devices(1, names, (int[]){1}, type, 1, (int[]){device},
-                                           &s->var_mesh);
-        break;
-    }
-    case DT_STRATEGY_MIRRORED:
-        if (opts && opts->num_devices) /* a range of this client's devices */
-            st = dt_mesh_create_local(1, names, &opts->num_devices, type, opts->first_device,
-                                      &s->mesh);
-        else
-            st = dt__mesh_create_local(type, &s->mesh);
-        s->shard_inputs = true;
-        s->replicas = st == DT_OK ? s->mesh->size : 0;
-        break;
-    case DT_STRATEGY_PARAMETER_SERVER:
+    if (kind == DT_STRATEGY_PARAMETER_SERVER) {
         st = dt_cluster_resolve(&s->cluster);
         if (st == DT_OK &&
             (s->cluster.num_tasks[DT_TASK_PS] < 1 || s->cluster.num_tasks[DT_TASK_WORKER] < 1))
@@ -134,19 +92,16 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
                           "ps task and one worker task; the cluster has %d ps and %d workers "
                           "(set TF_CONFIG or DTENSOR_CLUSTER, e.g. chief=1,worker=2,ps=1)",
                           s->cluster.num_tasks[DT_TASK_PS], s->cluster.num_tasks[DT_TASK_WORKER]);
-        if (st == DT_OK)
-            st = dt__mesh_create_local(type, &s->mesh);
-        if (st == DT_OK && dt__rt.world != MPI_COMM_NULL) {
-            MPI_Request req;
-            st = MPI_Comm_idup(dt__rt.world, &s->comm, &req) == MPI_SUCCESS
-                     ? dt__mpi_wait_all(1, &req)
-                     : dt__fail(DT_ERR_COMM, "dt_strategy_create: MPI_Comm_idup failed");
-        }
-        s->shard_inputs = true;
-        s->replicas = st == DT_OK ? s->mesh->size : 0;
-        break;
-    default:
-        break;
+    }
+    if (st == DT_OK)
+        st = dt__preset_create(kind, opts, &s->preset);
+    /* the parameter server's variable windows are made on a communicator of its own, apart
+     * from the runtime's */
+    if (st == DT_OK && kind == DT_STRATEGY_PARAMETER_SERVER && dt__rt.world != MPI_COMM_NULL) {
+        MPI_Request req;
+        st = MPI_Comm_idup(dt__rt.world, &s->comm, &req) == MPI_SUCCESS
+                 ? dt__mpi_wait_all(1, &req)
+                 : dt__fail(DT_ERR_COMM, "dt_strategy_create: MPI_Comm_idup failed");
     }
     /* MultiWorkerMirroredStrategy reads TF_CONFIG as TensorFlow's: one worker (or chief) task
      * per client, this client's task the one its rank maps to; no ps tasks */
@@ -160,8 +115,7 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
                           s->cluster.num_tasks[DT_TASK_PS]);
     }
     if (st != DT_OK) {
-        dt_mesh_free(s->var_mesh);
-        dt_mesh_free(s->mesh);
+        dt__preset_free(&s->preset);
         free(s);
         return st;
     }
@@ -178,8 +132,7 @@ void dt_strategy_free(dt_strategy *s)
             scopes[i] = NULL; /* a dangling scope would hand out a freed strategy */
     if (s->comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->comm);
-    dt_mesh_free(s->var_mesh);
-    dt_mesh_free(s->mesh);
+    dt__preset_free(&s->preset);
     free(s);
 }
 
@@ -190,28 +143,26 @@ dt_strategy_kind dt_strategy_kind_of(const dt_strategy *s)
 
 int dt_strategy_num_replicas_in_sync(const dt_strategy *s)
 {
-    return s ? s->replicas : 0;
+    return s ? s->preset.replicas : 0;
 }
 
 const dt_mesh *dt_strategy_mesh(const dt_strategy *s)
 {
-    return s ? s->mesh : NULL;
+    return s ? s->preset.mesh : NULL;
 }
 
 dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout *out)
 {
     if (!s || !out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_variable_layout: strategy or out is NULL");
-    return dt_layout_replicated(s->var_mesh ? s->var_mesh : s->mesh, rank, out);
+    return dt__preset_variable_layout(&s->preset, rank, out);
 }
 
 dt_status dt_strategy_input_layout(const dt_strategy *s, int rank, dt_layout *out)
 {
     if (!s || !out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_input_layout: strategy or out is NULL");
-    if (!s->shard_inputs || rank < 1)
-        return dt_layout_replicated(s->mesh, rank, out);
-    return dt_layout_batch_sharded(s->mesh, "batch", rank, out);
+    return dt__preset_input_layout(&s->preset, rank, out);
 }
 
 dt_status dt_strategy_distribute_batch(const dt_strategy *s, dt_dtype dtype, int rank,
@@ -262,14 +213,15 @@ dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_ten
     if (op != DT_REDUCE_SUM && op != DT_REDUCE_MEAN)
         return dt__fail(DT_ERR_ARG, "dt_strategy_reduce: %s, expected sum or mean",
                         dt_reduce_op_name(op));
-    if (per_replica->rank < 1 || per_replica->shape[0] != s->replicas) {
+    if (per_replica->rank < 1 || per_replica->shape[0] != s->preset.replicas) {
         char sb[DT__SHAPE_STR_MAX];
-        return dt__fail(
-            DT_ERR_SHAPE, "dt_strategy_reduce: value %s, expected one row per replica [%d, ...]",
-            dt__shape_str(sb, sizeof sb, per_replica->rank, per_replica->shape), s->replicas);
+        return dt__fail(DT_ERR_SHAPE,
+                        "dt_strategy_reduce: value %s, expected one row per replica [%d, ...]",
+                        dt__shape_str(sb, sizeof sb, per_replica->rank, per_replica->shape),
+                        s->preset.replicas);
     }
     dt_layout l;
-    DT_TRY(dt_layout_replicated(s->mesh, per_replica->rank - 1, &l));
+    DT_TRY(dt_layout_replicated(s->preset.mesh, per_replica->rank - 1, &l));
     dt_op_options o = {.layout = &l};
     return dt_reduce(op, per_replica, 1, (int[]){0}, 0, &o, out);
 }
@@ -277,7 +229,7 @@ dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_ten
 dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value, int i, void *dst,
                                    size_t bytes)
 {
-    if (!s || !value || value->mesh != s->mesh)
+    if (!s || !value || value->mesh != s->preset.mesh)
         return dt__fail(DT_ERR_ARG, "dt_strategy_local_result: the value is not on the "
                                     "strategy's mesh");
     return dt_tensor_unpack(value, i, dst, bytes);
