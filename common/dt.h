@@ -376,6 +376,37 @@ dt__device *const *dt__mesh_local_devices(const dt_mesh *m);
 /* Shard index of tensor axis `axis` on `device` (0 when unsharded). */
 int dt__layout_shard_index(const dt_layout *l, int axis, int device);
 
+/* ---- strategy presets (layout/strategy.c) ------------------------------------------------ */
+
+/* Where a strategy kind puts things: its meshes and, through the functions below, the layouts
+ * of its variables and inputs. The strategies' runtime (train/strategy.c) holds one. */
+typedef struct dt__preset {
+    dt_mesh *mesh; /* 1-D, axis "batch": inputs and compute */
+    /* CENTRAL_STORAGE: the variables' 1-device mesh (opts->device); NULL elsewhere, where
+     * variables live on `mesh` */
+    dt_mesh *var_mesh;
+    int replicas;      /* num_replicas_in_sync */
+    bool shard_inputs; /* inputs split on "batch" along their first axis, else replicated */
+} dt__preset;
+
+/* The meshes of strategy `kind` (valid, as opts->device_type; opts may be NULL): DEFAULT,
+ * MULTI_WORKER_MIRRORED and CENTRAL_STORAGE over every device of the runtime (plus a 1-device
+ * mesh for central storage's variables), ONE_DEVICE over one global device, MIRRORED and
+ * PARAMETER_SERVER over this client's devices. On error *out is left empty. Collective
+ * (mesh creation) except for MIRRORED and PARAMETER_SERVER. */
+dt_status dt__preset_create(dt_strategy_kind kind, const dt_strategy_options *opts,
+                            dt__preset *out);
+/* Free the meshes (collective as dt_mesh_free is) and empty *p; an empty preset or NULL is a
+ * no-op. */
+void dt__preset_free(dt__preset *p);
+/* Variables: replicated on their mesh. Inputs of rank >= 1: batch-sharded when the kind
+ * shards inputs, else replicated. */
+dt_status dt__preset_variable_layout(const dt__preset *p, int rank, dt_layout *out);
+dt_status dt__preset_input_layout(const dt__preset *p, int rank, dt_layout *out);
+/* PARAMETER_SERVER's variables: the number of row shards (dt_partitioner's rule) of a
+ * variable of `rows` rows of `row_bytes` bytes over `nps` ps tasks. Pure. */
+int dt__preset_ps_num_shards(const dt_partitioner *p, int64_t rows, int64_t row_bytes, int nps);
+
 /* ---- tensor ------------------------------------------------------------------------------ */
 
 struct dt_tensor {

@@ -1191,8 +1191,8 @@ const char *dt_checkpoint_manager_checkpoint(const dt_checkpoint_manager *m, int
 /* Strategies                                                                               */
 /* ---------------------------------------------------------------------------------------- */
 /*
- * tf.distribute strategies as layout presets (layout/strategy.c). Each has a 1-D mesh "batch"
- * and two layouts: variables' and inputs'.
+ * tf.distribute strategies as layout presets (layout/strategy.c; run by train/strategy.c).
+ * Each has a 1-D mesh "batch" and two layouts: variables' and inputs'.
  *   DEFAULT: one replica; variables and inputs replicated (the computation of one device, on
  *     every device of the mesh over this runtime's devices).
  *   ONE_DEVICE: one replica on a 1-device mesh over global device 0 (dt_mesh_create_on_devices):

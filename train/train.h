@@ -1,12 +1,14 @@
-/* Internal declarations of the training toolkit (train/) and the strategies (layout/
- * strategy.c, layout/cluster.c, layout/ps.c). Never installed. */
+/* Internal declarations of the training toolkit and the strategies' runtime (train/): models,
+ * optimizers, checkpoints, strategies (train/strategy.c, over the presets of layout/
+ * strategy.c), cluster roles (train/cluster.c), the parameter server (train/ps.c). Nothing below
+ * train/ in the data flow includes it. Never installed. */
 #ifndef DT_TRAIN_H
 #define DT_TRAIN_H
 
 #include "../spmd/engine.h"
 
 /* One variable of a model under the parameter-server strategy: its rows split into shards
- * kept in an MPI window on the ps ranks (layout/ps.c). */
+ * kept in an MPI window on the ps ranks (train/ps.c). */
 typedef struct dt__ps_shard {
     int rank;      /* ps client holding it */
     int64_t row0;  /* first row (axis 0) */
@@ -26,14 +28,9 @@ typedef struct dt__ps_var {
 
 struct dt_strategy {
     dt_strategy_kind kind;
-    dt_mesh *mesh; /* 1-D, axis "batch": inputs and compute */
-    /* CENTRAL_STORAGE: the variables' 1-device mesh (global device 0); NULL elsewhere, where
-     * variables live on `mesh` */
-    dt_mesh *var_mesh;
-    int replicas; /* num_replicas_in_sync */
-    bool shard_inputs;
+    dt__preset preset; /* its meshes and layouts (layout/strategy.c) */
     dt_partitioner partitioner;
-    dt_cluster cluster; /* parameter server */
+    dt_cluster cluster; /* parameter server, multi-worker mirrored */
     MPI_Comm comm;      /* parameter server: a dup of the runtime's world */
     int live_models;
 };
@@ -88,15 +85,12 @@ struct dt_generator {
 
 /* The strategy a new model takes: the one in scope, else NULL. */
 dt_strategy *dt__strategy_scope(void);
-/* A 1-D mesh "batch" over this client's local devices only (no communication between
- * clients). Not collective. */
-dt_status dt__mesh_create_local(dt_device_type type, dt_mesh **out);
 /* Read any tensor whose layout is replicated (or relayout it first) into host memory through
  * local device 0's component; for client-local meshes (this client must own a device of t's
  * mesh). Collective over t's mesh. */
 dt_status dt__read_replicated(const dt_tensor *t, void *dst, size_t bytes);
 
-/* Parameter server (layout/ps.c). Collective over the runtime's clients. */
+/* Parameter server (train/ps.c). Collective over the runtime's clients. */
 dt_status dt__ps_var_create(dt_strategy *s, const dt_variable *v, dt__ps_var *out);
 void dt__ps_var_free(dt__ps_var *pv);
 /* Read the whole variable from the shards into host (row-major). */

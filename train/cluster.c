@@ -1,6 +1,7 @@
 /* Cluster description (TF_CONFIG JSON, read with jansson, or DTENSOR_CLUSTER) mapped onto MPI
- * ranks and agreed across clients. */
-#include "../train/train.h"
+ * ranks and agreed across clients: the roles (chief, worker, ps, evaluator) of the
+ * parameter-server and multi-worker mirrored strategies, so it sits with them in train/. */
+#include "train.h"
 
 #include <jansson.h>
 #include <stdint.h>

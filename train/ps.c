@@ -2,13 +2,14 @@
  * read with MPI_Rget and updated with MPI_Raccumulate (passive target, one shared lock epoch
  * per window for the whole run, no barrier between workers), and the coordinator: the chief
  * keeps a queue of scheduled steps, workers pull from it by messages, results come back as
- * remote values.
+ * remote values. How many row shards a variable gets is the preset's rule
+ * (dt__preset_ps_num_shards, layout/strategy.c); shard i lives on ps task i mod (ps tasks).
  *
  * Progress: MPICH ch4:ucx applies accumulates at the target by active messages, so a ps rank
  * must keep entering MPI: while serving, ps (and idle) ranks poll a nonblocking receive with
  * MPI_Test, yielding between polls and sleeping briefly when nothing happens for a while, so
  * that with more ranks than cores the workers get the cores (TOOLCHAIN.md). */
-#include "../train/train.h"
+#include "train.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -53,23 +54,6 @@ static MPI_Datatype mpi_type(dt_dtype d)
                                : MPI_INT64_T;
 }
 
-/* Shards of `rows` rows of `row_bytes` by the partitioner (dt_partitioner's rule). */
-static int num_shards(const dt_partitioner *p, int64_t rows, int64_t row_bytes, int nps)
-{
-    int64_t bytes = rows * row_bytes, n = nps;
-    if (p->fixed_shards > 0)
-        n = p->fixed_shards;
-    else if (p->max_shard_bytes > 0)
-        n = (bytes + p->max_shard_bytes - 1) / p->max_shard_bytes;
-    else if (p->min_shard_bytes > 0)
-        n = bytes / p->min_shard_bytes;
-    if (p->max_shards > 0 && n > p->max_shards)
-        n = p->max_shards;
-    if (n > rows)
-        n = rows;
-    return n < 1 ? 1 : (int)n;
-}
-
 dt_status dt__ps_var_create(dt_strategy *s, const dt_variable *v, dt__ps_var *out)
 {
     memset(out, 0, sizeof *out);
@@ -84,7 +68,8 @@ dt_status dt__ps_var_create(dt_strategy *s, const dt_variable *v, dt__ps_var *ou
     out->row_elems = rows ? out->elems / rows : 0;
     const dt_cluster *c = &s->cluster;
     int nps = c->num_tasks[DT_TASK_PS];
-    out->nshards = num_shards(&s->partitioner, rows, out->row_elems * (int64_t)es, nps);
+    out->nshards =
+        dt__preset_ps_num_shards(&s->partitioner, rows, out->row_elems * (int64_t)es, nps);
     out->shards = calloc((size_t)out->nshards, sizeof *out->shards);
     void *full = malloc((size_t)out->elems * es + 1);
     dt_status st =
