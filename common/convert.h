@@ -1,13 +1,14 @@
 /* The one set of element conversions every backend uses: the 16-bit floats (bfloat16 and IEEE
- * binary16, stored as their bits) to and from f32 and f64, and floats to integers as the CPU
- * reference converts them. The CPU kernels (C) and the CUDA kernels (nvcc) include this same
- * file, so a conversion gives the same bits on both: the 16-bit roundings are integer
- * arithmetic on the bit patterns, and the only floating-point steps (f64 to f32, comparisons,
- * fabs) round correctly everywhere. */
+ * binary16, stored as their bits) to and from f32 and f64, floats to integers as the CPU
+ * reference converts them, and the reading of index operands. The CPU kernels (C) and the CUDA
+ * kernels (nvcc) include this same file, so a conversion gives the same bits on both: the 16-bit
+ * roundings are integer arithmetic on the bit patterns, and the only floating-point steps (f64 to
+ * f32, comparisons, fabs) round correctly everywhere. */
 #ifndef DT_CONVERT_H
 #define DT_CONVERT_H
 
-#include "philox.h" /* DT__HD */
+#include "dtensor.h" /* dt_dtype */
+#include "philox.h"  /* DT__HD */
 
 #include <math.h>
 #include <stdint.h>
@@ -118,6 +119,24 @@ DT__HD int32_t dt__f64_to_i32(double v)
 DT__HD int64_t dt__f64_to_i64(double v)
 {
     return v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : INT64_MIN;
+}
+
+/* Index i of an index operand of dtype t (gather, segment_sum, one_hot: the shape rules admit
+ * i32, i64, u8 and i8; anything else selects nothing). */
+DT__HD int64_t dt__index_at(dt_dtype t, const void *p, int64_t i)
+{
+    switch (t) {
+    case DT_DTYPE_I64:
+        return ((const int64_t *)p)[i];
+    case DT_DTYPE_I32:
+        return ((const int32_t *)p)[i];
+    case DT_DTYPE_U8:
+        return ((const uint8_t *)p)[i];
+    case DT_DTYPE_I8:
+        return ((const int8_t *)p)[i];
+    default:
+        return -1;
+    }
 }
 
 #endif /* DT_CONVERT_H */

@@ -948,24 +948,6 @@ GEMM_HALF(f16)
 
 /* ---- index kernels: gather, segment_sum, one_hot ----------------------------------------- */
 
-/* Index i of an index operand of dtype t, as int64_t (the shape rules admit i32, i64, u8, i8;
- * anything else selects nothing). */
-static inline int64_t index_at(dt_dtype t, const void *p, int64_t i)
-{
-    switch (t) {
-    case DT_DTYPE_I64:
-        return ((const int64_t *)p)[i];
-    case DT_DTYPE_I32:
-        return ((const int32_t *)p)[i];
-    case DT_DTYPE_U8:
-        return ((const uint8_t *)p)[i];
-    case DT_DTYPE_I8:
-        return ((const int8_t *)p)[i];
-    default:
-        return -1;
-    }
-}
-
 /* gather: out (nidx, inner) row i = the table's local row ids[i] - lo (table in[0]: rows x
  * inner, ids in[1]), or zeros when ids[i] is outside [lo, lo + rows): another shard's row, or
  * outside the table. Never reads outside the local table.
@@ -983,7 +965,7 @@ static inline int64_t index_at(dt_dtype t, const void *p, int64_t i)
         if (!row)                                                                     \
             return;                                                                   \
         for (int64_t i = 0; i < k->nidx; i++) {                                       \
-            int64_t r = index_at(k->from, in[1], i) - k->lo;                          \
+            int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                      \
             if (r >= 0 && r < k->rows)                                                \
                 memcpy(o + i * k->inner, t + r * k->inner, row);                      \
             else                                                                      \
@@ -997,7 +979,7 @@ static inline int64_t index_at(dt_dtype t, const void *p, int64_t i)
         for (int64_t i = 0, n = outer * k->rows * w; i < n; i++)                      \
             o[i] = off;                                                               \
         for (int64_t i = 0; i < k->nidx; i++) {                                       \
-            int64_t j = index_at(k->from, in[0], i) - k->lo;                          \
+            int64_t j = dt__index_at(k->from, in[0], i) - k->lo;                      \
             if (j >= 0 && j < k->rows)                                                \
                 o[(i / w * k->rows + j) * w + i % w] = on;                            \
         }                                                                             \
@@ -1015,7 +997,7 @@ CPU_DTYPES(DEFINE_INDEX_KERNELS)
             for (int64_t i = 0; i < no; i++)                                                 \
                 acc[i] = (C)0;                                                               \
             for (int64_t i = 0; i < k->nidx; i++) {                                          \
-                int64_t r = index_at(k->from, in[1], i) - k->lo;                             \
+                int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                         \
                 if (r < 0 || r >= k->rows)                                                   \
                     continue;                                                                \
                 for (int64_t q = 0; q < w; q++)                                              \
@@ -1027,7 +1009,7 @@ CPU_DTYPES(DEFINE_INDEX_KERNELS)
         for (int64_t i = 0; !acc && i < no; i++) /* no memory: round after every addition */ \
             o[i] = ST_##NAME((C)0);                                                          \
         for (int64_t i = 0; i < k->nidx; i++) {                                              \
-            int64_t r = index_at(k->from, in[1], i) - k->lo;                                 \
+            int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                             \
             if (r < 0 || r >= k->rows)                                                       \
                 continue;                                                                    \
             for (int64_t q = 0; q < w; q++) {                                                \

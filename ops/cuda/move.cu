@@ -167,24 +167,6 @@ template <typename B> __global__ void copy_blocks_k(const B *x, B *o, CopyPack p
 
 /* ---- index kernels -------------------------------------------------------------------------- */
 
-/* Index i of an index operand of dtype t (the shape rules admit i32, i64, u8 and i8; anything
- * else selects nothing). */
-__device__ __forceinline__ int64_t index_at(dt_dtype t, const void *p, int64_t i)
-{
-    switch (t) {
-    case DT_DTYPE_I64:
-        return ((const int64_t *)p)[i];
-    case DT_DTYPE_I32:
-        return ((const int32_t *)p)[i];
-    case DT_DTYPE_U8:
-        return ((const uint8_t *)p)[i];
-    case DT_DTYPE_I8:
-        return ((const int8_t *)p)[i];
-    default:
-        return -1;
-    }
-}
-
 /* out (nidx, inner): row i is the table's local row ids[i] - lo, or zeros when that is outside
  * [0, rows) (another shard's row, or outside the table). */
 template <typename B>
@@ -192,7 +174,7 @@ __global__ void gather_k(const B *t, const void *ids, dt_dtype it, B *o, int64_t
                          int64_t lo, int64_t rows)
 {
     for (int64_t e = first_index(); e < n; e += grid_step()) {
-        int64_t i = e / inner, c = e % inner, r = index_at(it, ids, i) - lo;
+        int64_t i = e / inner, c = e % inner, r = dt__index_at(it, ids, i) - lo;
         o[e] = r >= 0 && r < rows ? t[r * inner + c] : (B)0;
     }
 }
@@ -204,7 +186,7 @@ __global__ void one_hot_k(const void *ids, dt_dtype it, B *o, int64_t n, int64_t
 {
     for (int64_t e = first_index(); e < n; e += grid_step()) {
         int64_t c = e % w, j = e / w % rows, a = e / (w * rows);
-        o[e] = index_at(it, ids, a * w + c) - lo == j ? on : off;
+        o[e] = dt__index_at(it, ids, a * w + c) - lo == j ? on : off;
     }
 }
 
@@ -226,7 +208,7 @@ __global__ void __launch_bounds__(256)
             C acc = 0;
             for (int64_t base = 0; base < nidx; base += 256) {
                 int64_t i = base + t;
-                bool hit = i < nidx && index_at(it, ids, i) - lo == r;
+                bool hit = i < nidx && dt__index_at(it, ids, i) - lo == r;
                 unsigned mask = __ballot_sync(0xffffffffu, hit);
                 if (lane == 0)
                     warp_at[warp + 1] = __popc(mask);
