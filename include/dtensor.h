@@ -195,7 +195,9 @@ typedef struct dt_init_options {
     int bind;
     /* Logical CUDA devices per physical GPU (as TensorFlow's logical GPU configuration): each
      * has its own stream and memory accounting, so a mesh of several GPU devices runs on one
-     * GPU. 0: the value of DTENSOR_CUDA_DEVICES, else 1. Ignored without GPUs. */
+     * GPU. 0: the value of DTENSOR_CUDA_DEVICES, else 1. Ignored without GPUs, unless
+     * DTENSOR_EMULATE_CUDA=N (a testing aid, where no GPU is visible) gives each client N
+     * GPUs emulated on the host: the CPU's kernels on host memory under a GPU's rules. */
     int cuda_logical_devices;
     /* f32 matrix products on CUDA devices: 1 lets cuBLAS use TF32 tensor cores (10-bit
      * mantissa inputs, faster), 2 keeps exact FP32; 0: TF32 when DTENSOR_ALLOW_TF32=1, else
