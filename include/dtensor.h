@@ -254,6 +254,11 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
  * the type) back to the system. Live buffers are untouched. Not collective. */
 dt_status dt_device_release_cache(dt_device_type type, int local_index);
 
+/* Restart the peak of one local device (local_index -1: of every local device of the type) at
+ * the bytes in use now, so that a later dt_device_memory_stats gives the most one stretch of
+ * work held (as torch.cuda.reset_peak_memory_stats). Not collective. */
+dt_status dt_device_reset_peak(dt_device_type type, int local_index);
+
 /* Print host topology (cores, NUMA nodes, hwloc binding) and every local device. Only this
  * client prints. */
 dt_status dt_devices_print(FILE *f);
@@ -494,6 +499,11 @@ typedef struct dt_op_options {
     int transpose_a;         /* matmul: use the transpose of a's last two axes */
     int transpose_b;         /* matmul: likewise for b */
     FILE *program;           /* print the expanded program here before running it */
+    /* Inside a function: its gradient recomputes this result from the operands where the
+     * backward pass reads it, instead of keeping it from the forward pass (activation
+     * recomputation: e.g. an all-gather of a sequence-sharded activation, cheap to repeat and
+     * costly to hold, as Megatron-LM's sequence parallelism does). Ignored outside functions. */
+    int recompute;
 } dt_op_options;
 
 /* X(NAME, name): elementwise unary operators. NEG, ABS, RELU and SQUARE are exact on every

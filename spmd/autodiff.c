@@ -21,8 +21,10 @@
 typedef struct ad {
     dt_tensor **own;
     int nown, cap_own;
-    dt_tensor **val;  /* forward value v as a tensor of the new function */
-    dt_tensor **grad; /* accumulated gradient of v, or NULL */
+    dt_tensor **val;   /* forward value v as a tensor of the new function */
+    dt_tensor **grad;  /* accumulated gradient of v, or NULL */
+    dt_tensor **again; /* v recomputed for the backward pass (a recompute node's), or NULL */
+    int *producer;     /* the node computing v, or -1 for an input */
 } ad;
 
 /* Record the tensor a call just made (`t` points at its out-parameter; read after the call). */
@@ -134,12 +136,18 @@ static dt_status grad_of(ad *a, dt_tensor *g, const dt_tensor *x, dt_tensor **ou
     return (*out)->dtype == x->dtype ? DT_OK : cast(a, *out, x->dtype, out);
 }
 
-/* dy_keep (x's shape with some extents 1) broadcast to x's full shape. */
+/* dy_keep (x's shape with some extents 1) broadcast to x's full shape, sharded as x turns out
+ * to be at expansion (x lends its layout): each device writes only its shard, where a
+ * replicated broadcast would hold the whole of x on every device (a vocabulary-sharded
+ * logits' gradient whole on each model shard). */
 static dt_status broadcast_to(ad *a, dt_tensor *dy_keep, const dt_tensor *x, dt_tensor **out)
 {
-    dt_tensor *zeros;
-    DT_TRY(constant(a, x, x->rank, x->shape, 0.0, &zeros));
-    return bin(a, DT_BINARY_ADD, zeros, dy_keep, out);
+    dt__attrs at;
+    memset(&at, 0, sizeof at);
+    at.rank = x->rank;
+    memcpy(at.shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+    const dt_tensor *in[2] = {dy_keep, x};
+    return keep(a, dt__call(DT__OP_BROADCAST_TO, &at, 2, in, NULL, out), out);
 }
 
 /* ---- vector-Jacobian products, one per op ------------------------------------------------ */
@@ -160,6 +168,21 @@ static dt_status vjp_matmul(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
     (void)y;
     const dt_tensor *A = x[0], *B = x[1];
     int ta = n->attrs.ta, tb = n->attrs.tb;
+    if (B->rank == 2 && A->rank > 2) {
+        /* b of rank 2 shared by every batch: einsums, so that b's gradient is one contraction
+         * over the batch axes and the rows (folded into one GEMM), never a product per batch
+         * element summed afterwards (a temporary the batch's size times b's). Labels: x the
+         * rows of C, y the contraction, z the columns of C. */
+        char ea[2 * DT_MAX_RANK + 8], eb[2 * DT_MAX_RANK + 8], bat[DT_MAX_RANK + 1] = {0};
+        for (int i = 0; i < A->rank - 2; i++)
+            bat[i] = (char)('a' + i);
+        const char *la = ta ? "yx" : "xy", *lb = tb ? "zy" : "yz";
+        snprintf(ea, sizeof ea, "%sxz,%s->%s%s", bat, lb, bat, la);
+        snprintf(eb, sizeof eb, "%s%s,%sxz->%s", bat, la, bat, lb);
+        const dt_tensor *opa[2] = {dy, B}, *opb[2] = {A, dy};
+        DT_TRY(keep(a, dt_einsum(ea, 2, opa, NULL, &dx[0]), &dx[0]));
+        return keep(a, dt_einsum(eb, 2, opb, NULL, &dx[1]), &dx[1]);
+    }
     /* C = op(A) op(B): dA and dB by the four transpose cases. */
     if (!ta && !tb) {
         DT_TRY(matmul(a, dy, B, 0, 1, &dx[0])); /* dC B^T */
@@ -174,9 +197,6 @@ static dt_status vjp_matmul(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
         DT_TRY(matmul(a, B, dy, 1, 1, &dx[0])); /* B^T dC^T */
         DT_TRY(matmul(a, dy, A, 1, 1, &dx[1])); /* dC^T A^T */
     }
-    /* b of rank 2 shared by every batch: its gradient sums the batch axes. */
-    if (B->rank == 2 && dx[1]->rank > 2)
-        DT_TRY(sum_to(a, dx[1], 2, B->shape, &dx[1]));
     return DT_OK;
 }
 
@@ -719,7 +739,7 @@ static dt_status vjp_einsum(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
         if (ngone) { /* summed-only labels: every element of x along them got the same dy */
             for (int i = 0; i < ngone; i++)
                 DT_TRY(keep(a, dt_expand_dims(g, gone[i], NULL, &g), &g));
-            DT_TRY(keep(a, dt_broadcast_to(g, x[q]->rank, x[q]->shape, NULL, &g), &g));
+            DT_TRY(broadcast_to(a, g, x[q], &g));
         }
         dx[q] = g;
     }
@@ -827,6 +847,38 @@ static const vjp_fn vjp_table[DT__OP_COUNT] = {
 
 /* ---- the pass ------------------------------------------------------------------------------ */
 
+/* Replay node i of the forward graph into the new function on the operands `ins`. */
+static dt_status replay(ad *a, const dt__graph *g, int i, const dt_tensor *const ins[],
+                        dt_tensor **out)
+{
+    const dt__node *n = &g->nodes[i];
+    const dt__val *ov = &g->vals[n->out];
+    dt_op_options o = {.layout = ov->has_layout ? &ov->layout : NULL, .recompute = n->recompute};
+    return keep(a, dt__call(n->op, &n->attrs, n->nin, ins, &o, out), out);
+}
+
+/* Forward value v as the backward pass reads it: the forward pass's tensor, or, for the result
+ * of a node marked recompute, the node replayed once more on its forward operands, recorded
+ * where the backward pass first needs it, so that the forward result dies with its last
+ * forward reader. */
+static dt_status backward_read(ad *a, const dt__graph *g, int v, dt_tensor **out)
+{
+    int i = a->producer[v];
+    if (i < 0 || !g->nodes[i].recompute) {
+        *out = a->val[v];
+        return DT_OK;
+    }
+    if (!a->again[v]) {
+        const dt__node *n = &g->nodes[i];
+        const dt_tensor *ins[DT__MAX_INPUTS];
+        for (int j = 0; j < n->nin; j++)
+            ins[j] = a->val[n->in[j]];
+        DT_TRY(replay(a, g, i, ins, &a->again[v]));
+    }
+    *out = a->again[v];
+    return DT_OK;
+}
+
 static dt_status accumulate(ad *a, int v, dt_tensor *g)
 {
     if (!g)
@@ -854,15 +906,15 @@ static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_o
             dt_function_input(nf, &v->layout, v->dtype, v->rank, v->shape, &a->val[g->inputs[i]]),
             &a->val[g->inputs[i]]));
     }
+    for (int v = 0; v < g->nvals; v++)
+        a->producer[v] = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const dt__node *n = &g->nodes[i];
         const dt_tensor *ins[DT__MAX_INPUTS];
         for (int j = 0; j < n->nin; j++)
             ins[j] = a->val[n->in[j]];
-        const dt__val *ov = &g->vals[n->out];
-        dt_op_options o = {.layout = ov->has_layout ? &ov->layout : NULL};
-        DT_TRY(
-            keep(a, dt__call(n->op, &n->attrs, n->nin, ins, &o, &a->val[n->out]), &a->val[n->out]));
+        a->producer[n->out] = i;
+        DT_TRY(replay(a, g, i, ins, &a->val[n->out]));
     }
     /* seed: d(sum of the loss's elements) / d(loss) = 1 */
     int lv = g->outputs[loss_output];
@@ -875,10 +927,11 @@ static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_o
         vjp_fn rule = vjp_table[n->op];
         if (!dy || !rule || !differentiable(g->vals[n->out].dtype))
             continue;
-        dt_tensor *xs[DT__MAX_INPUTS], *dx[DT__MAX_INPUTS] = {0};
+        dt_tensor *xs[DT__MAX_INPUTS], *dx[DT__MAX_INPUTS] = {0}, *ys;
         for (int j = 0; j < n->nin; j++)
-            xs[j] = a->val[n->in[j]];
-        DT_TRY(rule(a, n, xs, a->val[n->out], dy, dx));
+            DT_TRY(backward_read(a, g, n->in[j], &xs[j]));
+        DT_TRY(backward_read(a, g, n->out, &ys));
+        DT_TRY(rule(a, n, xs, ys, dy, dx));
         for (int j = 0; j < n->nin; j++)
             DT_TRY(accumulate(a, n->in[j], dx[j]));
     }
@@ -941,8 +994,10 @@ dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wr
     int nouts = g->noutputs + num_wrt;
     a.val = calloc((size_t)g->nvals + 1, sizeof *a.val);
     a.grad = calloc((size_t)g->nvals + 1, sizeof *a.grad);
+    a.again = calloc((size_t)g->nvals + 1, sizeof *a.again);
+    a.producer = calloc((size_t)g->nvals + 1, sizeof *a.producer);
     dt_tensor **outs = calloc((size_t)nouts + 1, sizeof *outs);
-    dt_status s = a.val && a.grad && outs
+    dt_status s = a.val && a.grad && a.again && a.producer && outs
                       ? dt_function_begin(&nf)
                       : dt__fail(DT_ERR_NOMEM, "dt_function_gradient: out of memory");
     if (s != DT_OK)
@@ -963,6 +1018,8 @@ done:
     free(a.own);
     free(a.val);
     free(a.grad);
+    free(a.again);
+    free(a.producer);
     free(outs);
     if (s != DT_OK) {
         dt_function_free(nf);

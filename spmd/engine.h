@@ -98,6 +98,7 @@ typedef struct dt__node {
     int nin;
     int in[DT__MAX_INPUTS]; /* value ids */
     int out;                /* value id */
+    bool recompute;         /* gradients recompute it (dt_op_options.recompute) */
 } dt__node;
 
 typedef struct dt__graph {
@@ -317,6 +318,10 @@ typedef struct dt__op_def {
      * result is wanted in `want`; false for no preference. */
     bool (*pull)(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
                  dt_layout *in_want);
+    /* Operand 1, when given, lends the result its layout and nothing else: its values are never
+     * read, so it is no use of them (a gradient broadcast shaped and sharded like the value it
+     * differentiates, whose layout is known only at expansion). */
+    bool like_operand;
 } dt__op_def;
 
 #define DT__OP_DECL(NAME, name) extern const dt__op_def dt__op_##name;

@@ -102,7 +102,7 @@ static dt_status check_want(const char *name, const dt__val *out, const dt_layou
 
 /* Add a node: validate (shape rule) and create its result value. */
 static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs, int nin,
-                                const int in[], const dt_layout *want, int *out_val)
+                                const int in[], const dt_layout *want, bool recompute, int *out_val)
 {
     const dt__op_def *def = dt__op_get(op);
     if (nin < def->min_inputs || nin > def->max_inputs)
@@ -121,6 +121,7 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
     n->op = op;
     n->attrs = *attrs;
     n->nin = nin;
+    n->recompute = recompute;
     const dt__val *ins[DT__MAX_INPUTS];
     for (int i = 0; i < nin; i++) {
         n->in[i] = in[i];
@@ -168,15 +169,23 @@ static dt_status compile(const dt__graph *g, const char *title, dt__program **ou
     dt_layout *want = calloc((size_t)nv + 1, sizeof *want);
     bool *has_want = calloc((size_t)nv + 1, sizeof *has_want);
     int *uses = calloc((size_t)nv + 1, sizeof *uses);
+    bool *live = calloc((size_t)nv + 1, sizeof *live);
     dt__program *p = NULL;
-    dt_status s = dist && has_dist && want && has_want && uses
+    dt_status s = dist && has_dist && want && has_want && uses && live
                       ? dt__program_create(title, g->ninputs, g->noutputs, &p)
                       : dt__fail(DT_ERR_NOMEM, "compile: out of memory");
     if (s != DT_OK)
         goto done;
+    /* Only what the outputs depend on is expanded (ops are pure): a traced function, and a
+     * gradient above all, records values nothing reads (the gradient of a constant operand). */
+    for (int i = 0; i < g->noutputs; i++)
+        live[g->outputs[i]] = true;
+    for (int i = g->nnodes - 1; i >= 0; i--)
+        for (int j = 0; live[g->nodes[i].out] && j < g->nodes[i].nin; j++)
+            live[g->nodes[i].in[j]] = true;
     for (int i = 0; i < g->nnodes; i++)
-        for (int j = 0; j < g->nodes[i].nin; j++)
-            uses[g->nodes[i].in[j]]++;
+        for (int j = 0; live[g->nodes[i].out] && j < g->nodes[i].nin; j++)
+            uses[g->nodes[i].in[j]] += j == 0 || !dt__op_get(g->nodes[i].op)->like_operand;
     for (int i = 0; i < g->noutputs; i++)
         uses[g->outputs[i]]++;
     bool *is_input = has_dist; /* inputs get their dist first below */
@@ -206,7 +215,9 @@ static dt_status compile(const dt__graph *g, const char *title, dt__program **ou
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const dt__node *n = &g->nodes[i];
         const dt__op_def *def = dt__op_get(n->op);
-        if (!has_want[n->out] || !def->pull)
+        /* a recomputed result keeps its operands as they come: pulled into them, the cheap
+         * operand that the gradient recomputes it from would itself become the costly one */
+        if (!has_want[n->out] || !def->pull || !live[n->out] || n->recompute)
             continue;
         const dt__val *ins[DT__MAX_INPUTS];
         for (int j = 0; j < n->nin; j++)
@@ -227,6 +238,8 @@ static dt_status compile(const dt__graph *g, const char *title, dt__program **ou
     for (int i = 0; s == DT_OK && i < g->nnodes; i++) {
         const dt__node *n = &g->nodes[i];
         const dt__op_def *def = dt__op_get(n->op);
+        if (!live[n->out])
+            continue;
         dt__dist ins[DT__MAX_INPUTS];
         for (int j = 0; j < n->nin; j++)
             ins[j] = dist[n->in[j]];
@@ -269,6 +282,7 @@ done:
     free(want);
     free(has_want);
     free(uses);
+    free(live);
     if (s != DT_OK) {
         dt__program_release(p);
         return s;
@@ -593,6 +607,7 @@ static uint64_t graph_fingerprint(const dt__graph *g)
         h = dt__hash(h, &n->attrs, sizeof n->attrs);
         h = dt__hash(h, n->in, sizeof n->in[0] * (size_t)n->nin);
         h = dt__hash(h, &n->out, sizeof n->out);
+        h = dt__hash(h, &n->recompute, sizeof n->recompute);
     }
     return dt__hash(h, g->outputs, sizeof *g->outputs * (size_t)g->noutputs);
 }
@@ -817,7 +832,7 @@ dt_status dt_function_cost(const dt_function *f, double *multiplies, int *collec
 /* ---- one op call: record or run --------------------------------------------------------- */
 
 static dt_status record(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
-                        const dt_layout *want, dt_tensor **out)
+                        const dt_layout *want, bool recompute, dt_tensor **out)
 {
     dt_function *f = tracing;
     int ids[DT__MAX_INPUTS];
@@ -830,7 +845,7 @@ static dt_status record(dt__op op, const dt__attrs *attrs, int nin, const dt_ten
         ids[i] = in[i]->trace_value;
     }
     int v;
-    DT_TRY(graph_add_node(&f->g, op, attrs, nin, ids, want, &v));
+    DT_TRY(graph_add_node(&f->g, op, attrs, nin, ids, want, recompute, &v));
     return symbolic_tensor(f, v, out);
 }
 
@@ -872,7 +887,7 @@ static dt_status eager_program(dt__op op, const dt__attrs *attrs, int nin,
             s = graph_add_input(&g, &iv, &ids[i]);
         }
         if (s == DT_OK)
-            s = graph_add_node(&g, op, attrs, nin, ids, want, &v);
+            s = graph_add_node(&g, op, attrs, nin, ids, want, false, &v);
         if (s == DT_OK) {
             g.outputs = malloc(sizeof *g.outputs);
             s = g.outputs ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of memory", def->name);
@@ -944,7 +959,7 @@ dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *
         if (!in[i])
             s = dt__fail(DT_ERR_ARG, "%s: operand %d is NULL", def->name, i);
     if (tracing)
-        return s == DT_OK ? record(op, attrs, nin, in, want, out) : s;
+        return s == DT_OK ? record(op, attrs, nin, in, want, opts && opts->recompute, out) : s;
     if (s != DT_OK) /* the other clients, if this op is theirs too, fail with this client; a
                      * client that cannot tell the mesh (every operand NULL) agrees with all */
         return dt__mesh_agree(op_mesh(nin > DT__MAX_INPUTS ? 1 : nin, in, want), s,

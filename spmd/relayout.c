@@ -1048,7 +1048,10 @@ dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, cons
             dt_layout lq = dt__operand_layout(xs[q], &o, oshape);
             cost += dt__relayout_cost(&xs[q]->layout, &lq, xs[q]->dtype, xs[q]->rank, xs[q]->shape);
         }
-        if (cost < best_cost) {
+        /* on a tie the request wins: computing the requested shards directly never touches
+         * more than computing another layout and then slicing it (which also holds the
+         * other layout's larger shards for a while) */
+        if (cost < best_cost || (c == n && cost <= best_cost)) {
             best_cost = cost;
             best = o;
         }

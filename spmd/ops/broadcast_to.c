@@ -4,7 +4,9 @@
  * repeats). Each device broadcasts its own shard (a CAST step to x's own dtype, which
  * broadcasts): no communication unless the request moves x's sharding, in which case x is
  * relayouted first when that is cheaper (the alpha-beta model; x is the smaller). A partial-sum
- * x stays partial (broadcasting is linear). */
+ * x stays partial (broadcasting is linear). A second operand, given by the gradients (never by
+ * dt_broadcast_to), lends the result its layout when none is requested: the gradient of a
+ * reduction comes out sharded as the reduced value was, each device writing only its shard. */
 #include "../engine.h"
 
 #include <string.h>
@@ -18,6 +20,13 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     if (a->rank < 0 || a->rank > DT_MAX_RANK)
         return dt__fail(DT_ERR_SHAPE, "broadcast_to: rank %d outside 0..%d", a->rank, DT_MAX_RANK);
     dt__shape_str(sy, sizeof sy, a->rank, a->shape);
+    if (n->nin == 2 && (in[1]->rank != a->rank ||
+                        memcmp(in[1]->shape, a->shape, sizeof(int64_t) * (size_t)a->rank))) {
+        char sl[DT__SHAPE_STR_MAX];
+        dt__shape_str(sl, sizeof sl, in[1]->rank, in[1]->shape);
+        return dt__fail(DT_ERR_SHAPE, "broadcast_to: the layout's operand is %s, the result %s", sl,
+                        sy);
+    }
     bool ok = a->rank >= x->rank && dt__num_elements(a->rank, a->shape) >= 0;
     for (int i = 0; ok && i < x->rank; i++) {
         int64_t e = x->shape[i], t = a->shape[i + a->rank - x->rank];
@@ -53,6 +62,12 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     const dt__dist *x = &in[0];
     int r = n->attrs.rank;
     const int64_t *shape = n->attrs.shape;
+    dt_layout like;
+    if (n->nin == 2 && !want) { /* sharded as the operand lending its layout */
+        like = in[1].layout;
+        like.partial = 0;
+        want = &like;
+    }
     bool keep = !x->layout.partial || x->layout.partial_op == DT_REDUCE_SUM;
     /* y takes x's sharding on the axes it spans or the request's, whichever moves less; a
      * partial sum stays partial on the mesh axes y does not use */
@@ -74,7 +89,8 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
 static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
                  dt_layout *in_want)
 {
-    (void)i;
+    if (i == 1)
+        return false;
     const dt__val *x = in[0];
     int off = n->attrs.rank - x->rank;
     *in_want = dt__layout_none(want->mesh, x->rank);
@@ -86,10 +102,11 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
 
 const dt__op_def dt__op_broadcast_to = {.name = "broadcast_to",
                                         .min_inputs = 1,
-                                        .max_inputs = 1,
+                                        .max_inputs = 2,
                                         .infer = infer,
                                         .expand = expand,
-                                        .pull = pull};
+                                        .pull = pull,
+                                        .like_operand = true};
 
 dt_status dt_broadcast_to(const dt_tensor *x, int rank, const int64_t shape[],
                           const dt_op_options *opts, dt_tensor **out)

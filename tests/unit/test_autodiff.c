@@ -234,6 +234,18 @@ static dt_status b_relayout(dt_tensor *const in[], dt_tensor **out)
     return dt_relayout(in[0], &l, NULL, out);
 }
 
+/* A relayout the gradient recomputes (the square's rule reads it again). */
+static dt_status b_relayout_recompute(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_layout l;
+    DT_TRY(dt_layout_replicated(mesh, 2, &l));
+    dt_tensor *t;
+    DT_TRY(dt_relayout(in[0], &l, &(dt_op_options){.recompute = 1}, &t));
+    dt_status s = dt_unary(DT_UNARY_SQUARE, t, NULL, out);
+    dt_tensor_free(t);
+    return s;
+}
+
 static dt_status b_copy_to_mesh(dt_tensor *const in[], dt_tensor **out)
 {
     dt_layout l;
@@ -285,6 +297,27 @@ Test(autodiff, matmul)
          {"x,y,unsharded", "unsharded,y"},
          0,
          mm_nn},
+        {"matmul_batch_shared_b_ta",
+         2,
+         {3, 2},
+         {R3(2, 6, 5), R2(6, 3)},
+         {"x,y,unsharded", "y,unsharded"},
+         0,
+         mm_tn},
+        {"matmul_batch_shared_b_tb",
+         2,
+         {3, 2},
+         {R3(3, 5, 6), R2(3, 6)},
+         {"x,unsharded,y", "unsharded,y"},
+         0,
+         mm_nt},
+        {"matmul_batch_shared_b_tt",
+         2,
+         {4, 2},
+         {{2, 3, 6, 5}, R2(3, 6)},
+         {"x,unsharded,y,unsharded", "unsharded,x"},
+         0,
+         mm_tt},
         {"matmul_batch",
          2,
          {3, 3},
@@ -404,6 +437,7 @@ Test(autodiff, shape_ops)
         {"slice", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_slice},
         {"concat", 2, {2, 2}, {R2(5, 6), R2(5, 2)}, {"x,y", "unsharded,y"}, 0, b_concat},
         {"relayout", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_relayout},
+        {"relayout_recompute", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_relayout_recompute},
         {"copy_to_mesh", 1, {2}, {R2(5, 6)}, {"x,y"}, 0, b_copy_to_mesh},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
@@ -770,5 +804,94 @@ Test(autodiff, errors)
     cr_expect_eq(dt_function_gradient(NULL, 0, 1, (int[]){0}, &g), DT_ERR_STATE);
     dt_tensor_free(x);
     dt_tensor_free(y);
+    dt_function_free(f);
+}
+
+/* ---- what the gradient program holds ------------------------------------------------------- */
+
+/* The printed program of f's gradient w.r.t. its input 0 (freed by the caller). */
+static char *gradient_text(dt_function *f)
+{
+    dt_function *g = NULL;
+    cr_assert_eq(dt_function_gradient(f, 0, 1, (int[]){0}, &g), DT_OK, "%s", dt_last_error());
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_eq(dt_function_print(g, out), DT_OK);
+    fclose(out);
+    dt_function_free(g);
+    return text;
+}
+
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* L = sum(square(relayout(x)) @ c) with x [8,6] sharded on x,y and c [6,6] replicated; the
+ * relayout to replicated marked recompute or not. */
+static char *program_of(bool recompute)
+{
+    dt_layout lx, rep;
+    cr_assert_eq(dt_layout_parse(mesh, "x,y", &lx), DT_OK);
+    cr_assert_eq(dt_layout_replicated(mesh, 2, &rep), DT_OK);
+    dt_function *f = NULL;
+    dt_tensor *x, *c, *r, *sq, *p, *l;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &lx, DT_DTYPE_F64, 2, (int64_t[]){8, 6}, &x), DT_OK);
+    cr_assert_eq(dt_function_input(f, &rep, DT_DTYPE_F64, 2, (int64_t[]){6, 6}, &c), DT_OK);
+    cr_assert_eq(dt_relayout(x, &rep, &(dt_op_options){.recompute = recompute}, &r), DT_OK);
+    cr_assert_eq(dt_unary(DT_UNARY_SQUARE, r, NULL, &sq), DT_OK);
+    cr_assert_eq(dt_matmul(sq, c, NULL, &p), DT_OK);
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, p, 0, NULL, 0, NULL, &l), DT_OK);
+    cr_assert_eq(dt_function_end(f, 1, &l), DT_OK, "%s", dt_last_error());
+    char *text = gradient_text(f);
+    dt_tensor *ts[] = {x, c, r, sq, p, l};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        dt_tensor_free(ts[i]);
+    dt_function_free(f);
+    return text;
+}
+
+/* A result marked recompute is gathered again in the backward pass instead of kept; nothing is
+ * computed that no output needs (the gradient of c, an input not differentiated). */
+Test(autodiff, gradient_program)
+{
+    char *kept = program_of(false), *again = program_of(true);
+    /* one all-gather per mesh axis, in the forward pass, and again in the backward one */
+    cr_expect_eq(count(kept, "all_gather"), 2, "%s", kept);
+    cr_expect_eq(count(again, "all_gather"), 4, "%s", again);
+    /* forward x^2 @ c and the gradient's dL/d(x^2) @ c^T: no dL/dc = (x^2)^T @ dL */
+    cr_expect_eq(count(kept, " gemm f64"), 2, "%s", kept);
+    cr_expect_eq(count(again, " gemm f64"), 2, "%s", again);
+    free(kept);
+    free(again);
+}
+
+/* The gradient of a sum over sharded axes is broadcast sharded as the summed value: L =
+ * sum(square(x)) with x [8,6] on x,y puts no whole [8,6] (nor half of one) on any device. */
+Test(autodiff, sum_gradient_stays_sharded)
+{
+    dt_layout lx;
+    cr_assert_eq(dt_layout_parse(mesh, "x,y", &lx), DT_OK);
+    dt_function *f = NULL;
+    dt_tensor *x, *sq, *l;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, &lx, DT_DTYPE_F64, 2, (int64_t[]){8, 6}, &x), DT_OK);
+    cr_assert_eq(dt_unary(DT_UNARY_SQUARE, x, NULL, &sq), DT_OK);
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, sq, 0, NULL, 0, NULL, &l), DT_OK);
+    cr_assert_eq(dt_function_end(f, 1, &l), DT_OK, "%s", dt_last_error());
+    char *text = gradient_text(f);
+    cr_expect_eq(count(text, "local [8,6]") + count(text, "local [4,6]") +
+                     count(text, "local [8,3]"),
+                 0, "%s", text);
+    cr_expect_gt(count(text, "local [4,3]"), 0, "%s", text);
+    free(text);
+    dt_tensor_free(x);
+    dt_tensor_free(sq);
+    dt_tensor_free(l);
     dt_function_free(f);
 }
