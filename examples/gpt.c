@@ -158,21 +158,39 @@ static dt_tensor *scalar(const dt_mesh *m, double v)
     return keep(t);
 }
 
+/* Sequence parallelism: between the tensor-parallel regions the residual stream [B, T, D] and
+ * the layer norms are split over model along the sequence, not replicated. */
+static const char *const SEQ = "batch,model,unsharded";
+
+/* x (split along the sequence) whole on every model shard, for a tensor-parallel region: an
+ * all-gather over model, recomputed by the gradient where it needs it rather than kept. */
+static dt_tensor *whole(const dt_mesh *m, const dt_tensor *x)
+{
+    dt_layout l;
+    CHECK(dt_layout_parse(m, "batch,unsharded,unsharded", &l));
+    dt_tensor *t;
+    CHECK(dt_relayout(x, &l, &(dt_op_options){.recompute = 1}, &t));
+    return keep(t);
+}
+
 /* Mean next-token cross-entropy of the tokens tok [B, T] against tgt [B, T]; causal is the
  * [T, T] lower-triangular mask. */
 static dt_tensor *forward(const dt_mesh *m, dt_tensor *const p[], const dt_tensor *tok,
                           const dt_tensor *tgt, const dt_tensor *causal)
 {
     dt_tensor *t;
+    dt_layout seq;
+    CHECK(dt_layout_parse(m, SEQ, &seq));
+    dt_op_options to_seq = {.layout = &seq};
     /* x [B, T, D]: each model shard looks up the ids of its vocabulary rows (zeros for the
-     * others), then one all-reduce over model */
-    CHECK(dt_gather(p[P_WTE], tok, NULL, &t));
+     * others), then one reduce-scatter over model onto the sequence */
+    CHECK(dt_gather(p[P_WTE], tok, &to_seq, &t));
     dt_tensor *x = op2(DT_BINARY_ADD, keep(t), p[P_WPE]);
     dt_tensor *inv_sqrt_e = scalar(m, 1.0 / sqrt((double)E)), *minus_inf = scalar(m, -1e9);
     for (int l = 0; l < NL; l++) {
         dt_tensor *const *b = p + P_FIRST_BLOCK + l * PER_BLOCK;
         /* attention: q, k, v [B, T, H, E] with the heads on model; scores [B, H, T, T] */
-        dt_tensor *h = norm(x, b, B_LN1_G);
+        dt_tensor *h = whole(m, norm(x, b, B_LN1_G));
         dt_tensor *q = einsum("btd,dhe->bthe", h, b[B_WQ]);
         dt_tensor *k = einsum("btd,dhe->bthe", h, b[B_WK]);
         dt_tensor *v = einsum("btd,dhe->bthe", h, b[B_WV]);
@@ -180,26 +198,32 @@ static dt_tensor *forward(const dt_mesh *m, dt_tensor *const p[], const dt_tenso
         CHECK(dt_where(causal, s, minus_inf, NULL, &t));
         CHECK(dt_softmax(keep(t), -1, NULL, &t));
         dt_tensor *c = einsum("bhts,bshe->bthe", keep(t), v);
-        /* row-parallel output projection: partial over model, all-reduced once */
-        x = op2(DT_BINARY_ADD, x, einsum("bthe,hed->btd", c, b[B_WO]));
-        /* MLP: [B, T, F] with F on model, gelu, then row-parallel: one all-reduce */
-        h = norm(x, b, B_LN2_G);
+        /* row-parallel output projection: partial over model, reduce-scattered onto the
+         * sequence once */
+        CHECK(dt_einsum("bthe,hed->btd", 2, (const dt_tensor *const[]){c, b[B_WO]}, &to_seq, &t));
+        x = op2(DT_BINARY_ADD, x, keep(t));
+        /* MLP: [B, T, F] with F on model, gelu, then row-parallel: one reduce-scatter */
+        h = whole(m, norm(x, b, B_LN2_G));
         CHECK(dt_matmul(h, b[B_W1], NULL, &t));
         CHECK(dt_unary(DT_UNARY_GELU, op2(DT_BINARY_ADD, keep(t), b[B_B1]), NULL, &t));
         dt_tensor *u;
-        CHECK(dt_matmul(keep(t), b[B_W2], NULL, &u));
+        CHECK(dt_matmul(keep(t), b[B_W2], &to_seq, &u));
         x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, keep(u), b[B_B2]));
     }
     /* logits [B, T, V] with the vocabulary on model (the embedding, tied), in f32: log sum exp
      * and the target's logit reduce across the vocabulary shards ([B, T] statistics only) */
-    dt_tensor *logits = einsum("btd,vd->btv", norm(x, p, P_LNF_G), p[P_WTE]);
+    dt_tensor *logits = einsum("btd,vd->btv", whole(m, norm(x, p, P_LNF_G)), p[P_WTE]);
     if (dtype != DT_DTYPE_F32) {
         CHECK(dt_cast(logits, DT_DTYPE_F32, NULL, &t));
         logits = keep(t);
     }
     dt_tensor *lse, *hot, *picked, *loss;
     CHECK(dt_logsumexp(logits, 1, (int[]){-1}, 0, NULL, &lse));
-    CHECK(dt_one_hot(tgt, V, 1, 0, -1, DT_DTYPE_F32, NULL, &hot));
+    /* the targets' one-hot rows split over the vocabulary as the logits are: each shard
+     * makes only its columns */
+    dt_layout vl;
+    CHECK(dt_layout_parse(m, "batch,unsharded,model", &vl));
+    CHECK(dt_one_hot(tgt, V, 1, 0, -1, DT_DTYPE_F32, &(dt_op_options){.layout = &vl}, &hot));
     CHECK(dt_reduce(DT_REDUCE_SUM, op2(DT_BINARY_MUL, keep(hot), logits), 1, (int[]){-1}, 0, NULL,
                     &picked));
     CHECK(dt_reduce(DT_REDUCE_MEAN, op2(DT_BINARY_SUB, keep(lse), keep(picked)), 0, NULL, 0, NULL,
@@ -216,6 +240,7 @@ typedef struct run {
     dt_variable *vars[NP];
     dt_function *fwd, *grad;
     dt_tensor *causal;
+    size_t step_bytes; /* the most a training step added on one of this client's devices */
 } run;
 
 /* The mesh batch x model over global devices 0 .. batch * model - 1. */
@@ -236,6 +261,16 @@ static void device_bytes(size_t out[8])
         size_t peak;
         CHECK(dt_device_memory(DT_DEVICE_CPU, i, &out[i], &peak));
     }
+}
+
+/* The largest of every client's `mine`. */
+static size_t most_of_clients(size_t mine)
+{
+    uint64_t v = mine, all[64], most = 0;
+    CHECK(dt_client_allgather(&v, sizeof v, all));
+    for (int c = 0; c < dt_num_clients() && c < 64; c++)
+        most = all[c] > most ? all[c] : most;
+    return (size_t)most;
 }
 
 /* The parameters as variables, in their layouts; *bytes gets the most bytes they take on one
@@ -259,14 +294,11 @@ static void make_params(run *r, size_t *bytes)
         dt_tensor_free(v);
     }
     device_bytes(after);
-    uint64_t mine = 0, all[64];
+    size_t mine = 0;
     for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++)
         if (after[i] - before[i] > mine)
             mine = after[i] - before[i];
-    CHECK(dt_client_allgather(&mine, sizeof mine, all));
-    *bytes = 0;
-    for (int c = 0; c < dt_num_clients() && c < 64; c++)
-        *bytes = all[c] > *bytes ? all[c] : *bytes;
+    *bytes = most_of_clients(mine);
 }
 
 /* The forward pass traced on the variables' layouts, and its gradient function (results: the
@@ -355,7 +387,17 @@ static void train(run *r, const dt_mesh *all, int steps, double losses[], bool p
         in[NP] = ttok;
         in[NP + 1] = ttgt;
         in[NP + 2] = r->causal;
+        /* what the step adds to the parameters, optimizer slots and inputs in use: the
+         * activations kept for the backward pass, the gradients and the temporaries */
+        size_t before[8] = {0}, peak[8] = {0};
+        device_bytes(before);
+        CHECK(dt_device_reset_peak(DT_DEVICE_CPU, -1));
         CHECK(dt_function_run(r->grad, NP + 3, in, NP + 1, res));
+        for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++) {
+            CHECK(dt_device_memory(DT_DEVICE_CPU, i, NULL, &peak[i]));
+            if (peak[i] - before[i] > r->step_bytes)
+                r->step_bytes = peak[i] - before[i];
+        }
         CHECK(dt_optimizer_apply(opt, NP, r->vars, (const dt_tensor *const *)res + 1));
         dt_tensor *copy;
         float loss;
@@ -383,24 +425,31 @@ static void free_run(run *r)
     dt_mesh_free(r->mesh);
 }
 
-/* The forward pass's collectives over each mesh axis (from the printed program). */
-static void count_collectives(const run *r, int *model, int *batch, int *other)
+/* The forward pass's collectives (from the printed program), by kind over model, then over
+ * batch and over anything else. */
+enum { C_AR_MODEL, C_AG_MODEL, C_RS_MODEL, C_OTHER_MODEL, C_BATCH, C_OTHER, C_KINDS };
+
+static void count_collectives(const run *r, int c[C_KINDS])
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     CHECK(dt_function_print(r->fwd, f));
     fclose(f);
-    *model = *batch = *other = 0;
+    memset(c, 0, sizeof(int) * C_KINDS);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (!strstr(line, " collective "))
             continue;
-        if (strstr(line, "over {model}"))
-            (*model)++;
-        else if (strstr(line, "over {batch}"))
-            (*batch)++;
+        if (!strstr(line, "over {model}"))
+            c[strstr(line, "over {batch}") ? C_BATCH : C_OTHER]++;
+        else if (strstr(line, " all_reduce "))
+            c[C_AR_MODEL]++;
+        else if (strstr(line, " all_gather "))
+            c[C_AG_MODEL]++;
+        else if (strstr(line, " reduce_scatter "))
+            c[C_RS_MODEL]++;
         else
-            (*other)++;
+            c[C_OTHER_MODEL]++;
     }
     free(text);
 }
@@ -420,52 +469,63 @@ static double now(void)
 }
 
 /* Every sharding in turn: the loss curves against one device's (within tol), the forward
- * pass's collectives, the parameters per device. True when all hold (on every client). */
+ * pass's collectives, the parameters and a training step's memory per device. True when all
+ * hold (on every client). */
 static bool compare(const dt_mesh *all, int steps, double tol)
 {
     static double curves[4][MAX_STEPS];
-    size_t bytes[4];
-    int colls[4][3];
+    size_t bytes[4], step_bytes[4];
+    int colls[4][C_KINDS];
     for (int s = 0; s < 4; s++) {
         run r = shardings[s];
         make_mesh(&r);
         make_params(&r, &bytes[s]);
         make_functions(&r);
-        count_collectives(&r, &colls[s][0], &colls[s][1], &colls[s][2]);
+        count_collectives(&r, colls[s]);
         train(&r, all, steps, curves[s], false);
+        step_bytes[s] = most_of_clients(r.step_bytes);
         free_run(&r);
     }
     double worst = 0;
     for (int s = 1; s < 4; s++)
         for (int t = 0; t < steps; t++)
             worst = fmax(worst, fabs(curves[s][t] - curves[0][t]) / fabs(curves[0][t]));
-    /* Megatron: over model, 1 all-reduce for the embedding, 2 per block, 3 for the loss's
-     * statistics (max, sum of exp, the target logit); over batch, the mean's one */
-    int want_model = 1 + 2 * NL + 3;
-    bool colls_ok = colls[0][0] + colls[0][1] + colls[0][2] == 0 && colls[1][0] == 0 &&
-                    colls[1][1] == 1 && colls[2][0] == want_model && colls[2][1] == 0 &&
-                    colls[3][0] == want_model && colls[3][1] == 1 &&
-                    colls[1][2] + colls[2][2] + colls[3][2] == 0;
+    /* Megatron-LM with sequence parallelism, over model: a reduce-scatter for the embedding;
+     * per block an all-gather into attention and a reduce-scatter out of it, the same around
+     * the MLP; an all-gather into the output projection; 3 all-reduces of the loss's
+     * statistics (max, sum of exp, the target logit). Over batch, the mean's one. Without a
+     * model axis (1, data), none over model. */
+    const int want[4][C_KINDS] = {
+        {0},
+        {[C_BATCH] = 1},
+        {[C_AR_MODEL] = 3, [C_AG_MODEL] = 2 * NL + 1, [C_RS_MODEL] = 2 * NL + 1},
+        {[C_AR_MODEL] = 3, [C_AG_MODEL] = 2 * NL + 1, [C_RS_MODEL] = 2 * NL + 1, [C_BATCH] = 1},
+    };
+    bool colls_ok = memcmp(colls, want, sizeof want) == 0;
     double share = (double)bytes[2] / (double)bytes[0];
+    double step_share = (double)step_bytes[2] / (double)step_bytes[0];
+    bool quarter = fabs(share * 4 - 1) <= 0.1 && fabs(step_share * 4 - 1) <= 0.1;
     if (dt_client_id() == 0) {
         printf("gpt: %d blocks, d_model %d, %d heads, vocabulary %d, sequence %d, batch %d, %s, "
                "AdamW, %d steps\n",
                NL, D, H, V, T, B, dt_dtype_name(dtype), steps);
         for (int s = 0; s < 4; s++)
             printf("  %-5s batch=%d,model=%d: first loss %.6f, last %.6f; forward collectives "
-                   "over model %d, over batch %d; parameters on one device %zu bytes\n",
+                   "over model %d all-reduce, %d all-gather, %d reduce-scatter, over batch %d; "
+                   "on one device: parameters %zu bytes, a training step %zu bytes more\n",
                    shardings[s].name, shardings[s].batch, shardings[s].model, curves[s][0],
-                   curves[s][steps - 1], colls[s][0], colls[s][1], bytes[s]);
+                   curves[s][steps - 1], colls[s][C_AR_MODEL], colls[s][C_AG_MODEL],
+                   colls[s][C_RS_MODEL], colls[s][C_BATCH], bytes[s], step_bytes[s]);
         printf("largest relative difference from one device's curve: %.2e (<= %g: %s)\n", worst,
                tol, worst <= tol ? "yes" : "NO");
-        printf("forward collectives as Megatron's (model: %d, batch: 1): %s\n", want_model,
-               colls_ok ? "yes" : "NO");
-        printf("parameters per device with model=4: %.3f of one device's (1/4 within 10%%: "
-               "%s)\n",
-               share, fabs(share * 4 - 1) <= 0.1 ? "yes" : "NO");
+        printf("forward collectives as Megatron-LM's with sequence parallelism (over model: 3 "
+               "all-reduce, %d all-gather, %d reduce-scatter; over batch: 1): %s\n",
+               2 * NL + 1, 2 * NL + 1, colls_ok ? "yes" : "NO");
+        printf("per device with model=4, of one device's: parameters %.3f, a training step's "
+               "activations, gradients and temporaries %.3f (1/4 within 10%%: %s)\n",
+               share, step_share, quarter ? "yes" : "NO");
     }
-    return worst <= tol && colls_ok && fabs(share * 4 - 1) <= 0.1 &&
-           curves[0][steps - 1] < curves[0][0];
+    return worst <= tol && colls_ok && quarter && curves[0][steps - 1] < curves[0][0];
 }
 
 /* Steps per second of each sharding over `steps` steps (after 3 untimed), and the share of the
