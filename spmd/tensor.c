@@ -139,6 +139,24 @@ typedef struct from_host_job {
     task_result *results;
 } from_host_job;
 
+/* Whether a block `local` at `off` of an array of `shape` is one run of its row-major bytes
+ * (extent 1 on the axes before some axis k and whole on those after it), and that run's first
+ * element. */
+static bool contiguous_block(int rank, const int64_t shape[], const int64_t local[],
+                             const int64_t off[], int64_t *first)
+{
+    int k = 0;
+    while (k < rank && local[k] == 1)
+        k++;
+    for (int j = k + 1; j < rank; j++)
+        if (local[j] != shape[j])
+            return false;
+    *first = 0;
+    for (int j = 0; j < rank; j++)
+        *first = *first * shape[j] + off[j];
+    return true;
+}
+
 static void from_host_task(dt__device *d, int i, void *arg)
 {
     from_host_job *job = arg;
@@ -147,8 +165,14 @@ static void from_host_task(dt__device *d, int i, void *arg)
     dt_layout_local_shape(&t->layout, t->shape, t->mesh->first_local + i, local, off);
     size_t es = dt_dtype_size(t->dtype);
     dt_status s = DT_OK;
+    int64_t first;
     if (d->backend->host_accessible) {
         dt__copy_block(t->data[i], local, zero, job->host, t->shape, off, local, t->rank, es);
+    } else if (contiguous_block(t->rank, t->shape, local, off, &first)) {
+        /* a replicated or leading-axis shard: straight from the caller's array through the
+         * backend's pinned staging, without a pageable copy first */
+        s = d->backend->to_device(d, t->data[i], (const char *)job->host + (size_t)first * es,
+                                  t->bytes[i]);
     } else {
         void *stage = malloc(t->bytes[i] ? t->bytes[i] : 1);
         if (!stage) {
