@@ -1,21 +1,26 @@
 /* A GPT-style decoder trained on a 2-D mesh `batch x model`, as Megatron-LM shards it: the
  * batch over `batch`; attention heads and the MLP's hidden axis over `model` (column-parallel
- * projections, then row-parallel ones, so each block costs one all-reduce over `model` after
- * attention and one after the MLP); the token embedding and the tied output projection split
- * over the vocabulary (each shard looks up the ids it owns; the logits are never gathered:
- * the cross-entropy reduces per-row statistics across the shards). AdamW.
+ * projections, then row-parallel ones); between those regions the residual stream split over
+ * `model` along the sequence (sequence parallelism: an all-gather into each region, recomputed
+ * by the gradient, and a reduce-scatter out of it); the token embedding and the tied output
+ * projection split over the vocabulary (each shard looks up the ids it owns; the logits are
+ * never gathered: the cross-entropy reduces per-row statistics across the shards). AdamW.
  *
- *   gpt [1|data|model|2d] [steps] [f32|bf16]   train under one sharding, print each step's loss
- *   gpt compare [steps] [f32|bf16]  every sharding in turn: the same loss curve (within 1e-5 in
+ *   gpt [1|data|model|2d] [steps] [f32|bf16] [cpu|gpu]
+ *                                   train under one sharding, print each step's loss
+ *   gpt compare [steps] [f32|bf16] [cpu|gpu]
+ *                                   every sharding in turn: the same loss curve (within 1e-5 in
  *                                   f32, BF16_TOL in bf16), Megatron's collectives in the forward
- *                                   pass, and each device's share of the parameters; exit 1 if
- *                                   any fails
- *   gpt bench [steps]               steps per second of each sharding, and the share of the step
+ *                                   pass, and each device's share of the parameters and of a
+ *                                   training step's memory; exit 1 if any fails
+ *   gpt bench [steps] [f32|bf16] [cpu|gpu]
+ *                                   steps per second of each sharding, and the share of the step
  *                                   time spent in collectives (the ledger)
  *   gpt program                     print the expanded forward pass under 2d
  * Four devices in all: DTENSOR_CPU_DEVICES=4 gpt, or mpiexec.mpich -n 2 (2 devices each) or
- * -n 4. The sharding "1" runs on global device 0 alone (the other clients hold nothing of it).
- * The task: sequences where each next token is a fixed permutation of the current one. */
+ * -n 4; on GPUs, DTENSOR_CUDA_DEVICES=4 makes one GPU four logical ones. The sharding "1" runs
+ * on global device 0 alone (the other clients hold nothing of it). The task: sequences where
+ * each next token is a fixed permutation of the current one. */
 #include <dtensor.h>
 
 #include <math.h>
@@ -42,6 +47,8 @@ enum { MAX_STEPS = 200 };
 
 /* The parameters' and activations' dtype (f32, or bf16 with the cross-entropy in f32). */
 static dt_dtype dtype = DT_DTYPE_F32;
+/* The devices' type: CPU, or CUDA (gpu). */
+static dt_device_type dev = DT_DEVICE_CPU;
 
 /* ---- parameters ---------------------------------------------------------------------------- */
 
@@ -250,16 +257,16 @@ static void make_mesh(run *r)
     int ids[8];
     for (int i = 0; i < r->batch * r->model; i++)
         ids[i] = i;
-    CHECK(dt_mesh_create_on_devices(2, names, (int[]){r->batch, r->model}, DT_DEVICE_CPU,
-                                    r->batch * r->model, ids, &r->mesh));
+    CHECK(dt_mesh_create_on_devices(2, names, (int[]){r->batch, r->model}, dev, r->batch * r->model,
+                                    ids, &r->mesh));
 }
 
 /* Bytes in use on every local device (at most 8). */
 static void device_bytes(size_t out[8])
 {
-    for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++) {
+    for (int i = 0; i < dt_num_local_devices(dev) && i < 8; i++) {
         size_t peak;
-        CHECK(dt_device_memory(DT_DEVICE_CPU, i, &out[i], &peak));
+        CHECK(dt_device_memory(dev, i, &out[i], &peak));
     }
 }
 
@@ -295,7 +302,7 @@ static void make_params(run *r, size_t *bytes)
     }
     device_bytes(after);
     size_t mine = 0;
-    for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++)
+    for (int i = 0; i < dt_num_local_devices(dev) && i < 8; i++)
         if (after[i] - before[i] > mine)
             mine = after[i] - before[i];
     *bytes = most_of_clients(mine);
@@ -391,10 +398,10 @@ static void train(run *r, const dt_mesh *all, int steps, double losses[], bool p
          * activations kept for the backward pass, the gradients and the temporaries */
         size_t before[8] = {0}, peak[8] = {0};
         device_bytes(before);
-        CHECK(dt_device_reset_peak(DT_DEVICE_CPU, -1));
+        CHECK(dt_device_reset_peak(dev, -1));
         CHECK(dt_function_run(r->grad, NP + 3, in, NP + 1, res));
-        for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++) {
-            CHECK(dt_device_memory(DT_DEVICE_CPU, i, NULL, &peak[i]));
+        for (int i = 0; i < dt_num_local_devices(dev) && i < 8; i++) {
+            CHECK(dt_device_memory(dev, i, NULL, &peak[i]));
             if (peak[i] - before[i] > r->step_bytes)
                 r->step_bytes = peak[i] - before[i];
         }
@@ -562,25 +569,28 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "2d";
     int steps = argc > 2 ? atoi(argv[2]) : 50;
-    const char *type = argc > 3 ? argv[3] : "f32";
-    if (steps < 1 || steps > MAX_STEPS || (strcmp(type, "f32") && strcmp(type, "bf16"))) {
-        fprintf(stderr, "gpt: steps %d (1 to %d), dtype %s (f32 or bf16)\n", steps, MAX_STEPS,
-                type);
+    const char *type = argc > 3 ? argv[3] : "f32", *on = argc > 4 ? argv[4] : "cpu";
+    if (steps < 1 || steps > MAX_STEPS || (strcmp(type, "f32") && strcmp(type, "bf16")) ||
+        (strcmp(on, "cpu") && strcmp(on, "gpu"))) {
+        fprintf(stderr,
+                "gpt: steps %d (1 to %d), dtype %s (f32 or bf16), devices %s (cpu or gpu)\n", steps,
+                MAX_STEPS, type, on);
         return 2;
     }
     dtype = strcmp(type, "bf16") ? DT_DTYPE_F32 : DT_DTYPE_BF16;
+    dev = strcmp(on, "gpu") ? DT_DEVICE_CPU : DT_DEVICE_CUDA;
     CHECK(dt_init(NULL));
-    if (dt_num_global_devices(DT_DEVICE_CPU) != 4) {
+    if (dt_num_global_devices(dev) != 4) {
         fprintf(stderr,
-                "gpt: needs 4 devices in all, this job has %d (DTENSOR_CPU_DEVICES=4, "
-                "or mpiexec.mpich -n 2 with 2 each, or -n 4)\n",
-                dt_num_global_devices(DT_DEVICE_CPU));
+                "gpt: needs 4 %s devices in all, this job has %d (DTENSOR_CPU_DEVICES=4 or "
+                "DTENSOR_CUDA_DEVICES=4, or mpiexec.mpich -n 2 with 2 each, or -n 4)\n",
+                dt_device_type_name(dev), dt_num_global_devices(dev));
         dt_finalize();
         return 2;
     }
     describe_params();
     dt_mesh *all;
-    CHECK(dt_mesh_create_from_string("x=4", DT_DEVICE_CPU, &all));
+    CHECK(dt_mesh_create_from_string("x=4", dev, &all));
     int rc = 0, s = 0;
     while (s < 4 && strcmp(mode, shardings[s].name))
         s++;
@@ -606,7 +616,7 @@ int main(int argc, char **argv)
              * client's first device (the library's accounting; the 4-device mesh x=4 used to
              * read the loss adds a few bytes) */
             dt_memory_stats ms;
-            CHECK(dt_device_memory_stats(DT_DEVICE_CPU, 0, &ms));
+            CHECK(dt_device_memory_stats(dev, 0, &ms));
             if (dt_client_id() == 0)
                 printf("%s: peak bytes in use on device 0: %zu\n", r.name, ms.peak);
         }
