@@ -210,6 +210,7 @@ static case_mem_result case_mem_end(const case_mem *c)
 typedef struct ledger_sum {
     double sent, received; /* bytes per device, the most over clients */
     double msgs;           /* alpha terms: 2(g-1) per all-reduce, g-1 per other collective */
+    double seconds;        /* in collectives, waits for late clients included (the most) */
     char ops[256];         /* "all_gather{x} reduce_scatter{y}" */
 } ledger_sum;
 
@@ -223,6 +224,7 @@ static ledger_sum ledger_read(void)
         BENCH_CHECK(dt_ledger_entry_get(i, &e));
         s.sent += (double)e.bytes_sent;
         s.received += (double)e.bytes_received;
+        s.seconds += e.seconds;
         int g = e.group_size;
         s.msgs += strcmp(e.op, "all_reduce") == 0 ? 2.0 * (g - 1) : (double)(g - 1);
         if (n < sizeof s.ops - 64)
@@ -232,6 +234,7 @@ static ledger_sum ledger_read(void)
     s.sent = max_over_clients(s.sent);
     s.received = max_over_clients(s.received);
     s.msgs = max_over_clients(s.msgs);
+    s.seconds = max_over_clients(s.seconds);
     if (!n)
         snprintf(s.ops, sizeof s.ops, "none");
     return s;
@@ -457,7 +460,7 @@ static void matmul(const opts *o)
                      "bytes_received_per_device,model_bytes_per_device,textbook_bytes_per_device,"
                      "messages,madds_per_device,model_s,collectives,ratio_to_openblas,"
                      "minor_faults_per_run,peak_rss_bytes,extra_rss_bytes,"
-                     "device_extra_bytes,output_bytes_per_device\n");
+                     "device_extra_bytes,output_bytes_per_device,collective_s\n");
 
     if (dt_client_id() == 0)
         fprintf(stderr, "[matmul] baseline: OpenBLAS, 1 process, %d threads, %s %lldx%lldx%lld\n",
@@ -468,7 +471,7 @@ static void matmul(const opts *o)
         fprintf(
             out,
             "matmul,openblas_%d_threads,1,1,-,%s,%lld,%lld,%lld,%lld,-,-,-,%d,%.6f,%.2f,%.6g,0,0,"
-            "0,0,0,%.6g,,none,1.0000,,,,,\n",
+            "0,0,0,%.6g,,none,1.0000,,,,,,\n",
             threads, dt_dtype_name(o->dtype), (long long)o->batch, (long long)o->m, (long long)o->n,
             (long long)o->k, o->reps, tb, flops / tb / 1e9, flops, flops / 2);
 
@@ -530,18 +533,19 @@ static void matmul(const opts *o)
             fprintf(out,
                     "matmul,%s,%d,%d,\"%s\",%s,%lld,%lld,%lld,%lld,\"%s\",\"%s\",\"%s\",%d,%.6f,"
                     "%.2f,%.6g,%.0f,%.0f,%.0f,%.0f,%.0f,%.6g,%.6g,\"%s\",%.4f,%.0f,%.0f,%.0f,%.0f,"
-                    "%.0f\n",
+                    "%.0f,%.6f\n",
                     sc->name, dt_num_clients(), P, spec, dt_dtype_name(o->dtype),
                     (long long)o->batch, (long long)o->m, (long long)o->n, (long long)o->k, ta,
                     sc->b, lcs, o->reps, t, flops / t / 1e9, 2 * madds, l.sent, l.received,
                     model_bytes, tbk, l.msgs, madds, model_s, l.ops, tb / t, faults, mem.peak_rss,
-                    mem.extra_rss, mem.device_extra, out_bytes);
+                    mem.extra_rss, mem.device_extra, out_bytes, l.seconds);
         if (dt_client_id() == 0)
             fprintf(stderr,
-                    "[matmul] %s: %.4f s, %.1f GFLOP/s (%.3f of OpenBLAS), %s; %.0f faults per "
-                    "run, peak RSS %.0f MiB (+%.0f), device peak +%.0f MiB (output %.0f MiB)\n",
-                    sc->name, t, flops / t / 1e9, tb / t, l.ops, faults, mem.peak_rss / 1048576,
-                    mem.extra_rss / 1048576, mem.device_extra / 1048576, out_bytes / 1048576);
+                    "[matmul] %s: %.4f s, %.1f GFLOP/s (%.3f of OpenBLAS), %s %.4f s; %.0f faults "
+                    "per run, peak RSS %.0f MiB (+%.0f), device peak +%.0f MiB (output %.0f MiB)\n",
+                    sc->name, t, flops / t / 1e9, tb / t, l.ops, l.seconds, faults,
+                    mem.peak_rss / 1048576, mem.extra_rss / 1048576, mem.device_extra / 1048576,
+                    out_bytes / 1048576);
         if (out)
             fflush(out);
         dt_tensor_free(sa_);

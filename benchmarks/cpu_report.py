@@ -35,10 +35,12 @@ def mib(v):
 
 def matmul(out, d):
     out.append("### Matmul (f32), against single-process OpenBLAS sgemm with 2 threads\n")
+    out.append("Collective ms: the last timed run's collectives, waits for the other device or "
+               "client included.\n")
     out.append("| config | case | n | GFLOP/s | / OpenBLAS | OpenBLAS GFLOP/s | faults per run "
                "| peak RSS MiB | RSS above start MiB | device peak above operands MiB "
-               "| output per device MiB |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+               "| output per device MiB | collective ms |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cfg in CONFIGS:
         files = sorted(glob.glob(os.path.join(d, f"matmul_{cfg}_*.csv")),
                        key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]))
@@ -54,7 +56,8 @@ def matmul(out, d):
                     f"| {float(r['ratio_to_openblas']):.3f} "
                     f"| {float(base['gflops']):.1f} | {float(r['minor_faults_per_run']):.0f} "
                     f"| {mib(r['peak_rss_bytes'])} | {mib(r['extra_rss_bytes'])} "
-                    f"| {mib(r['device_extra_bytes'])} | {mib(r['output_bytes_per_device'])} |")
+                    f"| {mib(r['device_extra_bytes'])} | {mib(r['output_bytes_per_device'])} "
+                    f"| {1e3 * float(r['collective_s']):.1f} |")
     out.append("")
 
 
