@@ -164,7 +164,8 @@ static double time_median(run_fn fn, void *ctx, int warmup, int reps, double *fa
 
 /* What a case holds above what was live when it started: the peak resident set (bench.h) and
  * the device allocator's peak (dt_device_memory_reset_peak, then peak - in use), each the most
- * over local devices and clients. */
+ * over local devices and clients. The allocator's cache is emptied first, so that blocks an
+ * earlier case left cached do not hide what this one needs from the resident set. */
 enum { MAX_LOCAL = 64 }; /* local devices whose memory is followed */
 
 typedef struct case_mem {
@@ -178,6 +179,7 @@ typedef struct case_mem_result {
 
 static void case_mem_start(case_mem *c)
 {
+    BENCH_CHECK(dt_device_release_cache(DT_DEVICE_CPU, -1));
     int nl = dt_num_local_devices(DT_DEVICE_CPU);
     for (int i = 0; i < nl && i < MAX_LOCAL; i++) {
         dt_memory_stats ms;
