@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* For programs that include dtensor.h. */
@@ -57,6 +59,51 @@ static inline void bench_barrier(MPI_Comm comm, bool sleepy)
     MPI_Request req;
     MPI_Ibarrier(comm, &req);
     bench_wait(&req, sleepy);
+}
+
+/* A "Vm...:" line of /proc/self/status, in KiB (0 when absent). */
+static inline long bench_status_kib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = 0;
+    size_t n = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n))
+            v = atol(line + n);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Memory one benchmark case costs the process: minor page faults (getrusage) and the resident
+ * set's high-water mark above the resident set at the start. Linux restarts the high-water
+ * mark (VmHWM) when 5 is written to /proc/self/clear_refs, so each case's peak is its own. */
+typedef struct bench_usage {
+    long faults0, rss0_kib;
+} bench_usage;
+
+static inline bench_usage bench_usage_start(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (bench_usage){.faults0 = ru.ru_minflt, .rss0_kib = bench_status_kib("VmRSS:")};
+}
+
+/* Minor faults since the start; peak resident set and its excess over the start, in KiB. */
+static inline void bench_usage_end(const bench_usage *u, long *faults, long *peak_kib,
+                                   long *extra_kib)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *faults = ru.ru_minflt - u->faults0;
+    *peak_kib = bench_status_kib("VmHWM:");
+    *extra_kib = *peak_kib - u->rss0_kib;
 }
 
 #endif /* DT_BENCH_H */

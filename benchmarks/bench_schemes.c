@@ -5,7 +5,8 @@
  *
  *   bench_schemes matmul    [--m M --n N --k K --batch B --dtype f64 --mesh x=2 --reps 5
  *                            --warmup 1 --schemes name,name --threads T --out file.csv]
- *   bench_schemes relayout  [--n N --dtype f64 --mesh x=2 --reps 5 --warmup 1 --out file.csv]
+ *   bench_schemes relayout  [--n N --dtype f64 --mesh x=2 --reps 5 --warmup 1 --out file.csv
+ *                            --only 'x,unsharded>unsharded,x;x,unsharded>unsharded,unsharded']
  *   bench_schemes calibrate [--mesh x=2 --out calibration.json]
  *
  * Run as one process with DTENSOR_CPU_DEVICES local devices or under mpiexec.mpich -n N; the
@@ -16,8 +17,11 @@
  * GFLOP/s of the useful 2·batch·M·N·K flops, flops per device, bytes sent per device as the
  * communication ledger measured them and as the expanded program (the cost model) predicts,
  * the textbook volume of the scheme, the alpha-beta-gamma time the engine's constants predict,
- * and the collectives that ran. The baseline row is one process of OpenBLAS with as many
- * threads as the mesh has devices, timed by client 0 while the other clients sleep.
+ * and the collectives that ran; the memory a scheme holds above its operands: minor page
+ * faults per timed run, peak resident set and its excess over the start, the allocator's peak
+ * above what was live (dt_device_memory_reset_peak), and C's shard for comparison. The
+ * baseline row is one process of OpenBLAS with as many threads as the mesh has devices, timed by
+ * client 0 while the other clients sleep.
  *
  * relayout: a [n, n] tensor between every ordered pair of a set of layouts (sharded on each
  * axis, replicated, partial sums); bytes each device sends and receives (ledger) against the
@@ -26,7 +30,9 @@
  * and new shard: (g-1) terms per element kept sharded over the partial axes (reduce-scatter),
  * 2(g-1)/g per element left replicated on them (all-reduce). An estimate of the least traffic,
  * not a proof: a plan that reduces before it slices, or gathers what it then slices away,
- * shows up as moving more than this.
+ * shows up as moving more than this. GB/s is the tensor's global bytes over the median time,
+ * beside a 1-thread memcpy of the same bytes in the same run (client 0, the others asleep).
+ * `--only` keeps the listed transitions (the layouts as in the table below).
  *
  * calibrate: alpha (seconds per message: an 8-byte all-gather), beta (seconds per byte a device
  * sends: a 64 MiB all-gather and all-reduce), gamma (seconds per multiply-add of one device's
@@ -49,7 +55,7 @@ void openblas_set_num_threads(int);
 typedef struct opts {
     int64_t m, n, k, batch;
     dt_dtype dtype;
-    const char *mesh, *schemes, *out;
+    const char *mesh, *schemes, *only, *out;
     int reps, warmup, threads;
 } opts;
 
@@ -58,7 +64,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s matmul|relayout|calibrate [--m M] [--n N] [--k K] [--batch B]\n"
             "       [--dtype f32|f64] [--mesh x=2[,y=2]] [--reps R] [--warmup W]\n"
-            "       [--schemes a,b,...] [--threads T] [--out file]\n",
+            "       [--schemes a,b,...] [--only 'from>to;from>to'] [--threads T] [--out file]\n",
             argv0);
     exit(2);
 }
@@ -84,6 +90,8 @@ static opts parse(int argc, char **argv)
             o.mesh = v;
         else if (!strcmp(key, "--schemes"))
             o.schemes = v;
+        else if (!strcmp(key, "--only"))
+            o.only = v;
         else if (!strcmp(key, "--out"))
             o.out = v;
         else if (!strcmp(key, "--reps"))
@@ -127,12 +135,17 @@ static double median(double *t, int n)
 typedef void (*run_fn)(void *ctx);
 
 /* Median over `reps` runs after `warmup`, each the slowest client's time. The ledger is
- * cleared before the last run, so it holds exactly one run's collectives afterwards. */
-static double time_median(run_fn fn, void *ctx, int warmup, int reps)
+ * cleared before the last run, so it holds exactly one run's collectives afterwards. faults
+ * (NULL: not wanted) gets the minor page faults per timed run, the most over clients: what a
+ * run costs once the warm-up has faulted in what the caches keep. */
+static double time_median(run_fn fn, void *ctx, int warmup, int reps, double *faults)
 {
     double t[1000];
     for (int i = 0; i < warmup; i++)
         fn(ctx);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    long f0 = ru.ru_minflt;
     for (int r = 0; r < reps; r++) {
         if (r == reps - 1)
             dt_ledger_clear();
@@ -141,7 +154,57 @@ static double time_median(run_fn fn, void *ctx, int warmup, int reps)
         fn(ctx);
         t[r] = max_over_clients(bench_now() - t0);
     }
+    getrusage(RUSAGE_SELF, &ru);
+    if (faults)
+        *faults = max_over_clients((double)(ru.ru_minflt - f0) / reps);
     return median(t, reps);
+}
+
+/* ---- memory of one case ------------------------------------------------------------------- */
+
+/* What a case holds above what was live when it started: the peak resident set (bench.h) and
+ * the device allocator's peak (dt_device_memory_reset_peak, then peak - in use), each the most
+ * over local devices and clients. The allocator's cache is emptied first, so that blocks an
+ * earlier case left cached do not hide what this one needs from the resident set. */
+enum { MAX_LOCAL = 64 }; /* local devices whose memory is followed */
+
+typedef struct case_mem {
+    bench_usage u;
+    size_t live[MAX_LOCAL];
+} case_mem;
+
+typedef struct case_mem_result {
+    double peak_rss, extra_rss, device_extra; /* bytes */
+} case_mem_result;
+
+static void case_mem_start(case_mem *c)
+{
+    BENCH_CHECK(dt_device_release_cache(DT_DEVICE_CPU, -1));
+    int nl = dt_num_local_devices(DT_DEVICE_CPU);
+    for (int i = 0; i < nl && i < MAX_LOCAL; i++) {
+        dt_memory_stats ms;
+        BENCH_CHECK(dt_device_memory_stats(DT_DEVICE_CPU, i, &ms));
+        BENCH_CHECK(dt_device_memory_reset_peak(DT_DEVICE_CPU, i));
+        c->live[i] = ms.in_use;
+    }
+    c->u = bench_usage_start();
+}
+
+static case_mem_result case_mem_end(const case_mem *c)
+{
+    long faults, peak, extra;
+    bench_usage_end(&c->u, &faults, &peak, &extra);
+    double dev = 0;
+    int nl = dt_num_local_devices(DT_DEVICE_CPU);
+    for (int i = 0; i < nl && i < MAX_LOCAL; i++) {
+        dt_memory_stats ms;
+        BENCH_CHECK(dt_device_memory_stats(DT_DEVICE_CPU, i, &ms));
+        double e = (double)ms.peak - (double)c->live[i];
+        dev = e > dev ? e : dev;
+    }
+    return (case_mem_result){.peak_rss = max_over_clients(1024.0 * (double)peak),
+                             .extra_rss = max_over_clients(1024.0 * (double)extra),
+                             .device_extra = max_over_clients(dev)};
 }
 
 /* ---- the ledger of one run ---------------------------------------------------------------- */
@@ -149,6 +212,7 @@ static double time_median(run_fn fn, void *ctx, int warmup, int reps)
 typedef struct ledger_sum {
     double sent, received; /* bytes per device, the most over clients */
     double msgs;           /* alpha terms: 2(g-1) per all-reduce, g-1 per other collective */
+    double seconds;        /* in collectives, waits for late clients included (the most) */
     char ops[256];         /* "all_gather{x} reduce_scatter{y}" */
 } ledger_sum;
 
@@ -162,6 +226,7 @@ static ledger_sum ledger_read(void)
         BENCH_CHECK(dt_ledger_entry_get(i, &e));
         s.sent += (double)e.bytes_sent;
         s.received += (double)e.bytes_received;
+        s.seconds += e.seconds;
         int g = e.group_size;
         s.msgs += strcmp(e.op, "all_reduce") == 0 ? 2.0 * (g - 1) : (double)(g - 1);
         if (n < sizeof s.ops - 64)
@@ -171,6 +236,7 @@ static ledger_sum ledger_read(void)
     s.sent = max_over_clients(s.sent);
     s.received = max_over_clients(s.received);
     s.msgs = max_over_clients(s.msgs);
+    s.seconds = max_over_clients(s.seconds);
     if (!n)
         snprintf(s.ops, sizeof s.ops, "none");
     return s;
@@ -394,7 +460,9 @@ static void matmul(const opts *o)
         fprintf(out, "section,scheme,clients,devices,mesh,dtype,batch,m,n,k,layout_a,layout_b,"
                      "layout_c,reps,median_s,gflops,flops_per_device,bytes_sent_per_device,"
                      "bytes_received_per_device,model_bytes_per_device,textbook_bytes_per_device,"
-                     "messages,madds_per_device,model_s,collectives\n");
+                     "messages,madds_per_device,model_s,collectives,ratio_to_openblas,"
+                     "minor_faults_per_run,peak_rss_bytes,extra_rss_bytes,"
+                     "device_extra_bytes,output_bytes_per_device,collective_s\n");
 
     if (dt_client_id() == 0)
         fprintf(stderr, "[matmul] baseline: OpenBLAS, 1 process, %d threads, %s %lldx%lldx%lld\n",
@@ -405,7 +473,7 @@ static void matmul(const opts *o)
         fprintf(
             out,
             "matmul,openblas_%d_threads,1,1,-,%s,%lld,%lld,%lld,%lld,-,-,-,%d,%.6f,%.2f,%.6g,0,0,"
-            "0,0,0,%.6g,,none\n",
+            "0,0,0,%.6g,,none,1.0000,,,,,,\n",
             threads, dt_dtype_name(o->dtype), (long long)o->batch, (long long)o->m, (long long)o->n,
             (long long)o->k, o->reps, tb, flops / tb / 1e9, flops, flops / 2);
 
@@ -446,26 +514,40 @@ static void matmul(const opts *o)
         BENCH_CHECK(dt_function_cost(f, &mults, &colls, &model_bytes));
         const dt_tensor *in[2] = {a, b};
         fn_ctx c = {.f = f, .nin = 2, .in = in};
-        double t = time_median(run_function, &c, o->warmup, o->reps);
+        case_mem cm;
+        case_mem_start(&cm);
+        double faults;
+        double t = time_median(run_function, &c, o->warmup, o->reps, &faults);
+        case_mem_result mem = case_mem_end(&cm);
         ledger_sum l = ledger_read();
         char lcs[DT_STRING_MAX] = "auto";
         if (sc->c)
             BENCH_CHECK(dt_layout_to_string(&lc, lcs, sizeof lcs));
         double madds = mults / P; /* every scheme here balances its GEMM over the devices */
+        /* C's shard on the busiest device: the result a scheme must hold */
+        double out_bytes = (double)o->batch * (double)o->m * (double)o->n * es;
+        for (int i = 0; sc->c && i < lc.rank; i++)
+            out_bytes /= dt_layout_num_shards(&lc, i);
         double model_s = DT__GAMMA * madds + DT__ALPHA * l.msgs + DT__BETA * model_bytes;
         double tbk = textbook(sc->vol, (double)o->m, (double)o->n, (double)o->k, (double)o->batch,
                               px, py, es);
         if (out)
             fprintf(out,
                     "matmul,%s,%d,%d,\"%s\",%s,%lld,%lld,%lld,%lld,\"%s\",\"%s\",\"%s\",%d,%.6f,"
-                    "%.2f,%.6g,%.0f,%.0f,%.0f,%.0f,%.0f,%.6g,%.6g,\"%s\"\n",
+                    "%.2f,%.6g,%.0f,%.0f,%.0f,%.0f,%.0f,%.6g,%.6g,\"%s\",%.4f,%.0f,%.0f,%.0f,%.0f,"
+                    "%.0f,%.6f\n",
                     sc->name, dt_num_clients(), P, spec, dt_dtype_name(o->dtype),
                     (long long)o->batch, (long long)o->m, (long long)o->n, (long long)o->k, ta,
                     sc->b, lcs, o->reps, t, flops / t / 1e9, 2 * madds, l.sent, l.received,
-                    model_bytes, tbk, l.msgs, madds, model_s, l.ops);
+                    model_bytes, tbk, l.msgs, madds, model_s, l.ops, tb / t, faults, mem.peak_rss,
+                    mem.extra_rss, mem.device_extra, out_bytes, l.seconds);
         if (dt_client_id() == 0)
-            fprintf(stderr, "[matmul] %s: %.4f s, %.1f GFLOP/s (%.2f of OpenBLAS), %s\n", sc->name,
-                    t, flops / t / 1e9, tb / t, l.ops);
+            fprintf(stderr,
+                    "[matmul] %s: %.4f s, %.1f GFLOP/s (%.3f of OpenBLAS), %s %.4f s; %.0f faults "
+                    "per run, peak RSS %.0f MiB (+%.0f), device peak +%.0f MiB (output %.0f MiB)\n",
+                    sc->name, t, flops / t / 1e9, tb / t, l.ops, l.seconds, faults,
+                    mem.peak_rss / 1048576, mem.extra_rss / 1048576, mem.device_extra / 1048576,
+                    out_bytes / 1048576);
         if (out)
             fflush(out);
         dt_tensor_free(sa_);
@@ -573,6 +655,62 @@ static double min_received(const dt_layout *from, const dt_layout *to, const int
     return most;
 }
 
+/* Whether `--only` (a ';'-separated list of "from>to") keeps the transition; all without it. */
+static bool pair_wanted(const opts *o, const char *from, const char *to)
+{
+    if (!o->only || !*o->only)
+        return true;
+    char want[2 * DT_STRING_MAX + 2];
+    snprintf(want, sizeof want, "%s>%s", from, to);
+    size_t len = strlen(want);
+    for (const char *p = o->only; p && *p;) {
+        const char *q = strchr(p, ';');
+        size_t l = q ? (size_t)(q - p) : strlen(p);
+        if (l == len && !strncmp(p, want, len))
+            return true;
+        p = q ? q + 1 : NULL;
+    }
+    return false;
+}
+
+typedef struct copy_ctx {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_ctx;
+
+static void run_memcpy(void *ctx)
+{
+    copy_ctx *c = ctx;
+    memcpy(c->dst, c->src, c->bytes);
+}
+
+/* 1-thread memcpy of `bytes` between two buffers faulted in beforehand, on client 0 while the
+ * others sleep: median seconds, the same on every client. */
+static double memcpy_baseline(size_t bytes, int warmup, int reps)
+{
+    double t = 0;
+    if (dt_client_id() == 0) {
+        /* bytes is a whole number of floats: n^2 elements of 4 or 8 bytes */
+        copy_ctx c = {.dst = filled(bytes / sizeof(float), sizeof(float)),
+                      .src = filled(bytes / sizeof(float), sizeof(float)),
+                      .bytes = bytes};
+        double ts[1000];
+        for (int i = 0; i < warmup; i++)
+            run_memcpy(&c);
+        for (int r = 0; r < reps; r++) {
+            double t0 = bench_now();
+            run_memcpy(&c);
+            ts[r] = bench_now() - t0;
+        }
+        t = median(ts, reps);
+        free(c.dst);
+        free((void *)c.src);
+    }
+    bench_barrier(dt__rt.world, true);
+    return max_over_clients(t);
+}
+
 static void relayout(const opts *o)
 {
     char spec[DT_STRING_MAX];
@@ -588,8 +726,22 @@ static void relayout(const opts *o)
     if (out)
         fprintf(out, "section,from,to,clients,devices,mesh,dtype,n,reps,median_s,"
                      "bytes_sent_per_device,bytes_received_per_device,model_bytes_per_device,"
-                     "min_received_bytes_per_device,collectives\n");
+                     "min_received_bytes_per_device,collectives,gbps,ratio_to_memcpy,"
+                     "minor_faults_per_run,peak_rss_bytes,extra_rss_bytes,device_extra_bytes\n");
+    double bytes = (double)o->n * (double)o->n * es;
+    double tm = memcpy_baseline((size_t)bytes, o->warmup, o->reps);
+    if (out)
+        fprintf(out, "relayout,memcpy,memcpy,1,1,-,%s,%lld,%d,%.6g,0,0,0,0,none,%.3f,1.000,,,,\n",
+                dt_dtype_name(o->dtype), (long long)o->n, o->reps, tm, bytes / tm / 1e9);
+    if (dt_client_id() == 0)
+        fprintf(stderr, "[relayout] memcpy of %.0f MiB, 1 thread: %.2f GB/s\n", bytes / 1048576,
+                bytes / tm / 1e9);
     for (int i = 0; i < nl; i++) {
+        bool any = false;
+        for (int j = 0; j < nl; j++)
+            any = any || (i != j && pair_wanted(o, ls[i], ls[j]));
+        if (!any)
+            continue;
         dt_layout from, plain;
         BENCH_CHECK(dt_layout_parse(m, ls[i], &from));
         plain = from;
@@ -603,7 +755,7 @@ static void relayout(const opts *o)
         if (dt_client_id() == 0)
             fprintf(stderr, "[relayout] from %s (%d of %d)\n", ls[i], i + 1, nl);
         for (int j = 0; j < nl; j++) {
-            if (i == j)
+            if (i == j || !pair_wanted(o, ls[i], ls[j]))
                 continue;
             dt_layout to;
             BENCH_CHECK(dt_layout_parse(m, ls[j], &to));
@@ -617,17 +769,28 @@ static void relayout(const opts *o)
             BENCH_CHECK(dt_function_cost(f, NULL, NULL, &model_bytes));
             const dt_tensor *in[1] = {x};
             fn_ctx c = {.f = f, .nin = 1, .in = in};
-            double t = time_median(run_function, &c, o->warmup, o->reps);
+            case_mem cm;
+            case_mem_start(&cm);
+            double faults;
+            double t = time_median(run_function, &c, o->warmup, o->reps, &faults);
+            case_mem_result mem = case_mem_end(&cm);
             ledger_sum l = ledger_read();
             double lo = min_received(&from, &to, shape) * es;
             if (out) {
                 fprintf(out,
                         "relayout,\"%s\",\"%s\",%d,%d,\"%s\",%s,%lld,%d,%.6g,%.0f,%.0f,%.0f,%.0f,"
-                        "\"%s\"\n",
+                        "\"%s\",%.3f,%.3f,%.0f,%.0f,%.0f,%.0f\n",
                         ls[i], ls[j], dt_num_clients(), P, spec, dt_dtype_name(o->dtype),
-                        (long long)o->n, o->reps, t, l.sent, l.received, model_bytes, lo, l.ops);
+                        (long long)o->n, o->reps, t, l.sent, l.received, model_bytes, lo, l.ops,
+                        bytes / t / 1e9, tm / t, faults, mem.peak_rss, mem.extra_rss,
+                        mem.device_extra);
                 fflush(out);
             }
+            if (dt_client_id() == 0 && o->only)
+                fprintf(stderr,
+                        "[relayout] %s -> %s: %.2f GB/s (%.2f of memcpy), %.0f faults per run, "
+                        "device peak +%.0f MiB\n",
+                        ls[i], ls[j], bytes / t / 1e9, tm / t, faults, mem.device_extra / 1048576);
             dt_tensor_free(sx);
             dt_tensor_free(sy);
             dt_function_free(f);
@@ -671,7 +834,7 @@ static double time_coll(const dt_mesh *m, dt__coll_kind kind, int64_t count, int
                         .recv = rb,
                         .count = count,
                         .cause = "calibrate"}};
-    double t = time_median(run_coll, &c, 2, reps);
+    double t = time_median(run_coll, &c, 2, reps, NULL);
     *sent = ledger_read().sent;
     for (int i = 0; i < nl; i++) {
         free(sb[i]);
@@ -726,7 +889,7 @@ static void calibrate(const opts *o)
         c.b = filled((size_t)n * n, es);
         c.c = filled((size_t)n * n, es);
         openblas_set_num_threads(1);
-        gamma[f64] = time_median(run_local_gemm, &c, 1, 5) / ((double)n * n * n);
+        gamma[f64] = time_median(run_local_gemm, &c, 1, 5, NULL) / ((double)n * n * n);
         free(c.a);
         free(c.b);
         free(c.c);

@@ -235,7 +235,8 @@ int dt_num_global_devices(dt_device_type type);
  * -1 when out of range. */
 int dt_global_device_id(dt_device_type type, int local_index);
 
-/* Bytes currently allocated and the peak since dt_init on one local device. */
+/* Bytes currently allocated and the peak since dt_init (or dt_device_memory_reset_peak) on one
+ * local device. */
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak);
 
 /* Memory of one local device, as its caching allocator sees it. Freed buffers stay reserved
@@ -243,12 +244,17 @@ dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current
  * from the system (cudaMalloc, or fresh pages that fault on first touch). */
 typedef struct dt_memory_stats {
     size_t in_use;          /* bytes of live buffers, as asked for */
-    size_t peak;            /* the most in_use since dt_init */
+    size_t peak;            /* the most in_use since dt_init or dt_device_memory_reset_peak */
     size_t reserved;        /* held from the system: live buffers (rounded up) plus cached */
     size_t cached;          /* free blocks kept for reuse */
     uint64_t system_allocs; /* blocks taken from the system since dt_init */
 } dt_memory_stats;
 dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out);
+
+/* Start a new peak: the device's `peak` becomes its current `in_use`, so that a later
+ * dt_device_memory_stats gives the most one piece of work held above what was live before it
+ * (as torch.cuda.reset_peak_memory_stats). Not collective. */
+dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index);
 
 /* Hand the cached free blocks of one local device (local_index -1: of every local device of
  * the type) back to the system. Live buffers are untouched. Not collective. */

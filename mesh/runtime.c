@@ -92,6 +92,14 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
     return DT_OK;
 }
 
+dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
+{
+    dt__device *d;
+    DT_TRY(local_device("dt_device_memory_reset_peak", type, local_index, &d));
+    atomic_store(&d->bytes_peak, atomic_load(&d->bytes_current));
+    return DT_OK;
+}
+
 dt_status dt_device_release_cache(dt_device_type type, int local_index)
 {
     dt__device *d;

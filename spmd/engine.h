@@ -225,7 +225,8 @@ typedef struct dt__op_check {
 dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_tensor *out[],
                           const dt__op_check *chk);
 dt_status dt__program_print(const dt__program *p, FILE *f);
-/* Compute each temporary's lifetime (call once the program is complete). */
+/* Compute each temporary's lifetime and run all-reduces of dying temporaries in place (call
+ * once the program is complete). */
 void dt__program_seal(dt__program *p);
 void dt__program_totals(const dt__program *p, double *mults, int *colls, double *bytes);
 

@@ -514,24 +514,6 @@ static dt_status run_coll(const dt__step *st, void ***bufs)
     return dt__collective(st->mesh, &c);
 }
 
-void dt__program_seal(dt__program *p)
-{
-    for (int i = 0; i < p->nslots; i++) {
-        p->slots[i].first = p->nsteps;
-        p->slots[i].last = -1;
-    }
-    for (int i = 0; i < p->nsteps; i++) {
-        const dt__step *st = &p->steps[i];
-        for (int t = -1; t < st->nin; t++) { /* the output, then each operand */
-            dt__slot *sl = &p->slots[t < 0 ? st->out : st->in[t]];
-            if (i < sl->first)
-                sl->first = i;
-            if (i > sl->last)
-                sl->last = i;
-        }
-    }
-}
-
 /* ---- temporaries: one arena per device, planned before the first collective ------------- */
 
 /* Temporaries are placed in one arena per device, at offsets planned from their lifetimes
@@ -556,6 +538,64 @@ typedef struct placed {
 static bool is_temp(const dt__slot *sl)
 {
     return sl->input < 0 && sl->output < 0 && sl->first <= sl->last;
+}
+
+static void lifetimes(dt__program *p)
+{
+    for (int i = 0; i < p->nslots; i++) {
+        p->slots[i].first = p->nsteps;
+        p->slots[i].last = -1;
+    }
+    for (int i = 0; i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        for (int t = -1; t < st->nin; t++) { /* the output, then each operand */
+            dt__slot *sl = &p->slots[t < 0 ? st->out : st->in[t]];
+            if (i < sl->first)
+                sl->first = i;
+            if (i > sl->last)
+                sl->last = i;
+        }
+    }
+}
+
+/* An even all-reduce whose input is a temporary it reads last, into a slot it writes first of
+ * the same bytes, runs in place: the steps that wrote the temporary write the output's buffer
+ * instead, and the collective reduces it where it lies (every backend takes send == recv). A
+ * sharded matmul's partial product is then its result: its peak extra memory is the output
+ * alone, not the output and a partial product of the same size. */
+static void reduce_in_place(dt__program *p)
+{
+    for (int i = 0; i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        if (st->kind != DT__STEP_COLL || st->coll != DT__COLL_ALL_REDUCE || st->counts)
+            continue;
+        int t = st->in[0], o = st->out;
+        const dt__slot *ts = &p->slots[t], *os = &p->slots[o];
+        if (t == o || !is_temp(ts) || ts->last != i || os->input >= 0 || os->first != i ||
+            ts->mesh != os->mesh)
+            continue;
+        bool same = true;
+        for (int d = 0; d < ts->mesh->num_local; d++)
+            same = same && ts->bytes[d] == os->bytes[d];
+        if (!same)
+            continue;
+        /* o is untouched before step i and t dead after it: t's writers may use o's bytes */
+        for (int j = ts->first; j <= i; j++) {
+            dt__step *sj = &p->steps[j];
+            for (int k = 0; k < sj->nin; k++)
+                if (sj->in[k] == t)
+                    sj->in[k] = o;
+            if (sj->out == t)
+                sj->out = o;
+        }
+        lifetimes(p);
+    }
+}
+
+void dt__program_seal(dt__program *p)
+{
+    lifetimes(p);
+    reduce_in_place(p);
 }
 
 static size_t align_up(size_t n)

@@ -717,6 +717,57 @@ Test(memory, caching_allocator_steady_state)
     cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 0, &after[0]), DT_ERR_STATE);
 }
 
+/* A sharded matmul's peak extra memory is its output plus at most one temporary of the
+ * output's size (issue 14), read from the allocator's peak restarted before the call. The
+ * contracting case all-reduces its partial product in place, so it holds the output alone;
+ * so do the cases with no collective. */
+Test(memory, matmul_peak_is_output_plus_at_most_one_temporary)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    const int64_t n = 96;
+    const int64_t shape[2] = {n, n};
+    struct {
+        const char *a, *b, *c;
+        int64_t out_rows; /* rows of C on each device */
+    } cases[] = {
+        {"unsharded,x", "x,unsharded", "unsharded,unsharded", n}, /* partial C all-reduced */
+        {"x,unsharded", "unsharded,unsharded", "x,unsharded", n / 2},
+        {"unsharded,unsharded", "unsharded,unsharded", "unsharded,unsharded", n},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dt_layout la, lb, lc;
+        cr_assert_eq(dt_layout_parse(m, cases[k].a, &la), DT_OK);
+        cr_assert_eq(dt_layout_parse(m, cases[k].b, &lb), DT_OK);
+        cr_assert_eq(dt_layout_parse(m, cases[k].c, &lc), DT_OK);
+        dt_tensor *a = NULL, *b = NULL, *c = NULL;
+        dt_op_options oa = {.layout = &la}, ob = {.layout = &lb}, oc = {.layout = &lc};
+        cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, -1, 1, &oa, &a), DT_OK);
+        cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 3, -1, 1, &ob, &b), DT_OK);
+        dt_memory_stats before[2], after[2];
+        for (int i = 0; i < 2; i++) {
+            cr_assert_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, i), DT_OK);
+            cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &before[i]), DT_OK);
+            cr_expect_eq(before[i].peak, before[i].in_use);
+        }
+        cr_assert_eq(dt_matmul(a, b, &oc, &c), DT_OK, "%s", dt_last_error());
+        size_t out = (size_t)(cases[k].out_rows * n) * sizeof(float);
+        for (int i = 0; i < 2; i++) {
+            cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
+            size_t extra = after[i].peak - before[i].in_use;
+            cr_expect_leq(extra, 2 * out, "%s @ %s -> %s, device %d: %zu bytes above the operands",
+                          cases[k].a, cases[k].b, cases[k].c, i, extra);
+            cr_expect_eq(extra, out, "%s @ %s -> %s, device %d: %zu bytes above the operands",
+                         cases[k].a, cases[k].b, cases[k].c, i, extra);
+        }
+        dt_tensor_free(a);
+        dt_tensor_free(b);
+        dt_tensor_free(c);
+    }
+    cr_expect_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, 2), DT_ERR_ARG);
+    EXPECT_MSG("device 2");
+    teardown(m);
+}
+
 /* dt_tensor_wait: nothing to wait for on CPU devices; bad arguments are errors. */
 Test(tensor, wait)
 {
