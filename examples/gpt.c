@@ -398,7 +398,7 @@ static void train(run *r, const dt_mesh *all, int steps, double losses[], bool p
          * activations kept for the backward pass, the gradients and the temporaries */
         size_t before[8] = {0}, peak[8] = {0};
         device_bytes(before);
-        CHECK(dt_device_reset_peak(dev, -1));
+        CHECK(dt_device_memory_reset_peak(dev, -1));
         CHECK(dt_function_run(r->grad, NP + 3, in, NP + 1, res));
         for (int i = 0; i < dt_num_local_devices(dev) && i < 8; i++) {
             CHECK(dt_device_memory(dev, i, NULL, &peak[i]));

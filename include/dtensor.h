@@ -251,19 +251,15 @@ typedef struct dt_memory_stats {
 } dt_memory_stats;
 dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out);
 
-/* Start a new peak: the device's `peak` becomes its current `in_use`, so that a later
- * dt_device_memory_stats gives the most one piece of work held above what was live before it
- * (as torch.cuda.reset_peak_memory_stats). Not collective. */
+/* Start a new peak: the device's `peak` becomes its current `in_use` (local_index -1: every
+ * local device of the type), so that a later dt_device_memory_stats gives the most one piece
+ * of work held above what was live before it (as torch.cuda.reset_peak_memory_stats). Not
+ * collective. */
 dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index);
 
 /* Hand the cached free blocks of one local device (local_index -1: of every local device of
  * the type) back to the system. Live buffers are untouched. Not collective. */
 dt_status dt_device_release_cache(dt_device_type type, int local_index);
-
-/* Restart the peak of one local device (local_index -1: of every local device of the type) at
- * the bytes in use now, so that a later dt_device_memory_stats gives the most one stretch of
- * work held (as torch.cuda.reset_peak_memory_stats). Not collective. */
-dt_status dt_device_reset_peak(dt_device_type type, int local_index);
 
 /* Print host topology (cores, NUMA nodes, hwloc binding) and every local device. Only this
  * client prints. */

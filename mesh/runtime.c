@@ -92,14 +92,6 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
     return DT_OK;
 }
 
-dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
-{
-    dt__device *d;
-    DT_TRY(local_device("dt_device_memory_reset_peak", type, local_index, &d));
-    atomic_store(&d->bytes_peak, atomic_load(&d->bytes_current));
-    return DT_OK;
-}
-
 dt_status dt_device_release_cache(dt_device_type type, int local_index)
 {
     dt__device *d;
@@ -114,17 +106,17 @@ dt_status dt_device_release_cache(dt_device_type type, int local_index)
     return DT_OK;
 }
 
-dt_status dt_device_reset_peak(dt_device_type type, int local_index)
+dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 {
     int first = local_index, last = local_index;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
-        DT_TRY(dt__require_init("dt_device_reset_peak"));
+        DT_TRY(dt__require_init("dt_device_memory_reset_peak"));
         first = 0;
         last = dt__rt.num_devices[type] - 1;
     }
     for (int i = first; i <= last; i++) {
         dt__device *d;
-        DT_TRY(local_device("dt_device_reset_peak", type, i, &d));
+        DT_TRY(local_device("dt_device_memory_reset_peak", type, i, &d));
         /* a buffer allocated meanwhile raises the peak again (device.c compares and swaps) */
         atomic_store(&d->bytes_peak, atomic_load(&d->bytes_current));
     }

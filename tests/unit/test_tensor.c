@@ -684,7 +684,7 @@ Test(memory, caching_allocator_steady_state)
         cr_expect_geq(after[i].peak, after[i].in_use + 96 * 96 * sizeof(float));
     }
     /* the peak restarts at what is in use, then counts the next matmul's result */
-    cr_assert_eq(dt_device_reset_peak(DT_DEVICE_CPU, -1), DT_OK);
+    cr_assert_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, -1), DT_OK);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
         cr_expect_eq(after[i].peak, after[i].in_use);
@@ -709,7 +709,7 @@ Test(memory, caching_allocator_steady_state)
     cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 0, NULL), DT_ERR_ARG);
     cr_expect_eq(dt_device_release_cache(DT_DEVICE_CPU, 5), DT_ERR_ARG);
     EXPECT_MSG("device 5");
-    cr_expect_eq(dt_device_reset_peak(DT_DEVICE_CPU, 3), DT_ERR_ARG);
+    cr_expect_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, 3), DT_ERR_ARG);
     EXPECT_MSG("device 3");
     dt_tensor_free(a);
     dt_tensor_free(b);
