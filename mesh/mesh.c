@@ -64,12 +64,24 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
                             1 << 24);
     }
     int global = dt_num_global_devices(type);
-    if (all_devices && total != global)
+    if (all_devices && total != global) {
+        /* name the clients with none of the type (a mesh over every GPU when some clients
+         * have no GPU) */
+        int nc = dt__rt.num_clients, *none = malloc(sizeof(int) * (size_t)(nc > 0 ? nc : 1)),
+            k = 0;
+        char list[160] = "";
+        for (int c = 0; none && c < nc; c++)
+            if (dt__rt.client_devices[type][c] == 0)
+                none[k++] = c;
+        if (k)
+            dt__clients_str(list, sizeof list, none, k);
+        free(none);
         return dt__fail(DT_ERR_MESH,
                         "dt_mesh_create: %s has %lld devices, but the %d clients have %d %s "
-                        "devices",
-                        desc, (long long)total, dt__rt.num_clients, global,
-                        dt_device_type_name(type));
+                        "devices%s%s%s",
+                        desc, (long long)total, nc, global, dt_device_type_name(type),
+                        k ? " (none on " : "", list, k ? ")" : "");
+    }
     return DT_OK;
 }
 
