@@ -89,7 +89,8 @@ struct dt__coll_req {
     dt__gcall *gc;
     char *block; /* the groups' small arrays (send, recv, seg, mc) */
     double t0;
-    bool parallel; /* local phases on the device workers (large enough to pay off) */
+    bool parallel;                /* local phases on the device workers (large enough to pay off) */
+    struct dt__coll_stage *stage; /* host copies of device buffers (staged.c), or NULL */
 };
 
 /* DT_ERR_UNSUPPORTED unless algorithm `a` can run on devices of `type`. */
@@ -112,6 +113,16 @@ void dt__coll_local_post(dt__coll_req *r);
 dt_status dt__coll_mpi_start(dt__coll_req *r);
 /* True when every group is done; a failure sets *status. */
 bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
+
+/* Devices whose memory host code cannot touch, in groups spanning clients without NCCL
+ * (nccl_possible false: clients share GPUs, or the GPUs are emulated): stage_in copies each
+ * local device's buffers to host memory and points r->c at the copies, so that the host path
+ * runs on them; stage_out copies the received ones back. */
+typedef struct dt__coll_stage dt__coll_stage;
+bool dt__coll_needs_stage(const dt__coll_req *r, bool nccl_possible);
+dt_status dt__coll_stage_in(dt__coll_req *r);
+dt_status dt__coll_stage_out(dt__coll_req *r);
+void dt__coll_stage_free(dt__coll_stage *st);
 
 #ifdef DT_HAVE_CUDA
 /* GPU devices of one client (collectives/cuda.c): can every group exchange directly (peer

@@ -340,6 +340,7 @@ static void req_free(dt__coll_req *r)
     }
     free(r->gc);
     free(r->block);
+    dt__coll_stage_free(r->stage);
     free(r);
 }
 
@@ -408,11 +409,15 @@ static dt_status plan(dt__coll_req *r)
     }
     (void)G;
     r->block = block;
-    r->backend = !spans ? "local" : stacked ? "hierarchical" : "mpi";
+    r->backend = !spans     ? "local"
+                 : r->stage ? (stacked ? "hierarchical (host-staged)" : "mpi (host-staged)")
+                 : stacked  ? "hierarchical"
+                            : "mpi";
     /* GPU devices: groups inside this client exchange by device copies and reduction kernels
      * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
-     * when a group spans clients. */
-    bool gpus = on_devices(r->m->type), nccl = gpus && (spans || a == DT_ALGORITHM_NCCL);
+     * when a group spans clients, unless the buffers were staged to the host (staged.c). */
+    bool gpus = on_devices(r->m->type) && !r->stage,
+         nccl = gpus && (spans || a == DT_ALGORITHM_NCCL);
     if (gpus)
         r->backend = nccl ? "nccl" : "cuda";
     r->algorithm = nccl   ? DT_ALGORITHM_NCCL
@@ -444,10 +449,14 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     unsigned axes = c->axes & ((1u << m->num_axes) - 1u);
     if (s == DT_OK)
         s = dt__coll_mask(m, axes, false, &r->mask);
+    /* across clients, GPUs exchange through NCCL unless clients share a GPU (NCCL refuses
+     * two ranks on one); then, as for emulated GPUs, through host copies */
+    if (s == DT_OK && dt__coll_needs_stage(r, on_devices(m->type) && !dt__rt.gpus_shared))
+        s = dt__coll_stage_in(r);
     if (s == DT_OK)
         s = plan(r);
 #ifdef DT_HAVE_CUDA
-    if (s == DT_OK && on_devices(m->type) && r->algorithm != DT_ALGORITHM_NCCL)
+    if (s == DT_OK && on_devices(m->type) && !r->stage && r->algorithm != DT_ALGORITHM_NCCL)
         s = dt__cuda_coll_check(r);
 #endif
     if (check)
@@ -457,9 +466,9 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (s == DT_OK) {
         r->mask->seq++;
 #ifdef DT_HAVE_CUDA
-        if (on_devices(m->type) && r->algorithm == DT_ALGORITHM_NCCL)
+        if (on_devices(m->type) && !r->stage && r->algorithm == DT_ALGORITHM_NCCL)
             s = dt__nccl_run(r);
-        else if (on_devices(m->type))
+        else if (on_devices(m->type) && !r->stage)
             s = dt__cuda_coll_run(r);
         else
 #endif
@@ -499,6 +508,7 @@ static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
             continue;
         gc->nreq = 0; /* left pending */
         gc->stage = NULL;
+        r->stage = NULL; /* MPI may still write the host copies: abandoned to it */
         gc->uses_scratch = gc->own_scratch = false;
         if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {
             r->mask->scratch = NULL; /* MPI may still write there: a new one next time */
@@ -514,7 +524,7 @@ dt_status dt__collective_wait(dt__coll_req *r)
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
-    if (!on_devices(r->m->type)) {
+    if (!on_devices(r->m->type) || r->stage) {
         dt__waiter w;
         dt__wait_begin(&w);
         while (!dt__coll_mpi_progress(r, &s))
@@ -525,6 +535,8 @@ dt_status dt__collective_wait(dt__coll_req *r)
         dt__wait_end(&w);
         if (s == DT_OK)
             dt__coll_local_post(r);
+        if (s == DT_OK && r->stage)
+            s = dt__coll_stage_out(r);
     }
     if (s == DT_OK)
         dt__ledger_record(r, now() - r->t0);

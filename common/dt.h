@@ -198,8 +198,12 @@ typedef struct dt__runtime {
     bool mpi_owned;     /* dt_init called MPI_Init and dt_finalize ends it */
     bool cuda_tf32;     /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
     bool cuda_emulated; /* this client's CUDA devices are dt__emulated_cuda_backend's */
-    int blas_threads;   /* threads of one OpenBLAS call */
-    int timeout_s;      /* a wait for other clients gives up after this (dt_init_options) */
+    /* Some host has more clients than GPUs, so clients share them (the same on every client):
+     * NCCL refuses two ranks on one GPU, so GPUs of different clients exchange through host
+     * copies (collectives/staged.c). */
+    bool gpus_shared;
+    int blas_threads;       /* threads of one OpenBLAS call */
+    int timeout_s;          /* a wait for other clients gives up after this (dt_init_options) */
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;

@@ -1477,8 +1477,9 @@ typedef struct dt_ledger_entry {
     int64_t bytes_received;             /* per device */
     double seconds;                     /* from start to the end of the wait */
     dt_collective_algorithm algorithm;  /* the one that ran (never AUTO) */
-    char backend[16];                   /* "local", "mpi", "hierarchical", "nccl" */
-    char cause[64];                     /* the global op that caused it; "" when not given */
+    char backend[32]; /* "local", "mpi", "hierarchical", "cuda", "nccl"; "mpi (host-staged)" and
+                       * "hierarchical (host-staged)" for GPU buffers copied to the host */
+    char cause[64];   /* the global op that caused it; "" when not given */
 } dt_ledger_entry;
 
 /* Start a new step: later entries carry the next step number, which is returned. Steps start

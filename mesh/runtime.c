@@ -320,16 +320,19 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
 }
 
 /* Per type, every client's device count and the prefix sums. Collective over world. */
-static dt_status exchange_counts(void)
+static dt_status exchange_counts(bool gpu_shared_here)
 {
     int n = dt__rt.num_clients;
-    int mine[DT_DEVICE_COUNT];
+    int mine[DT_DEVICE_COUNT + 1]; /* the counts, then whether this client shares its GPU */
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         mine[t] = dt__rt.num_devices[t];
+    mine[DT_DEVICE_COUNT] = gpu_shared_here;
     int *all = malloc(sizeof mine * (size_t)n);
     if (!all)
         return dt__fail(DT_ERR_NOMEM, "dt_init: cannot allocate device counts for %d clients", n);
     dt_status s = dt__allgather_bytes(dt__rt.world, mine, sizeof mine, all);
+    for (int c = 0; s == DT_OK && c < n; c++)
+        dt__rt.gpus_shared |= all[c * (DT_DEVICE_COUNT + 1) + DT_DEVICE_COUNT] != 0;
     for (int t = 0; s == DT_OK && t < DT_DEVICE_COUNT; t++) {
         dt__rt.client_devices[t] = malloc(sizeof(int) * (size_t)n);
         dt__rt.client_first[t] = malloc(sizeof(int) * (size_t)(n + 1));
@@ -339,9 +342,9 @@ static dt_status exchange_counts(void)
         }
         dt__rt.client_first[t][0] = 0;
         for (int c = 0; c < n; c++) {
-            dt__rt.client_devices[t][c] = all[c * DT_DEVICE_COUNT + t];
+            dt__rt.client_devices[t][c] = all[c * (DT_DEVICE_COUNT + 1) + t];
             dt__rt.client_first[t][c + 1] =
-                dt__rt.client_first[t][c] + all[c * DT_DEVICE_COUNT + t];
+                dt__rt.client_first[t][c] + all[c * (DT_DEVICE_COUNT + 1) + t];
         }
     }
     free(all);
@@ -453,6 +456,7 @@ dt_status dt_init(const dt_init_options *opts)
     }
     s = dt__agree(dt__rt.world, local);
     int gpu_share = 1, gpu_slot = 0;
+    bool gpu_shared_here = false;
     if (s == DT_OK) {
         hwloc_topology_init(&topology);
         hwloc_topology_load(topology);
@@ -483,11 +487,17 @@ dt_status dt_init(const dt_init_options *opts)
     }
 #ifdef DT_HAVE_CUDA
     else if (s == DT_OK) {
-        /* Clients on one host share its GPUs round-robin; each GPU of this client hosts
-         * cfg.cuda_logical devices (logical GPUs), consecutive in the device list. */
+        /* Clients on one host share its GPUs round-robin; with more clients than GPUs, client
+         * k of the host takes GPU k mod the GPUs, which other clients use too. Each GPU of
+         * this client hosts cfg.cuda_logical devices (logical GPUs), consecutive in the
+         * device list. */
         int gpus = 0, mine = 0;
         int physical[DT__MAX_GPUS], ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
-        for (int g = gpu_slot; g < visible && gpus < DT__MAX_GPUS; g += gpu_share)
+        gpu_shared_here = visible > 0 && gpu_share > visible;
+        if (gpu_shared_here)
+            physical[gpus++] = gpu_slot % visible;
+        for (int g = gpu_slot; !gpu_shared_here && g < visible && gpus < DT__MAX_GPUS;
+             g += gpu_share)
             physical[gpus++] = g;
         for (int g = 0; g < gpus; g++)
             for (int l = 0; l < cfg.cuda_logical; l++) {
@@ -503,7 +513,7 @@ dt_status dt_init(const dt_init_options *opts)
 #endif
     s = dt__agree(dt__rt.world, s);
     if (s == DT_OK)
-        s = exchange_counts();
+        s = exchange_counts(gpu_shared_here);
     if (s != DT_OK) {
         release_all();
         return s;

@@ -1,14 +1,18 @@
 /* Collectives across clients: every kind, dtype, reduction and algorithm against direct loops
  * (tests/coll_ref.h), on 1-D and 2-D meshes with masks of one and several axes. Run with one
  * device per client (MPI backend) and with several (hierarchical: groups reduce locally, cross
- * clients once, copy locally; some groups lie inside a client, some span clients partially). */
+ * clients once, copy locally; some groups lie inside a client, some span clients partially).
+ * With GPUs emulated on the host (DTENSOR_EMULATE_CUDA), the same on CUDA meshes, whose groups
+ * spanning clients go through host copies of the device buffers (collectives/staged.c), as
+ * clients sharing a GPU do. */
 #include "../coll_ref.h"
 #include "tap.h"
 
-static void sweep(const char *spec, dt_collective_algorithm alg, int64_t big)
+static void sweep_on(dt_device_type type, const char *spec, dt_collective_algorithm alg,
+                     int64_t big)
 {
     dt_mesh *m = NULL;
-    dt_status s = dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m);
+    dt_status s = dt_mesh_create_from_string(spec, type, &m);
     if (!tap_check(s == DT_OK, "mesh %s", spec))
         return;
     for (unsigned axes = 0; axes < 1u << dt_mesh_num_axes(m); axes++) {
@@ -18,6 +22,39 @@ static void sweep(const char *spec, dt_collective_algorithm alg, int64_t big)
                   dt__group_size(m, axes), dt_collective_algorithm_name(alg), runs,
                   runs > 0 ? "" : ": ", why);
     }
+    dt_mesh_free(m);
+}
+
+static void sweep(const char *spec, dt_collective_algorithm alg, int64_t big)
+{
+    sweep_on(DT_DEVICE_CPU, spec, alg, big);
+}
+
+/* Emulated GPUs: every kind on a CUDA mesh over every GPU, and the ledger naming the path. */
+static void staged(void)
+{
+    int n = dt_num_global_devices(DT_DEVICE_CUDA);
+    char spec[64];
+    snprintf(spec, sizeof spec, "x=%d", n);
+    sweep_on(DT_DEVICE_CUDA, spec, DT_ALGORITHM_AUTO, 3001);
+    dt_mesh *m = NULL;
+    if (dt_mesh_create_from_string(spec, DT_DEVICE_CUDA, &m) != DT_OK)
+        return;
+    bool ok;
+    char why[512] = "";
+    ref_case c = {.kind = DT__COLL_ALL_REDUCE,
+                  .dtype = DT_DTYPE_F32,
+                  .op = DT_REDUCE_SUM,
+                  .axes = 1u,
+                  .count = 1000};
+    dt_status s = ref_run(m, &c, &ok, why, sizeof why);
+    dt_ledger_entry e = {0};
+    dt_ledger_entry_get(dt_ledger_size() - 1, &e);
+    const char *want = dt_num_clients() == 1              ? "local"
+                       : dt_mesh_num_local_devices(m) > 1 ? "hierarchical (host-staged)"
+                                                          : "mpi (host-staged)";
+    tap_check(s == DT_OK && ok && strcmp(e.backend, want) == 0,
+              "all-reduce on emulated GPUs: backend %s (expected %s) %s", e.backend, want, why);
     dt_mesh_free(m);
 }
 
@@ -63,6 +100,8 @@ int main(void)
                   dt_collective_algorithm_name(e.algorithm), e.backend, why);
         dt_mesh_free(m);
     }
+    if (dt__rt.cuda_emulated)
+        staged();
     int rc = tap_done();
     dt_finalize();
     return rc;
