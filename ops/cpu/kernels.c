@@ -311,23 +311,58 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
         else                                                                                       \
             ((S *)out)[i] = ST_##NAME(binary_one_##NAME(op, a, b));                                \
     }                                                                                              \
-    static void binary_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
+    /* The loops of binary_##NAME for one op: inlined where op is a constant, so that the switch   \
+     * of binary_one folds away and the loops vectorize. Rows of the last axis, along which each   \
+     * operand steps by one element or repeats one (broadcast). */                                 \
+    static inline __attribute__((always_inline)) void binary_loops_##NAME(                         \
+        int op, const dt__kargs *k, const S *a, const S *b, void *out)                             \
     {                                                                                              \
-        const S *a = in[0], *b = in[1];                                                            \
         int r = k->rank;                                                                           \
         int64_t n = dt__num_elements(r, k->shape);                                                 \
         if (same_shapes(k, 2)) {                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
-                binary_put_##NAME(k->op, out, i, LD_##NAME(a[i]), LD_##NAME(b[i]));                \
+                binary_put_##NAME(op, out, i, LD_##NAME(a[i]), LD_##NAME(b[i]));                   \
             return;                                                                                \
         }                                                                                          \
         int64_t sa[DT_MAX_RANK], sb[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};                          \
         bcast_strides(r, k->in_shape[0], sa);                                                      \
         bcast_strides(r, k->in_shape[1], sb);                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            binary_put_##NAME(k->op, out, i, LD_##NAME(a[offset_of(r, idx, sa)]),                  \
-                              LD_##NAME(b[offset_of(r, idx, sb)]));                                \
-            next_index(r, k->shape, idx);                                                          \
+        int64_t inner = r ? k->shape[r - 1] : 1;                                                   \
+        bool va = r && sa[r - 1], vb = r && sb[r - 1];                                             \
+        for (int64_t o = 0; inner > 0 && o < n; o += inner) {                                      \
+            const S *pa = a + offset_of(r - 1, idx, sa), *pb = b + offset_of(r - 1, idx, sb);      \
+            if (va && vb)                                                                          \
+                for (int64_t j = 0; j < inner; j++)                                                \
+                    binary_put_##NAME(op, out, o + j, LD_##NAME(pa[j]), LD_##NAME(pb[j]));         \
+            else if (va)                                                                           \
+                for (int64_t j = 0; j < inner; j++)                                                \
+                    binary_put_##NAME(op, out, o + j, LD_##NAME(pa[j]), LD_##NAME(pb[0]));         \
+            else                                                                                   \
+                for (int64_t j = 0; j < inner; j++)                                                \
+                    binary_put_##NAME(op, out, o + j, LD_##NAME(pa[0]),                            \
+                                      LD_##NAME(pb[vb ? j : 0]));                                  \
+            next_index(r - 1, k->shape, idx);                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void binary_##NAME(const dt__kargs *k, const void *const in[], void *out)               \
+    {                                                                                              \
+        const S *a = in[0], *b = in[1];                                                            \
+        switch ((dt_binary_op)k->op) {                                                             \
+        case DT_BINARY_ADD:                                                                        \
+            binary_loops_##NAME(DT_BINARY_ADD, k, a, b, out);                                      \
+            break;                                                                                 \
+        case DT_BINARY_SUB:                                                                        \
+            binary_loops_##NAME(DT_BINARY_SUB, k, a, b, out);                                      \
+            break;                                                                                 \
+        case DT_BINARY_MUL:                                                                        \
+            binary_loops_##NAME(DT_BINARY_MUL, k, a, b, out);                                      \
+            break;                                                                                 \
+        case DT_BINARY_DIV:                                                                        \
+            binary_loops_##NAME(DT_BINARY_DIV, k, a, b, out);                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            binary_loops_##NAME(k->op, k, a, b, out);                                              \
+            break;                                                                                 \
         }                                                                                          \
     }                                                                                              \
     /* out has in's rank with reduced axes (k->mask) of extent 1. Each output adds its inputs      \
