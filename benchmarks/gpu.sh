@@ -12,9 +12,17 @@ mkdir -p "$OUT"
 if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" -Dcuda=enabled
 fi
-ninja -C "$BUILD" benchmarks/bench_gpu
+ninja -C "$BUILD" benchmarks/bench_gpu examples/gpt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 "$BUILD/benchmarks/bench_gpu" "$REPS" | tee "$OUT/gpu.csv"
+# The GPT example in bf16 on 4 logical GPUs of the one GPU (sharding "1" is one device), beside
+# the same model in PyTorch eager on that GPU (benchmarks/gpt_torch.py; skipped without it)
+DTENSOR_CUDA_DEVICES=4 "$BUILD/examples/gpt" bench 50 bf16 gpu | tee "$OUT/gpt.csv"
+if python3 benchmarks/gpt_torch.py --steps 50 --dtype bf16 --device cuda | tee -a "$OUT/gpt.csv"; then
+    awk -F, '$1 == "1" { d = $2 } $1 == "pytorch" { p = $2 }
+             END { if (p > 0) printf "gpt bf16, one GPU: dtensor %.2f steps/s, PyTorch eager %.2f: %.2f\n", d, p, d / p }' \
+        "$OUT/gpt.csv"
+fi
 python3 - "$OUT" <<'PY'
 import csv, json, sys
 out = sys.argv[1]
