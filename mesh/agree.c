@@ -48,11 +48,11 @@
  * its slice. Idle machines never sleep, so short waits keep their latency.
  * A wait in the shared-memory agreement has something better than a pause to sleep on: a bell
  * (below) of its host, rung by the client whose entry completes the host's part, or by the
- * leader when it publishes the result of several hosts. Such a wait blocks on it
- * where other waits would sleep, and also once it has yielded for DT__WAIT_BLOCK_AFTER_S
- * (a wait that long gains nothing from yielding, and its yields take cores from whoever
- * computes), so the clients see the agreement complete at once rather than at their next
- * pause's end. Measured on 2 cores (README "Failure model"). */
+ * leader when it publishes the result of several hosts. Such a wait blocks on it where other
+ * waits would sleep, so its client sees the agreement complete as soon as it does rather than
+ * at its next pause's end, and also once it has yielded for DT__WAIT_BLOCK_AFTER_S: a wait
+ * that long is not about to end, and each yield is a system call on a core that a computing
+ * client could use. Measured on 2 cores (README "Failure model"). */
 #define DT__WAIT_SPIN_POLLS 256    /* about 20-30 us of polls and pauses */
 #define DT__WAIT_SLOW_YIELD_S 1e-3 /* a yield this long: the core went to another process */
 #define DT__WAIT_SLEEPY_S 0.05     /* how long waits sleep after a slow yield */
