@@ -229,7 +229,8 @@ dt_status dt__require_init(const char *fn);
 /* A wait for other clients: poll, then dt__wait_pause after every poll that found nothing. It
  * spins while young (when the host's clients each have a core), then yields, then sleeps with
  * a growing pause (up to tens of microseconds), so that long waits leave the core to whoever
- * computes; dt__wait_pause returns true once DTENSOR_TIMEOUT has passed (the watchdog).
+ * computes (the shared-memory agreement blocks on a futex instead, mesh/agree.c);
+ * dt__wait_pause returns true once DTENSOR_TIMEOUT has passed (the watchdog).
  * dt__wait_end restores what the wait changed (the thread's timer slack). */
 typedef struct dt__waiter {
     double start, waited; /* seconds: the first pause, and the time waited so far */

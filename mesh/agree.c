@@ -11,10 +11,11 @@
  * - Clients sharing a host combine through a shared-memory window: each publishes
  *   (sequence, failed, fingerprint, ~fingerprint) in its slot (two entries, by the sequence's
  *   parity: a client cannot reach agreement k + 2 before every other has read k) and reads the
- *   others' slots. With one host that is all; no MPI call is made.
+ *   others' slots; a client that waits long blocks on a futex until the last one arrives
+ *   (a "bell"). With one host that is all; no MPI call is made.
  * - With several hosts, each host's first client (its leader) combines its host's slots, swaps
  *   the combination with the other leaders by point-to-point messages whose tag carries the
- *   sequence, and publishes the result for its host.
+ *   sequence, and publishes the result for its host (and rings the host's other bell).
  * - Anything but "all succeeded, one fingerprint" takes the rare path, on every client alike:
  *   every client sends every other its verdict (status and message, or the hashes of the
  *   fields of its call), then, when no client failed, the text of the first field in which
@@ -25,13 +26,16 @@
 #include "dt.h"
 
 #include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- waiting ----------------------------------------------------------------------------- */
 
@@ -41,13 +45,23 @@
  * whole time slice -- and each later yield would hand it another. From then on, for a while,
  * this thread's waits sleep instead (pauses growing from 2 to 50 us): a sleeper wakes and
  * takes the core back from such a process within a timer's latency, where a yielder waits for
- * its slice. Idle machines never sleep, so short waits keep their latency. Measured on 2
- * cores (README "Failure model"). */
+ * its slice. Idle machines never sleep, so short waits keep their latency.
+ * A wait in the shared-memory agreement has something better than a pause to sleep on: a bell
+ * (below) of its host, rung by the client whose entry completes the host's part, or by the
+ * leader when it publishes the result of several hosts. Such a wait blocks on it where other
+ * waits would sleep, so its client sees the agreement complete as soon as it does rather than
+ * at its next pause's end, and also once it has yielded for DT__WAIT_BLOCK_AFTER_S: a wait
+ * that long is not about to end, and each yield is a system call on a core that a computing
+ * client could use. Measured on 2 cores (README "Failure model"). */
 #define DT__WAIT_SPIN_POLLS 256    /* about 20-30 us of polls and pauses */
 #define DT__WAIT_SLOW_YIELD_S 1e-3 /* a yield this long: the core went to another process */
 #define DT__WAIT_SLEEPY_S 0.05     /* how long waits sleep after a slow yield */
 #define DT__WAIT_SLEEP_MIN_NS 2000
 #define DT__WAIT_SLEEP_MAX_NS 50000
+/* A wait blocked on a bell still wakes this often: to check the clock (DTENSOR_TIMEOUT) and
+ * drive MPI's progress. */
+#define DT__WAIT_BLOCK_NS 2000000
+#define DT__WAIT_BLOCK_AFTER_S 2e-4 /* a wait on a bell this old blocks, slow yield or not */
 /* The timer slack of a sleeping waiter (the kernel's default of 50 us would stretch every
  * pause to that); restored when the wait ends. */
 #define DT__WAIT_SLACK_NS 1000
@@ -75,7 +89,47 @@ void dt__wait_begin(dt__waiter *w)
                       .slack = -1};
 }
 
-bool dt__wait_pause(dt__waiter *w)
+/* A bell: a 32-bit word in the shared-memory window that only grows (modulo 2^32) and the
+ * count of clients asleep on it (a futex). A waiter wants the word to reach a mark; whoever
+ * moves the word past the mark rings, which costs a system call only when someone sleeps.
+ *
+ * Why no wake-up is lost: the waiter adds itself to `sleepers`, then reads the word, then sleeps
+ * only while the word still holds what it read (FUTEX_WAIT compares atomically with going to
+ * sleep); the ringer moves the word, then reads `sleepers`. All four are seq_cst, so they fall
+ * in one total order: either the ringer's read of `sleepers` comes after the waiter's increment
+ * (it sees a sleeper and wakes it, or FUTEX_WAIT finds the word moved and returns at once), or
+ * it comes before, and then so does the move of the word, which the waiter's read then sees
+ * (it does not sleep). The futex is not private: the window is shared between processes. */
+typedef struct bell {
+    _Atomic uint32_t word;
+    _Atomic uint32_t sleepers;
+} bell;
+
+static bool bell_reached(uint32_t word, uint32_t mark)
+{
+    return (int32_t)(word - mark) >= 0; /* wrap-safe: the two are never 2^31 apart */
+}
+
+/* Sleep on the bell until its word reaches `mark`, a wake, or `ns` have passed. */
+static void bell_sleep(bell *b, uint32_t mark, long ns)
+{
+    atomic_fetch_add(&b->sleepers, 1);
+    uint32_t seen = atomic_load(&b->word);
+    if (!bell_reached(seen, mark))
+        syscall(SYS_futex, &b->word, FUTEX_WAIT, seen, &(struct timespec){.tv_nsec = ns}, NULL, 0);
+    atomic_fetch_sub(&b->sleepers, 1);
+}
+
+/* Wake everyone asleep on the bell (after its word moved). */
+static void bell_ring(bell *b)
+{
+    if (atomic_load(&b->sleepers))
+        syscall(SYS_futex, &b->word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The pause of a wait for bell `b` to reach `mark`, or of a wait with nothing to sleep on (b
+ * NULL): dt__wait_pause. True once the wait has lasted DTENSOR_TIMEOUT. */
+static bool wait_pause(dt__waiter *w, bell *b, uint32_t mark)
 {
     /* young: spin without reading the clock (a read costs as much as a short wait) */
     if (w->spin && w->polls < DT__WAIT_SPIN_POLLS) {
@@ -90,6 +144,10 @@ bool dt__wait_pause(dt__waiter *w)
     w->waited = waited;
     if (waited > dt__rt.timeout_s)
         return true;
+    if (b && (now < sleepy_until || waited > DT__WAIT_BLOCK_AFTER_S)) {
+        bell_sleep(b, mark, DT__WAIT_BLOCK_NS);
+        return false;
+    }
     if (now >= sleepy_until) {
         sched_yield();
         double back = seconds_now();
@@ -105,6 +163,11 @@ bool dt__wait_pause(dt__waiter *w)
     nanosleep(&(struct timespec){.tv_nsec = w->sleep_ns}, NULL);
     w->sleep_ns = w->sleep_ns * 2 > DT__WAIT_SLEEP_MAX_NS ? DT__WAIT_SLEEP_MAX_NS : w->sleep_ns * 2;
     return false;
+}
+
+bool dt__wait_pause(dt__waiter *w)
+{
+    return wait_pause(w, NULL, 0);
 }
 
 void dt__wait_end(dt__waiter *w)
@@ -247,10 +310,16 @@ typedef struct entry {
 } entry;
 
 /* A client's slot in its host's window: its own entries and, on the leader, the host's
- * result, each pair on a cache line of its own. */
+ * result, each pair on a cache line of its own; then, used on the leader's slot only, the
+ * host's bells: `arrivals` counts the entries the host's clients published (agreement k is
+ * complete on the host when it reaches k * host_size), `results` is the sequence of the last
+ * result the leader published for the host. */
 typedef struct slot {
     entry mine[2];
     entry host[2];
+    bell arrivals;
+    bell results;
+    char pad[64 - 2 * sizeof(bell)];
 } slot;
 
 _Static_assert(sizeof(entry) == 32, "two entries per cache line");
@@ -445,6 +514,21 @@ static void publish(entry *e, uint64_t seq, const uint64_t v[3])
     atomic_store_explicit(&e->seq, seq, memory_order_release);
 }
 
+/* The host's mark of agreement `seq` on its arrivals bell: every client's entry is in. */
+static uint32_t arrivals_mark(uint64_t seq)
+{
+    return (uint32_t)(seq * (uint64_t)ch.host_size);
+}
+
+/* Count this client's entry of `seq` in (after publishing it); the client that completes the
+ * host wakes those asleep waiting for it. */
+static void arrive(uint64_t seq)
+{
+    bell *b = &ch.slots[0]->arrivals;
+    if (bell_reached(atomic_fetch_add(&b->word, 1) + 1, arrivals_mark(seq)))
+        bell_ring(b);
+}
+
 /* The clients ranks[i] whose done[i] is false, into `buf`; with `hosts`, ranks are hosts'
  * leaders and every client of their hosts is named. */
 static void missing_str(char *buf, size_t size, const int ranks[], const bool done[], int n,
@@ -505,7 +589,7 @@ static dt_status host_fold(uint64_t seq, uint64_t acc[3], dt__waiter *w)
         }
         if (left > 0)
             drive_progress(w);
-        if (left > 0 && dt__wait_pause(w)) {
+        if (left > 0 && wait_pause(w, &ch.slots[0]->arrivals, arrivals_mark(seq))) {
             char miss[256];
             missing_str(miss, sizeof miss, ch.members, done, n, false);
             s = dt__gave_up(w, "in the agreement of all clients (on this host)", miss);
@@ -610,6 +694,7 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
 {
     slot *me = ch.slots[ch.host_rank];
     publish(&me->mine[seq & 1], seq, v);
+    arrive(seq);
     memcpy(out, v, sizeof(uint64_t) * 3);
     dt__waiter w;
     dt__wait_begin(&w);
@@ -639,11 +724,13 @@ static dt_status combine(uint64_t seq, const uint64_t v[3], uint64_t out[3])
         /* the host learns the result, or that its leader gave up */
         uint64_t failed[3] = {LEADER_GAVE_UP, 0, 0};
         publish(&me->host[seq & 1], seq, s == DT_OK ? out : failed);
+        atomic_store(&me->results.word, (uint32_t)seq);
+        bell_ring(&me->results);
     } else {
         entry *e = &ch.slots[0]->host[seq & 1];
         while (atomic_load_explicit(&e->seq, memory_order_acquire) != seq) {
             drive_progress(&w);
-            if (dt__wait_pause(&w)) {
+            if (wait_pause(&w, &ch.slots[0]->results, (uint32_t)seq)) {
                 /* name this host's clients that have not arrived, else the other hosts */
                 bool *done = calloc((size_t)ch.host_size, sizeof *done);
                 char miss[256] = "";
