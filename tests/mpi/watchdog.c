@@ -13,6 +13,7 @@
  * dt_finalize, which would wait for the dead. */
 #include "../coll_ref.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,10 @@ static bool names_missing(const char *e)
 
 int main(void)
 {
+    /* Once a client has exited, MPICH's launcher sometimes sends the others SIGHUP, even under
+     * -disable-auto-cleanup (about 1 run in 100 here, with or without this library's waits
+     * blocking): the survivors are what this test watches, so they let it pass */
+    signal(SIGHUP, SIG_IGN);
     dt_init_options o = {.timeout_seconds = 1};
     if (dt_init(&o) != DT_OK) {
         fprintf(stderr, "dt_init: %s\n", dt_last_error());
