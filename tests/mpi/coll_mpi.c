@@ -30,6 +30,23 @@ static void sweep(const char *spec, dt_collective_algorithm alg, int64_t big)
     sweep_on(DT_DEVICE_CPU, spec, alg, big);
 }
 
+/* One f32 sum all-reduce of `count` elements over the first axis of m, checked against the
+ * reference; *e gets its ledger entry. */
+static bool all_reduce_once(const dt_mesh *m, int64_t count, dt_ledger_entry *e, char *why,
+                            size_t wl)
+{
+    bool ok;
+    ref_case c = {.kind = DT__COLL_ALL_REDUCE,
+                  .dtype = DT_DTYPE_F32,
+                  .op = DT_REDUCE_SUM,
+                  .axes = 1u,
+                  .count = count};
+    dt_status s = ref_run(m, &c, &ok, why, wl);
+    *e = (dt_ledger_entry){0};
+    dt_ledger_entry_get(dt_ledger_size() - 1, e);
+    return s == DT_OK && ok;
+}
+
 /* Emulated GPUs: every kind on a CUDA mesh over every GPU, and the ledger naming the path. */
 static void staged(void)
 {
@@ -40,20 +57,13 @@ static void staged(void)
     dt_mesh *m = NULL;
     if (dt_mesh_create_from_string(spec, DT_DEVICE_CUDA, &m) != DT_OK)
         return;
-    bool ok;
     char why[512] = "";
-    ref_case c = {.kind = DT__COLL_ALL_REDUCE,
-                  .dtype = DT_DTYPE_F32,
-                  .op = DT_REDUCE_SUM,
-                  .axes = 1u,
-                  .count = 1000};
-    dt_status s = ref_run(m, &c, &ok, why, sizeof why);
-    dt_ledger_entry e = {0};
-    dt_ledger_entry_get(dt_ledger_size() - 1, &e);
+    dt_ledger_entry e;
+    bool ok = all_reduce_once(m, 1000, &e, why, sizeof why);
     const char *want = dt_num_clients() == 1              ? "local"
                        : dt_mesh_num_local_devices(m) > 1 ? "hierarchical (host-staged)"
                                                           : "mpi (host-staged)";
-    tap_check(s == DT_OK && ok && strcmp(e.backend, want) == 0,
+    tap_check(ok && strcmp(e.backend, want) == 0,
               "all-reduce on emulated GPUs: backend %s (expected %s) %s", e.backend, want, why);
     dt_mesh_free(m);
 }
@@ -83,18 +93,11 @@ int main(void)
     dt_mesh *m = NULL;
     snprintf(spec, sizeof spec, "x=%d", n);
     if (dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK) {
-        bool ok;
         char why[512] = "";
-        ref_case c = {.kind = DT__COLL_ALL_REDUCE,
-                      .dtype = DT_DTYPE_F32,
-                      .op = DT_REDUCE_SUM,
-                      .axes = 1u,
-                      .count = (DT__RING_MIN_BYTES + (1 << 20)) / 4};
-        dt_status s = ref_run(m, &c, &ok, why, sizeof why);
-        dt_ledger_entry e = {0};
-        dt_ledger_entry_get(dt_ledger_size() - 1, &e);
+        dt_ledger_entry e;
+        bool ok = all_reduce_once(m, (DT__RING_MIN_BYTES + (1 << 20)) / 4, &e, why, sizeof why);
         bool spans = dt_num_clients() > 1;
-        tap_check(s == DT_OK && ok && (!spans || e.algorithm == DT_ALGORITHM_RING),
+        tap_check(ok && (!spans || e.algorithm == DT_ALGORITHM_RING),
                   "%lld MiB all-reduce (auto: %s on %s) %s",
                   (long long)(DT__RING_MIN_BYTES >> 20) + 1,
                   dt_collective_algorithm_name(e.algorithm), e.backend, why);
