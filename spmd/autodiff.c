@@ -173,7 +173,7 @@ static dt_status vjp_matmul(ad *a, const dt__node *n, dt_tensor *const x[], dt_t
          * over the batch axes and the rows (folded into one GEMM), never a product per batch
          * element summed afterwards (a temporary the batch's size times b's). Labels: x the
          * rows of C, y the contraction, z the columns of C. */
-        char ea[2 * DT_MAX_RANK + 8], eb[2 * DT_MAX_RANK + 8], bat[DT_MAX_RANK + 1] = {0};
+        char ea[4 * DT_MAX_RANK + 16], eb[4 * DT_MAX_RANK + 16], bat[DT_MAX_RANK + 1] = {0};
         for (int i = 0; i < A->rank - 2; i++)
             bat[i] = (char)('a' + i);
         const char *la = ta ? "yx" : "xy", *lb = tb ? "zy" : "yz";
