@@ -197,7 +197,7 @@ typedef struct dt__runtime {
     bool mpi_used;      /* clients are MPI ranks */
     bool mpi_owned;     /* dt_init called MPI_Init and dt_finalize ends it */
     bool cuda_tf32;     /* f32 gemms on CUDA devices may use TF32 (dt_init_options.allow_tf32) */
-    bool cuda_emulated; /* this client's CUDA devices are dt__emulated_cuda_backend's */
+    bool cuda_emulated; /* the job emulates its GPUs (dt__emulated_cuda_backend; agreed at init) */
     /* Some host has more clients than GPUs, so clients share them (the same on every client):
      * NCCL refuses two ranks on one GPU, so GPUs of different clients exchange through host
      * copies (collectives/staged.c). */

@@ -319,20 +319,35 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
     return DT_OK;
 }
 
-/* Per type, every client's device count and the prefix sums. Collective over world. */
+/* What a client tells the others of its GPUs at dt_init. */
+enum { GPU_SHARED = 1, GPU_EMULATED = 2, GPU_REAL = 4 };
+
+/* Per type, every client's device count and the prefix sums, and what the clients' GPUs are:
+ * whether some share one, and whether they are emulated. Emulation is the whole job's (a
+ * client without DTENSOR_EMULATE_CUDA, owning no GPU, takes the emulated backend too), so that
+ * every client decides alike what a CUDA mesh's ops do (kernels, the agreement on their
+ * outcome, the collectives' path). Collective over world. */
 static dt_status exchange_counts(bool gpu_shared_here)
 {
     int n = dt__rt.num_clients;
-    int mine[DT_DEVICE_COUNT + 1]; /* the counts, then whether this client shares its GPU */
+    int mine[DT_DEVICE_COUNT + 1]; /* the counts, then the GPU_ flags */
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         mine[t] = dt__rt.num_devices[t];
-    mine[DT_DEVICE_COUNT] = gpu_shared_here;
+    mine[DT_DEVICE_COUNT] =
+        (gpu_shared_here ? GPU_SHARED : 0) | (dt__rt.cuda_emulated ? GPU_EMULATED : 0) |
+        (!dt__rt.cuda_emulated && dt__rt.num_devices[DT_DEVICE_CUDA] ? GPU_REAL : 0);
     int *all = malloc(sizeof mine * (size_t)n);
     if (!all)
         return dt__fail(DT_ERR_NOMEM, "dt_init: cannot allocate device counts for %d clients", n);
     dt_status s = dt__allgather_bytes(dt__rt.world, mine, sizeof mine, all);
+    int flags = 0;
     for (int c = 0; s == DT_OK && c < n; c++)
-        dt__rt.gpus_shared |= all[c * (DT_DEVICE_COUNT + 1) + DT_DEVICE_COUNT] != 0;
+        flags |= all[c * (DT_DEVICE_COUNT + 1) + DT_DEVICE_COUNT];
+    dt__rt.gpus_shared = flags & GPU_SHARED;
+    dt__rt.cuda_emulated = flags & GPU_EMULATED;
+    if (s == DT_OK && (flags & GPU_EMULATED) && (flags & GPU_REAL))
+        s = dt__fail(DT_ERR_ARG, "dt_init: some clients emulate GPUs (DTENSOR_EMULATE_CUDA) while "
+                                 "others have real ones: emulate on every client or on none");
     for (int t = 0; s == DT_OK && t < DT_DEVICE_COUNT; t++) {
         dt__rt.client_devices[t] = malloc(sizeof(int) * (size_t)n);
         dt__rt.client_first[t] = malloc(sizeof(int) * (size_t)(n + 1));
