@@ -67,8 +67,7 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
     if (all_devices && total != global) {
         /* name the clients with none of the type (a mesh over every GPU when some clients
          * have no GPU) */
-        int nc = dt__rt.num_clients, *none = malloc(sizeof(int) * (size_t)(nc > 0 ? nc : 1)),
-            k = 0;
+        int nc = dt__rt.num_clients, *none = malloc(sizeof(int) * (size_t)(nc > 0 ? nc : 1)), k = 0;
         char list[160] = "";
         for (int c = 0; none && c < nc; c++)
             if (dt__rt.client_devices[type][c] == 0)
