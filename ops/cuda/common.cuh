@@ -492,17 +492,6 @@ DT__CUDA_ENTRY(one_hot)
 #undef DT__CUDA_ENTRY
 
 /* Each entry is instantiated for the dtypes its kernel takes (the CPU table's). */
-/* clang-format off: it reflows these lists differently on every pass */
-#define DT__CUDA_ALL_TYPES(X, NAME) \
-    X(NAME, float)                  \
-    X(NAME, double)                 \
-    X(NAME, int32_t)                \
-    X(NAME, int64_t)                \
-    X(NAME, bf16s)                  \
-    X(NAME, f16s)                   \
-    X(NAME, bools)                  \
-    X(NAME, uint8_t)                \
-    X(NAME, int8_t)
 #define DT__CUDA_NUMERIC_TYPES(X, NAME) \
     X(NAME, float)                      \
     X(NAME, double)                     \
@@ -512,7 +501,7 @@ DT__CUDA_ENTRY(one_hot)
     X(NAME, f16s)                       \
     X(NAME, uint8_t)                    \
     X(NAME, int8_t)
-/* clang-format on */
+#define DT__CUDA_ALL_TYPES(X, NAME) DT__CUDA_NUMERIC_TYPES(X, NAME) X(NAME, bools)
 #define DT__CUDA_FLOAT_TYPES(X, NAME) X(NAME, float) X(NAME, double) X(NAME, bf16s) X(NAME, f16s)
 #define DT__CUDA_INSTANTIATE(NAME, S) \
     template dt_status NAME<S>(const dt__kctx *, const dt__kargs *, const void *const[], void *);
