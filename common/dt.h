@@ -305,6 +305,14 @@ dt_status dt__agree_on(const dt__agreement *a, dt_status local);
  * which still agrees with every client); a client-local mesh needs no agreement and returns
  * local. Collective over every client unless m is client-local. */
 dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, const dt__agreement *a);
+/* Staging beside the channel, when every client shares one host's memory: each client has a
+ * region of dt__stage_capacity() bytes for each agreement (0 when the clients span several
+ * hosts). A client fills dt__stage_next() just before an agreement; once that agreement has
+ * succeeded, every client reads any client's region with dt__stage_last(world rank) until it
+ * makes its next agreement. The agreement is the only synchronisation: no MPI call. */
+size_t dt__stage_capacity(void);
+void *dt__stage_next(void);
+const void *dt__stage_last(int client);
 /* Agree on a status alone, naming the calling function: over every client when comm spans them
  * (the channel), over comm's clients otherwise; MPI_COMM_NULL returns local. Collective over
  * comm. */

@@ -329,6 +329,8 @@ static struct channel {
     MPI_Comm comm; /* agreement messages only: a dup of the world, errors returned */
     MPI_Comm host; /* the clients sharing this host's window */
     MPI_Win win;
+    MPI_Win stage_win; /* the staging regions, when the host is every client */
+    char **stage;      /* per host member: its two regions (by agreement parity) */
     int host_rank, host_size;
     int *members;   /* world ranks of this host's clients, in host order (leader first) */
     slot **slots;   /* their slots */
@@ -337,7 +339,8 @@ static struct channel {
     int nleaders;
     int leader_index; /* this host's place among the leaders */
     uint64_t seq;
-} ch = {.comm = MPI_COMM_NULL, .host = MPI_COMM_NULL, .win = MPI_WIN_NULL};
+} ch = {.comm = MPI_COMM_NULL, .host = MPI_COMM_NULL, .win = MPI_WIN_NULL,
+        .stage_win = MPI_WIN_NULL};
 
 /* Tags of the channel's messages: the sequence (modulo what every MPI allows) and the kind. */
 enum { KIND_LEADERS, KIND_VERDICT, KIND_FIELD, KIND_COUNT };
@@ -374,6 +377,8 @@ void dt__channel_close(void)
 {
     if (ch.win != MPI_WIN_NULL)
         MPI_Win_free(&ch.win);
+    if (ch.stage_win != MPI_WIN_NULL)
+        MPI_Win_free(&ch.stage_win);
     if (ch.host != MPI_COMM_NULL)
         MPI_Comm_free(&ch.host);
     if (ch.comm != MPI_COMM_NULL)
@@ -382,7 +387,53 @@ void dt__channel_close(void)
     free(ch.slots);
     free(ch.leader_of);
     free(ch.leaders);
-    ch = (struct channel){.comm = MPI_COMM_NULL, .host = MPI_COMM_NULL, .win = MPI_WIN_NULL};
+    free(ch.stage);
+    ch = (struct channel){.comm = MPI_COMM_NULL,
+                          .host = MPI_COMM_NULL,
+                          .win = MPI_WIN_NULL,
+                          .stage_win = MPI_WIN_NULL};
+}
+
+/* Bytes of one client's staging region per agreement (two are kept: by the parity of the
+ * agreement's sequence, as the slots' entries are). Pages are touched only when used. */
+#define DT__STAGE_BYTES ((size_t)2 << 20)
+
+/* The staging regions of a host that is every client (collective over the host). */
+static dt_status stage_open(void)
+{
+    char *mine = NULL;
+    if (MPI_Win_allocate_shared((MPI_Aint)(2 * DT__STAGE_BYTES), 1, MPI_INFO_NULL, ch.host, &mine,
+                                &ch.stage_win) != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "dt_init: cannot allocate %zu bytes of shared staging",
+                        2 * DT__STAGE_BYTES);
+    ch.stage = malloc(sizeof *ch.stage * (size_t)ch.host_size);
+    if (!ch.stage)
+        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory");
+    for (int i = 0; i < ch.host_size; i++) {
+        MPI_Aint size;
+        int unit;
+        if (MPI_Win_shared_query(ch.stage_win, i, &size, &unit, &ch.stage[i]) != MPI_SUCCESS)
+            return dt__fail(DT_ERR_COMM, "dt_init: MPI_Win_shared_query failed");
+    }
+    return DT_OK;
+}
+
+size_t dt__stage_capacity(void)
+{
+    return ch.open && ch.stage ? DT__STAGE_BYTES : 0;
+}
+
+void *dt__stage_next(void)
+{
+    return ch.stage[ch.host_rank] + ((ch.seq + 1) & 1) * DT__STAGE_BYTES;
+}
+
+const void *dt__stage_last(int client)
+{
+    int i = 0;
+    while (i < ch.host_size - 1 && ch.members[i] != client)
+        i++;
+    return ch.stage[i] + (ch.seq & 1) * DT__STAGE_BYTES;
 }
 
 /* An all-reduce (max) of a few words over the world, for the channel's own set-up. */
@@ -484,6 +535,8 @@ dt_status dt__channel_open(void)
                 ch.leaders[ch.nleaders++] = c;
             }
     }
+    if (s == DT_OK && ch.nleaders == 1)
+        s = stage_open();
     /* every slot is zeroed before any client's first agreement reads it */
     int64_t failed[1] = {s != DT_OK};
     dt_status s2 = world_max(failed, 1);

@@ -493,20 +493,12 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
     const dt_layout *l = &t->layout;
     size_t es = dt_dtype_size(t->dtype);
     size_t need = (size_t)dt_tensor_num_elements(t) * es;
-    /* The buffer is this client's own input, and the clients must read tensors of one shape
-     * and layout: agree before anyone starts the gather. */
-    a.fingerprint = tensor_fingerprint(t);
-    a.fields = tensor_fields;
-    a.ctx = t;
-    DT_TRY(dt__mesh_agree(m, check_read(t, dst, bytes, need), &a));
-
     /* Bytes each client sends: its contributing devices' components, in device order. */
     int nc = m->num_clients;
     int64_t *counts = calloc((size_t)nc + 1, sizeof *counts);
     size_t largest = 0;
-    if (!counts)
-        return dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
-    for (int d = 0; d < m->size; d++) {
+    int64_t total = 0;
+    for (int d = 0; counts && d < m->size; d++) {
         if (!contributes(l, d))
             continue;
         int64_t local[DT_MAX_RANK];
@@ -515,58 +507,76 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
         int c;
         dt_mesh_device_client(m, d, &c);
         counts[c] += (int64_t)b;
+        total += (int64_t)b;
         largest = b > largest ? b : largest;
     }
-    int64_t total = 0;
-    for (int c = 0; c < nc; c++)
-        total += counts[c];
-    s = DT_OK;
-    if (m->comm != MPI_COMM_NULL && total / (int64_t)es > INT32_MAX)
+    s = counts ? check_read(t, dst, bytes, need)
+               : dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
+    if (s == DT_OK && m->comm != MPI_COMM_NULL && total / (int64_t)es > INT32_MAX)
         s = dt__fail(DT_ERR_UNSUPPORTED,
                      "dt_tensor_read: gathering %lld elements exceeds what one MPI gather "
                      "addresses (2^31-1)",
                      (long long)(total / (int64_t)es));
     char *all = s == DT_OK ? malloc((size_t)total + 1) : NULL;
     void *scratch = s == DT_OK ? malloc(largest + 1) : NULL;
-    if (s == DT_OK && (!all || !scratch))
+    int *cnt = s == DT_OK ? malloc(sizeof(int) * 2 * (size_t)nc) : NULL;
+    if (s == DT_OK && (!all || !scratch || !cnt))
         s = dt__fail(DT_ERR_NOMEM, "dt_tensor_read: cannot stage %lld bytes", (long long)total);
+    /* The buffer is this client's own input, and the clients must read tensors of one shape
+     * and layout: agree before anyone starts the gather (every way this client can fail on a
+     * host-accessible device is known by now, so that agreement is the only one there). */
+    a.fingerprint = tensor_fingerprint(t);
+    a.fields = tensor_fields;
+    a.ctx = t;
+    s = dt__mesh_agree(m, s, &a);
+    const dt_status agreed = s;
 
-    /* Stage this client's contributions at its place in `all`. */
+    /* Stage this client's contributions at its place in `all`, or, when the clients share
+     * one host, in its staging region (every client then copies every region out after the
+     * next agreement: no MPI call, and waits that sleep on the agreement's bell). */
     int64_t mine = 0;
-    for (int c = 0; c < m->num_clients && c < dt__rt.client; c++)
+    for (int c = 0; s == DT_OK && c < m->num_clients && c < dt__rt.client; c++)
         mine += counts[c];
+    bool shared = m->comm != MPI_COMM_NULL && m->num_clients == dt__rt.num_clients;
+    for (int c = 0; shared && c < nc; c++)
+        shared = (size_t)counts[c] <= dt__stage_capacity();
+    char *to = s != DT_OK ? NULL : shared ? (char *)dt__stage_next() : all + mine;
     dt__device *const *devs = dt__mesh_local_devices(m);
     for (int i = 0; s == DT_OK && i < t->num_local; i++) {
         if (!contributes(l, m->first_local + i))
             continue;
-        s = devs[i]->backend->to_host(devs[i], all + mine, t->data[i], t->bytes[i]);
-        mine += (int64_t)t->bytes[i];
+        s = devs[i]->backend->to_host(devs[i], to, t->data[i], t->bytes[i]);
+        to += t->bytes[i];
     }
-    s = dt__mesh_agree(m, s, &(dt__agreement){.what = "dt_tensor_read"});
-    if (s == DT_OK && m->comm != MPI_COMM_NULL) {
-        int *cnt = malloc(sizeof(int) * (size_t)nc), *displ = malloc(sizeof(int) * (size_t)nc);
+    /* A copy from a device that is not host-accessible can fail: then the clients agree on the
+     * outcome before the gather (decided by the mesh's device type, alike on every client). */
+    const dt__backend *be = dt__backend_of(m->type);
+    if (agreed == DT_OK && (shared || (be && !be->host_accessible && m->comm != MPI_COMM_NULL)))
+        s = dt__mesh_agree(m, s, &(dt__agreement){.what = "dt_tensor_read"});
+    if (s == DT_OK && shared) {
+        int64_t at = 0;
+        for (int c = 0; c < nc; c++) {
+            memcpy(all + at, dt__stage_last(c), (size_t)counts[c]);
+            at += counts[c];
+        }
+    } else if (s == DT_OK && m->comm != MPI_COMM_NULL) {
         MPI_Datatype elem;
         MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
         MPI_Type_commit(&elem);
-        if (!cnt || !displ) {
-            s = dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
-        } else {
-            int64_t at = 0;
-            for (int c = 0; c < nc; c++) {
-                cnt[c] = (int)(counts[c] / (int64_t)es);
-                displ[c] = (int)(at / (int64_t)es);
-                at += counts[c];
-            }
-            MPI_Request req;
-            if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
-                MPI_SUCCESS)
-                s = dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
-            else
-                s = dt__mpi_wait_all(1, &req);
+        int64_t at = 0;
+        int *displ = cnt + nc;
+        for (int c = 0; c < nc; c++) {
+            cnt[c] = (int)(counts[c] / (int64_t)es);
+            displ[c] = (int)(at / (int64_t)es);
+            at += counts[c];
         }
+        MPI_Request req;
+        if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
+            MPI_SUCCESS)
+            s = dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
+        else
+            s = dt__mpi_wait_all(1, &req);
         MPI_Type_free(&elem);
-        free(cnt);
-        free(displ);
     }
     /* Every client places every contributing component, in global device order. */
     int64_t at = 0;
@@ -580,6 +590,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
     }
     free(all);
     free(scratch);
+    free(cnt);
     free(counts);
     return s;
 }

@@ -359,6 +359,10 @@ static const int64_t shapes0[][3] = {{0}}; /* a scalar: the extents are not read
 static const int64_t shapes1[][3] = {{0}, {1}, {5}, {19}};
 static const int64_t shapes2[][3] = {{5, 7}, {0, 3}, {2, 1}, {17, 2}};
 static const int64_t shapes3[][3] = {{3, 4, 5}, {2, 0, 3}};
+/* Reads too large for the clients' shared staging (2 MiB a client) take MPI's gather: the
+ * replicated layout (one client sends all of it, over 2 MiB in every dtype) and, at -n 2, some
+ * sharded ones; the others go through shared memory. */
+static const int64_t shapes_large[][3] = {{131, 67, 61}};
 
 /* thorough: every dtype for every layout and shape on 1-D and 2-D meshes, and rank 3 on 3-D
  * meshes. */
@@ -370,6 +374,8 @@ static void run_mesh(mesh_case *mc, bool thorough)
     round_trips(mc, 0, shapes0, 1, all_dtypes);
     round_trips(mc, 1, shapes1, 4, all_dtypes);
     round_trips(mc, 2, shapes2, 4, all_dtypes);
+    if (thorough && mc->num_axes == 1)
+        round_trips(mc, 3, shapes_large, 1, false);
     if (thorough && mc->num_axes == 3)
         round_trips(mc, 3, shapes3, 2, false);
     partials(mc);
