@@ -339,8 +339,8 @@ static struct channel {
     int nleaders;
     int leader_index; /* this host's place among the leaders */
     uint64_t seq;
-} ch = {.comm = MPI_COMM_NULL, .host = MPI_COMM_NULL, .win = MPI_WIN_NULL,
-        .stage_win = MPI_WIN_NULL};
+} ch = {
+    .comm = MPI_COMM_NULL, .host = MPI_COMM_NULL, .win = MPI_WIN_NULL, .stage_win = MPI_WIN_NULL};
 
 /* Tags of the channel's messages: the sequence (modulo what every MPI allows) and the kind. */
 enum { KIND_LEADERS, KIND_VERDICT, KIND_FIELD, KIND_COUNT };
