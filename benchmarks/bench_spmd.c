@@ -1,7 +1,10 @@
 /* SPMD engine benchmarks (not timed tests). Prints CSV on stdout.
  *
  *   bench_spmd dispatch            eager dispatch from the program cache on a tiny tensor
- *                                  (1-device mesh and a 2-device mesh), microseconds per op
+ *                                  (a 1-device mesh and one of every device), microseconds per
+ *                                  call: add and neg (no data exchange), a read of the
+ *                                  sharded tensor, and an add whose result is replicated (an
+ *                                  all-gather)
  *   bench_spmd matmul [n] [dtype]  matmul C = A B (default n = 4096, dtype f32; bf16 and f16
  *                                  widen each matrix to f32 for one sgemm and round the product
  *                                  once) for each expansion on a 1-D mesh of every device (run
@@ -24,19 +27,23 @@ static void dispatch(void)
 {
     if (dt_client_id() == 0)
         printf("benchmark,mesh,op,us_per_op\n");
-    const char *meshes[2] = {"x=1", "x=2"};
+    char meshes[2][32] = {"x=1"};
+    snprintf(meshes[1], sizeof meshes[1], "x=%d", dt_num_global_devices(DT_DEVICE_CPU));
+    static const char *const ops[] = {"add f32[8]", "neg f32[8]", "read f32[8]",
+                                      "all-gather add f32[8]"};
     for (int k = 0; k < 2; k++) {
         dt_mesh *m;
         if (dt_mesh_create_from_string(meshes[k], DT_DEVICE_CPU, &m) != DT_OK)
             continue;
-        dt_layout l;
+        dt_layout l, rep;
         BENCH_CHECK(dt_layout_parse(m, "x", &l));
+        BENCH_CHECK(dt_layout_parse(m, "unsharded", &rep));
         const int64_t shape[1] = {8};
         dt_op_options o = {.layout = &l};
         dt_tensor *a, *b;
         BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &a));
         BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, shape, &o, &b));
-        for (int op = 0; op < 2; op++) {
+        for (int op = 0; op < 4; op++) {
             /* 7 rounds of 3000 calls after 1000 to warm up, each round started together on
              * every client (a skew between clients would be counted as dispatch); the median */
             enum { ROUNDS = 7, ITERS = 3000 };
@@ -45,11 +52,17 @@ static void dispatch(void)
                 bench_barrier(dt__rt.world, false);
                 double t0 = bench_now();
                 for (int i = 0; i < (r < 0 ? 1000 : ITERS); i++) {
-                    dt_tensor *c;
+                    dt_tensor *c = NULL;
+                    float host[8];
                     if (op == 0)
                         BENCH_CHECK(dt_binary(DT_BINARY_ADD, a, b, NULL, &c));
-                    else
+                    else if (op == 1)
                         BENCH_CHECK(dt_unary(DT_UNARY_NEG, a, NULL, &c));
+                    else if (op == 2)
+                        BENCH_CHECK(dt_tensor_read(a, host, sizeof host));
+                    else
+                        BENCH_CHECK(
+                            dt_binary(DT_BINARY_ADD, a, b, &(dt_op_options){.layout = &rep}, &c));
                     dt_tensor_free(c);
                 }
                 if (r >= 0)
@@ -57,8 +70,7 @@ static void dispatch(void)
             }
             qsort(us, ROUNDS, sizeof us[0], bench_cmp_double);
             if (dt_client_id() == 0)
-                printf("dispatch,%s,%s,%.2f\n", meshes[k], op ? "neg f32[8]" : "add f32[8]",
-                       us[ROUNDS / 2]);
+                printf("dispatch,%s,%s,%.2f\n", meshes[k], ops[op], us[ROUNDS / 2]);
         }
         dt_tensor_free(a);
         dt_tensor_free(b);
