@@ -69,6 +69,11 @@ typedef struct dt__coll {
     void *const *recv;       /* recv[i] */
     int64_t count;
     const int64_t *const *counts;
+    /* All-gather and all-to-all of groups inside one client on host-accessible devices, or
+     * NULL: boxes[i][s] is the box of member s's send buffer that local device i's recv buffer
+     * takes (strided on both sides; src_at and dst_at in elements), so that shards move
+     * straight between the operand's and the result's layouts, with no packing. */
+    const dt__block *const *boxes;
 } dt__coll;
 
 /* Run one collective to completion. Collective. */

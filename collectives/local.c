@@ -389,6 +389,20 @@ static dt__gcall *locate(const dt__coll_req *r, int i, int *j)
     return gc;
 }
 
+/* Local device i (member j of a group inside this client) pulls box s of every member s's
+ * send buffer into its recv buffer: the exchange with no packing on either side. */
+static void pull_boxes(const dt__coll_req *r, const dt__gcall *gc, int i, int j, int G)
+{
+    for (int s = 0; s < G; s++) {
+        const dt__block *b = &r->c.boxes[i][s];
+        if (dt__num_elements(b->rank, b->extent) == 0)
+            continue;
+        dt__copy_block((char *)gc->recv[j] + b->dst_at * (int64_t)r->es, b->dst_shape, b->dst_off,
+                       (const char *)gc->send[s] + b->src_at * (int64_t)r->es, b->src_shape,
+                       b->src_off, b->extent, b->rank, r->es);
+    }
+}
+
 static void pre_task(dt__device *dev, int i, void *arg)
 {
     (void)dev;
@@ -419,7 +433,9 @@ static void pre_task(dt__device *dev, int i, void *arg)
         return;
     case DT__COLL_ALL_GATHER: {
         int64_t n = dt__gc_block(r, gc, rank, 0);
-        if (!spans) {
+        if (!spans && r->c.boxes) {
+            pull_boxes(r, gc, i, j, G);
+        } else if (!spans) {
             for (int s = 0; s < k; s++) {
                 char *dst = (char *)gc->recv[j] + dt__gc_block_off(r, gc, s) * es;
                 int64_t m = dt__gc_block(r, gc, s, 0);
@@ -448,7 +464,9 @@ static void pre_task(dt__device *dev, int i, void *arg)
         }
         return;
     case DT__COLL_ALL_TO_ALL: {
-        if (!spans) {
+        if (!spans && r->c.boxes) {
+            pull_boxes(r, gc, i, j, G);
+        } else if (!spans) {
             /* pull: block s of my recv is block `rank` of member s's send */
             char *dst = gc->recv[j];
             for (int s = 0; s < G; s++) {

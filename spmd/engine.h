@@ -155,7 +155,8 @@ typedef struct dt__step {
     dt_reduce_op op;
     unsigned axes;
     int64_t count;
-    int64_t **counts; /* per local device (uneven forms), or NULL */
+    int64_t **counts;  /* per local device (uneven forms), or NULL */
+    dt__block **boxes; /* per local device: dt__coll.boxes, or NULL */
     /* the printed line and the totals it contributes */
     char text[768];
     double mults_total; /* gemm multiplies over every device of the mesh */
@@ -205,6 +206,13 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
                         dt_reduce_op op, unsigned axes, int send, int recv, int64_t count,
                         dt__counts_fn counts_of, void *ctx, int ncounts, double sent,
                         const char *what);
+
+/* Let the collective just appended (an all-gather or all-to-all whose groups each sit inside
+ * one client, on host-accessible devices) move shards straight from its send buffers into its
+ * recv buffers: boxes_of(ctx, device, boxes) gives the device's box of each member's send
+ * buffer (dt__coll.boxes). */
+typedef void (*dt__boxes_fn)(void *ctx, int device, dt__block boxes[]);
+dt_status dt__coll_boxes(dt__program *p, dt__boxes_fn boxes_of, void *ctx, int nboxes);
 
 /* Append a transfer of `in` (not partial) to `to`, a layout of the same tensor axes on a mesh
  * of another device type with the same axes and the same local devices per client. */

@@ -97,6 +97,10 @@ void dt__program_release(dt__program *p)
             for (int d = 0; d < nl; d++)
                 free(st->counts[d]);
         free(st->counts);
+        if (st->boxes)
+            for (int d = 0; d < nl; d++)
+                free(st->boxes[d]);
+        free(st->boxes);
     }
     free(p->slots);
     free(p->steps);
@@ -391,6 +395,24 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
     return DT_OK;
 }
 
+dt_status dt__coll_boxes(dt__program *p, dt__boxes_fn boxes_of, void *ctx, int nboxes)
+{
+    dt__step *st = &p->steps[p->nsteps - 1];
+    int nl = st->mesh->num_local;
+    st->boxes = calloc((size_t)nl + 1, sizeof *st->boxes);
+    if (!st->boxes)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; i < nl; i++) {
+        st->boxes[i] = calloc((size_t)nboxes + 1, sizeof **st->boxes);
+        if (!st->boxes[i])
+            return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+        boxes_of(ctx, st->mesh->first_local + i, st->boxes[i]);
+    }
+    size_t len = strlen(st->text);
+    snprintf(st->text + len, sizeof st->text - len, ", shard to shard with no packing");
+    return DT_OK;
+}
+
 dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *in,
                             const dt_layout *to, dt__dist *out)
 {
@@ -510,6 +532,7 @@ static dt_status run_coll(const dt__step *st, void ***bufs)
         .recv = bufs[st->out],
         .count = st->count,
         .counts = (const int64_t *const *)st->counts,
+        .boxes = (const dt__block *const *)st->boxes,
     };
     return dt__collective(st->mesh, &c);
 }

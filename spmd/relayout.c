@@ -233,7 +233,26 @@ static int member(const dt_mesh *m, int a, int device, int r)
     return device + (r - coord(m, a, device)) * m->strides[a];
 }
 
-/* Does the block split along axis i sit contiguously (every axis before i of extent 1)? */
+/* Does every group along mesh axis a sit inside one client, on devices the host can address?
+ * Then its all-gathers and all-to-alls can move shards in place (dt__coll_boxes). The same
+ * answer on every client: it depends on the mesh alone. */
+static bool groups_in_client(const dt_mesh *m, int a)
+{
+    const dt__backend *be = dt__backend_of(m->type);
+    if (!be || !be->host_accessible)
+        return false;
+    for (int d = 0; d < m->size; d++) {
+        int cd, cs;
+        dt_mesh_device_client(m, d, &cd);
+        for (int r = 0; r < m->sizes[a]; r++) {
+            dt_mesh_device_client(m, member(m, a, d, r), &cs);
+            if (cs != cd)
+                return false;
+        }
+    }
+    return true;
+}
+
 /* Is tensor axis `axis` the outermost non-trivial axis of every device's shard of d (every
  * extent before it is 1)? Then each shard's blocks along `axis` are contiguous and a
  * collective can read or write the buffer directly, with no packing. */
@@ -390,6 +409,51 @@ static void a2a_unpack(void *ctx, int d, dt__kargs *k)
     }
 }
 
+/* -- in place (groups inside one client): device d's box of member s's shard. All-gather:
+ * s's whole shard, at s's range of axis `from` in d's result. */
+static void ag_boxes(void *ctx, int d, dt__block boxes[])
+{
+    tctx *c = ctx;
+    const dt_mesh *m = c->in->layout.mesh;
+    int rank = c->in->rank, i = c->t->from;
+    int64_t out_local[DT_MAX_RANK];
+    dt__local_shape(&c->out, d, out_local, NULL);
+    for (int s = 0; s < c->g; s++) {
+        dt__block *b = &boxes[s];
+        int64_t blk[DT_MAX_RANK];
+        dt__local_shape(c->in, member(m, c->mesh_axis, d, s), blk, NULL);
+        b->rank = rank;
+        copy_shape(b->src_shape, blk, rank);
+        copy_shape(b->extent, blk, rank);
+        copy_shape(b->dst_shape, out_local, rank);
+        b->dst_off[i] = dt_shard_offset(c->in->shape[i], c->g, s);
+    }
+}
+
+/* All-to-all: the part of s's shard in d's range of axis `to`, at s's range of axis `from`
+ * in d's result. */
+static void a2a_boxes(void *ctx, int d, dt__block boxes[])
+{
+    tctx *c = ctx;
+    const dt_mesh *m = c->in->layout.mesh;
+    int rank = c->in->rank, i = c->t->from, j = c->t->to, g = c->g;
+    int me = coord(m, c->mesh_axis, d);
+    int64_t out_local[DT_MAX_RANK];
+    dt__local_shape(&c->out, d, out_local, NULL);
+    for (int s = 0; s < g; s++) {
+        dt__block *b = &boxes[s];
+        int64_t local[DT_MAX_RANK];
+        dt__local_shape(c->in, member(m, c->mesh_axis, d, s), local, NULL);
+        b->rank = rank;
+        copy_shape(b->src_shape, local, rank);
+        copy_shape(b->extent, local, rank);
+        b->extent[j] = dt_shard_size(c->in->shape[j], g, me);
+        b->src_off[j] = dt_shard_offset(c->in->shape[j], g, me);
+        copy_shape(b->dst_shape, out_local, rank);
+        b->dst_off[i] = dt_shard_offset(c->in->shape[i], g, s);
+    }
+}
+
 /* -- reduce-scatter: block s of the send buffer is the range of axis `to` member s keeps
  * (packed by a2a_pack). */
 static void rs_counts(void *ctx, int d, int64_t counts[])
@@ -521,14 +585,17 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
         bool even = counts_even(m, ag_counts, &c, c.g, &count);
         DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, out));
         bool direct = outermost_everywhere(out, m, t->from);
+        bool boxes = !direct && groups_in_client(m, c.mesh_axis);
         int recv = out->slot;
-        if (!direct) {
+        if (!direct && !boxes) {
             dt__dist tmp;
             DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, &tmp));
             recv = tmp.slot;
         }
         DT_TRY(dt__emit_coll(p, cause, DT__COLL_ALL_GATHER, in->dtype, DT_REDUCE_SUM, t->axes,
                              in->slot, recv, count, even ? NULL : ag_counts, &c, c.g, bytes, what));
+        if (boxes)
+            return dt__coll_boxes(p, ag_boxes, &c, c.g);
         if (!direct)
             DT_TRY(dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &recv, out->slot, m,
                                    ag_unpack, &c));
@@ -542,6 +609,13 @@ static dt_status emit_trans(dt__program *p, const char *cause, const dt__trans *
         snprintf(what, sizeof what, "local %s, tensor axis %d -> %d", sb, t->from, t->to);
         int64_t count;
         bool even = counts_even(m, a2a_counts, &c, c.g * c.g, &count);
+        if (groups_in_client(m, c.mesh_axis)) {
+            DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, out));
+            DT_TRY(dt__emit_coll(p, cause, DT__COLL_ALL_TO_ALL, in->dtype, DT_REDUCE_SUM, t->axes,
+                                 in->slot, out->slot, count, even ? NULL : a2a_counts, &c,
+                                 c.g * c.g, bytes, what));
+            return dt__coll_boxes(p, a2a_boxes, &c, c.g);
+        }
         dt__dist send, recv;
         DT_TRY(dt__slot_new(p, &t->before, in->dtype, rank, in->shape, &send));
         DT_TRY(dt__slot_new(p, &t->after, in->dtype, rank, in->shape, &recv));

@@ -403,6 +403,52 @@ Test(variable, fixed_layout)
     stop();
 }
 
+/* Inside one client, all-to-all and the all-gather of an inner axis move each block straight
+ * from the operand's shard to the result's (one step, no packing on either side); the values
+ * are the host array's, uneven shards included, and each device allocates only its result. */
+Test(relayout, in_client_exchanges_move_shards_in_place)
+{
+    start(4, "x=4");
+    static const char *const pairs[][2] = {{"x,unsharded", "unsharded,x"},
+                                           {"unsharded,x", "x,unsharded"},
+                                           {"unsharded,x", "unsharded,unsharded"}};
+    const int64_t shape[2] = {7, 5}; /* 7 rows over 4: 2, 2, 2, 1; 5 columns: 2, 1, 1, 1 */
+    float host[35], got[35];
+    for (int i = 0; i < 35; i++)
+        host[i] = (float)i;
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        dt_tensor *t = T(pairs[k][0], 2, shape, host), *r = NULL;
+        dt_layout to = L(pairs[k][1]);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        size_t peak[4], before_bytes[4];
+        for (int i = 0; i < 4; i++) {
+            cr_assert_eq(dt_device_memory(DT_DEVICE_CPU, i, &before_bytes[i], NULL), DT_OK);
+            atomic_store(&dt__rt.devices[DT_DEVICE_CPU][i].bytes_peak, before_bytes[i]);
+        }
+        cr_assert_eq(dt_relayout(t, &to, &(dt_op_options){.program = mem}, &r), DT_OK, "%s",
+                     dt_last_error());
+        fclose(mem);
+        cr_expect(strstr(text, ": 1 step") && strstr(text, "no packing") && !strstr(text, "kernel"),
+                  "%s -> %s:\n%s", pairs[k][0], pairs[k][1], text);
+        free(text);
+        for (int i = 0; i < 4; i++) {
+            int64_t local[2];
+            cr_assert_eq(dt_tensor_local_shape(r, i, local), DT_OK);
+            cr_assert_eq(dt_device_memory(DT_DEVICE_CPU, i, NULL, &peak[i]), DT_OK);
+            cr_expect_leq(peak[i] - before_bytes[i], (size_t)(local[0] * local[1]) * sizeof(float),
+                          "%s -> %s: device %d allocated %zu bytes beyond its result", pairs[k][0],
+                          pairs[k][1], i, peak[i] - before_bytes[i]);
+        }
+        cr_assert_eq(dt_tensor_read(r, got, sizeof got), DT_OK);
+        cr_expect_arr_eq(got, host, sizeof host, "%s -> %s", pairs[k][0], pairs[k][1]);
+        dt_tensor_free(t);
+        dt_tensor_free(r);
+    }
+    stop();
+}
+
 /* No device allocates a full global tensor for sharded ops that do not need one: for each op,
  * the device's peak minus what it held before stays below the size of the global tensor. */
 static size_t held[8];
