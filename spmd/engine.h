@@ -156,6 +156,7 @@ typedef struct dt__step {
     unsigned axes;
     int64_t count;
     int64_t **counts; /* per local device (uneven forms), or NULL */
+    int64_t (*at)[2]; /* per local device: elements into the send and the recv buffer, or NULL */
     /* the printed line and the totals it contributes */
     char text[768];
     double mults_total; /* gemm multiplies over every device of the mesh */
@@ -205,6 +206,11 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
                         dt_reduce_op op, unsigned axes, int send, int recv, int64_t count,
                         dt__counts_fn counts_of, void *ctx, int ncounts, double sent,
                         const char *what);
+
+/* Give the last step, a collective, offsets into its buffers: at_of(ctx, device, at) sets
+ * at[0] (send) and at[1] (recv) in elements for global device `device` (a collective into a
+ * block of rows of a larger slot: the chunked matmul). */
+dt_status dt__coll_at(dt__program *p, dt__counts_fn at_of, void *ctx);
 
 /* Append a transfer of `in` (not partial) to `to`, a layout of the same tensor axes on a mesh
  * of another device type with the same axes and the same local devices per client. */

@@ -97,6 +97,7 @@ void dt__program_release(dt__program *p)
             for (int d = 0; d < nl; d++)
                 free(st->counts[d]);
         free(st->counts);
+        free(st->at);
     }
     free(p->slots);
     free(p->steps);
@@ -391,6 +392,17 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
     return DT_OK;
 }
 
+dt_status dt__coll_at(dt__program *p, dt__counts_fn at_of, void *ctx)
+{
+    dt__step *st = &p->steps[p->nsteps - 1];
+    st->at = calloc((size_t)st->nlocal + 1, sizeof *st->at);
+    if (!st->at)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; i < st->nlocal; i++)
+        at_of(ctx, st->mesh->first_local + i, st->at[i]);
+    return DT_OK;
+}
+
 dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *in,
                             const dt_layout *to, dt__dist *out)
 {
@@ -498,6 +510,23 @@ static dt_status run_transfer(const dt__program *p, const dt__step *st, void ***
 
 static dt_status run_coll(const dt__step *st, void ***bufs)
 {
+    const void **sat = NULL;
+    void **rat = NULL;
+    if (st->at) {
+        /* offsets into the slots' buffers (a block of rows of a larger slot) */
+        sat = calloc((size_t)st->nlocal + 1, sizeof *sat);
+        rat = calloc((size_t)st->nlocal + 1, sizeof *rat);
+        if (!sat || !rat) {
+            free(sat);
+            free(rat);
+            return dt__fail(DT_ERR_NOMEM, "%s: out of memory", st->cause);
+        }
+        size_t es = dt_dtype_size(st->dtype);
+        for (int i = 0; i < st->nlocal; i++) {
+            sat[i] = (const char *)bufs[st->in[0]][i] + (size_t)st->at[i][0] * es;
+            rat[i] = (char *)bufs[st->out][i] + (size_t)st->at[i][1] * es;
+        }
+    }
     dt__coll c = {
         .kind = st->coll,
         .dtype = st->dtype,
@@ -506,12 +535,15 @@ static dt_status run_coll(const dt__step *st, void ***bufs)
         .root = 0,
         .algorithm = DT_ALGORITHM_AUTO,
         .cause = st->cause,
-        .send = (const void *const *)bufs[st->in[0]],
-        .recv = bufs[st->out],
+        .send = sat ? (const void *const *)sat : (const void *const *)bufs[st->in[0]],
+        .recv = rat ? (void *const *)rat : bufs[st->out],
         .count = st->count,
         .counts = (const int64_t *const *)st->counts,
     };
-    return dt__collective(st->mesh, &c);
+    dt_status s = dt__collective(st->mesh, &c);
+    free(sat);
+    free(rat);
+    return s;
 }
 
 /* ---- temporaries: one arena per device, planned before the first collective ------------- */
