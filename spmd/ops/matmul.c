@@ -321,7 +321,9 @@ typedef struct chunk_ctx {
     const rs_chunks *ch;
     unsigned axes; /* k's mesh axis */
     int64_t M;
-    int i, p; /* chunk, block */
+    int i, p;       /* chunk, (first) block */
+    int nblocks;    /* blocks in one gemm step: 1, or all of them when they are alike */
+    int64_t stride; /* rows between the blocks' first rows (nblocks > 1) */
 } chunk_ctx;
 
 static int64_t local_cols(const chunk_ctx *c, int d)
@@ -346,7 +348,14 @@ static void chunk_gemm_args(void *ctx, int d, dt__kargs *k)
     k->a_at = c->gemm.ta ? r0 : r0 * kl;
     k->m = rows[c->p];
     k->c_at = before * n;
-    k->shape[c->gemm.s.nb] = k->m;
+    k->shape[c->gemm.s.nb] = k->m * c->nblocks;
+    if (c->nblocks > 1) {
+        /* the blocks as a batch of one shared B: block q's rows at r0 + q * stride of op(A),
+         * its product right after block q - 1's in the temporary (c's batch stride m * n) */
+        k->batch = c->nblocks;
+        k->a_batch_stride = c->gemm.ta ? c->stride : c->stride * kl;
+        k->b_batch_stride = 0;
+    }
 }
 
 static void chunk_rs_counts(void *ctx, int d, int64_t counts[])
@@ -396,19 +405,38 @@ static dt_status emit_chunked(dt__program *p, const gemm_ctx *g, const mm_plan *
         cc.i = i;
         const int64_t *rows = ch->rows + (size_t)i * ch->g;
         int64_t total = 0;
-        for (int q = 0; q < ch->g; q++) {
+        /* blocks of as many rows at a constant stride are one gemm step of a batch (fewer
+         * steps, each a point where every device waits for the slowest) */
+        const int64_t *at = ch->at + (size_t)i * ch->g;
+        bool alike = true;
+        for (int q = 1; q < ch->g; q++)
+            alike = alike && rows[q] == rows[0] &&
+                    dt_shard_offset(M, ch->g, q) + at[q] - dt_shard_offset(M, ch->g, q - 1) -
+                            at[q - 1] ==
+                        dt_shard_offset(M, ch->g, 1) + at[1] - at[0];
+        cc.nblocks = alike ? ch->g : 1;
+        cc.stride = dt_shard_offset(M, ch->g, 1) + at[1] - at[0];
+        for (int q = 0; q < ch->g; q++)
             total += rows[q];
+        for (int q = 0; q < ch->g; q += cc.nblocks) {
             if (!rows[q])
                 continue;
             cc.p = q;
             DT_TRY(dt__emit_kernel(p, "matmul", DT__K_GEMM, c->dtype, 2, ins, tmp, m,
                                    chunk_gemm_args, &cc));
             dt__step *sp = &p->steps[p->nsteps - 1];
-            int64_t r0 = dt_shard_offset(M, ch->g, q) + ch->at[(size_t)i * ch->g + q];
+            int64_t r0 = dt_shard_offset(M, ch->g, q) + at[q];
             size_t len = strlen(sp->text);
-            snprintf(sp->text + len, sizeof sp->text - len,
-                     "; chunk %d of %d: rows %lld..%lld of C (member %d's block)", i + 1, ch->n,
-                     (long long)r0, (long long)(r0 + rows[q] - 1), q);
+            if (cc.nblocks > 1)
+                snprintf(sp->text + len, sizeof sp->text - len,
+                         "; chunk %d of %d: rows %lld..%lld of C and the same rows every %lld "
+                         "after (one block per member)",
+                         i + 1, ch->n, (long long)r0, (long long)(r0 + rows[q] - 1),
+                         (long long)cc.stride);
+            else
+                snprintf(sp->text + len, sizeof sp->text - len,
+                         "; chunk %d of %d: rows %lld..%lld of C (member %d's block)", i + 1, ch->n,
+                         (long long)r0, (long long)(r0 + rows[q] - 1), q);
         }
         /* even when every member takes as many elements, on every device */
         bool even = true;
