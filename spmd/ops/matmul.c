@@ -116,11 +116,12 @@ static dt_status chunks_plan(int64_t M, int g, rs_chunks *c)
     c->at = calloc((size_t)c->n * (size_t)g, sizeof *c->at);
     int64_t *left = calloc((size_t)g, sizeof *left);
     if (!c->rows || !c->at || !left) {
+        int n = c->n;
         free(c->rows);
         free(c->at);
         free(left);
         memset(c, 0, sizeof *c);
-        return dt__fail(DT_ERR_NOMEM, "matmul: out of memory for %d chunks", c->n);
+        return dt__fail(DT_ERR_NOMEM, "matmul: out of memory for %d chunks", n);
     }
     int64_t total = M;
     for (int p = 0; p < g; p++)
