@@ -80,11 +80,15 @@ typedef struct dt__kargs {
     int perm[DT_MAX_RANK];                  /* transpose: out axis i = in axis perm[i] */
     int64_t batch, m, n, k;                 /* gemm: batch count and matrix extents */
     int64_t a_batch_stride, b_batch_stride; /* 0 broadcasts an operand over the batch */
-    bool ta, tb;                            /* gemm transposes */
-    bool select;                            /* select_fill: true copies, false fills with a */
-    int nblocks;                            /* copy_blocks */
-    dt__block *blocks;                      /* host memory, nblocks entries */
-    int64_t out_elems;                      /* size of the output buffer in elements */
+    /* gemm on a block of rows of op(A) into rows of a larger C (a chunked matmul): op(A)
+     * starts a_at elements into the operand and C c_at elements into the output; lda is A's
+     * leading dimension as stored (0: packed, m when transposed, else k) */
+    int64_t a_at, c_at, lda;
+    bool ta, tb;       /* gemm transposes */
+    bool select;       /* select_fill: true copies, false fills with a */
+    int nblocks;       /* copy_blocks */
+    dt__block *blocks; /* host memory, nblocks entries */
+    int64_t out_elems; /* size of the output buffer in elements */
     /* softmax, norm, scan, arg_reduce (below) */
     int axis;      /* scan, arg_reduce: the local axis they run along */
     unsigned mode; /* DT__SOFTMAX_*, DT__NORM_*, DT__SCAN_*, DT__ARG_* (with flags) */

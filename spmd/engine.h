@@ -157,6 +157,7 @@ typedef struct dt__step {
     int64_t count;
     int64_t **counts;  /* per local device (uneven forms), or NULL */
     dt__block **boxes; /* per local device: dt__coll.boxes, or NULL */
+    int64_t (*at)[2];  /* per local device: elements into the send and the recv buffer, or NULL */
     /* the printed line and the totals it contributes */
     char text[768];
     double mults_total; /* gemm multiplies over every device of the mesh */
@@ -213,6 +214,11 @@ dt_status dt__emit_coll(dt__program *p, const char *cause, dt__coll_kind kind, d
  * buffer (dt__coll.boxes). */
 typedef void (*dt__boxes_fn)(void *ctx, int device, dt__block boxes[]);
 dt_status dt__coll_boxes(dt__program *p, dt__boxes_fn boxes_of, void *ctx, int nboxes);
+
+/* Give the last step, a collective, offsets into its buffers: at_of(ctx, device, at) sets
+ * at[0] (send) and at[1] (recv) in elements for global device `device` (a collective into a
+ * block of rows of a larger slot: the chunked matmul). */
+dt_status dt__coll_at(dt__program *p, dt__counts_fn at_of, void *ctx);
 
 /* Append a transfer of `in` (not partial) to `to`, a layout of the same tensor axes on a mesh
  * of another device type with the same axes and the same local devices per client. */

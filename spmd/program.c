@@ -101,6 +101,7 @@ void dt__program_release(dt__program *p)
             for (int d = 0; d < nl; d++)
                 free(st->boxes[d]);
         free(st->boxes);
+        free(st->at);
     }
     free(p->slots);
     free(p->steps);
@@ -413,6 +414,17 @@ dt_status dt__coll_boxes(dt__program *p, dt__boxes_fn boxes_of, void *ctx, int n
     return DT_OK;
 }
 
+dt_status dt__coll_at(dt__program *p, dt__counts_fn at_of, void *ctx)
+{
+    dt__step *st = &p->steps[p->nsteps - 1];
+    st->at = calloc((size_t)st->nlocal + 1, sizeof *st->at);
+    if (!st->at)
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; i < st->nlocal; i++)
+        at_of(ctx, st->mesh->first_local + i, st->at[i]);
+    return DT_OK;
+}
+
 dt_status dt__emit_transfer(dt__program *p, const char *cause, const dt__dist *in,
                             const dt_layout *to, dt__dist *out)
 {
@@ -518,8 +530,22 @@ static dt_status run_transfer(const dt__program *p, const dt__step *st, void ***
     return DT_OK;
 }
 
-static dt_status run_coll(const dt__step *st, void ***bufs)
+/* scratch: room for 2 pointers per local device (allocated before the run's agreement, so
+ * that nothing here can fail on one client alone). */
+static dt_status run_coll(const dt__step *st, void ***bufs, void **scratch)
 {
+    const void **sat = NULL;
+    void **rat = NULL;
+    if (st->at) {
+        /* offsets into the slots' buffers (a block of rows of a larger slot) */
+        sat = (const void **)scratch;
+        rat = scratch + st->nlocal;
+        size_t es = dt_dtype_size(st->dtype);
+        for (int i = 0; i < st->nlocal; i++) {
+            sat[i] = (const char *)bufs[st->in[0]][i] + (size_t)st->at[i][0] * es;
+            rat[i] = (char *)bufs[st->out][i] + (size_t)st->at[i][1] * es;
+        }
+    }
     dt__coll c = {
         .kind = st->coll,
         .dtype = st->dtype,
@@ -528,8 +554,8 @@ static dt_status run_coll(const dt__step *st, void ***bufs)
         .root = 0,
         .algorithm = DT_ALGORITHM_AUTO,
         .cause = st->cause,
-        .send = (const void *const *)bufs[st->in[0]],
-        .recv = bufs[st->out],
+        .send = sat ? (const void *const *)sat : (const void *const *)bufs[st->in[0]],
+        .recv = rat ? (void *const *)rat : bufs[st->out],
         .count = st->count,
         .counts = (const int64_t *const *)st->counts,
         .boxes = (const dt__block *const *)st->boxes,
@@ -750,19 +776,21 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
         else if (sl->output >= 0)
             bufs[i] = out[sl->output]->data;
     }
+    /* the steps' scratch too: after the agreement nothing may fail on one client alone */
+    int most = 0;
+    for (int i = 0; i < p->nsteps; i++)
+        if (p->steps[i].mesh->num_local > most)
+            most = p->steps[i].mesh->num_local;
+    dt__failure *failed = s == DT_OK ? calloc((size_t)most + 1, sizeof *failed) : NULL;
+    void **scratch = s == DT_OK ? calloc(2 * (size_t)most + 1, sizeof *scratch) : NULL;
+    if (s == DT_OK && (!failed || !scratch))
+        s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
     const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
     s = dt__mesh_agree(chk->mesh, s, &chk->a);
     /* A failing kernel (a device error: CPU kernels cannot fail) stops the kernels of this
      * client, but its collectives still run, so that no client waits for one that left; on
      * devices whose kernels can fail, the clients then agree on the outcome (on every op, so
      * that every client takes the same path). */
-    int most = 0;
-    for (int i = 0; i < p->nsteps; i++)
-        if (p->steps[i].mesh->num_local > most)
-            most = p->steps[i].mesh->num_local;
-    dt__failure *failed = s == DT_OK ? calloc((size_t)most + 1, sizeof *failed) : NULL;
-    if (s == DT_OK && !failed)
-        s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
     dt_status kernels = DT_OK;
     for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
@@ -774,10 +802,11 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
             if (kernels == DT_OK)
                 kernels = run_transfer(p, st, bufs);
         } else {
-            s = run_coll(st, bufs);
+            s = run_coll(st, bufs, scratch);
         }
     }
     free(failed);
+    free(scratch);
     if (s == DT_OK)
         s = kernels;
     const dt__backend *be = m0 ? dt__backend_of(m0->type) : NULL;

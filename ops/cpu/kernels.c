@@ -893,47 +893,52 @@ CPU_DTYPES(DEFINE_ARG)
 
 /* ---- gemm: C[b] = op(A[b]) op(B[b]), row-major; op = transpose when ta / tb -------------- */
 
-#define GEMM_REF(T, NAME)                                                                \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)       \
-    {                                                                                    \
-        const T *A = in[0], *B = in[1];                                                  \
-        T *C = out;                                                                      \
-        int64_t m = k->m, n = k->n, kk = k->k;                                           \
-        for (int64_t b = 0; b < k->batch; b++) {                                         \
-            const T *a = A + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride;     \
-            T *c = C + b * m * n;                                                        \
-            for (int64_t i = 0; i < m; i++)                                              \
-                for (int64_t j = 0; j < n; j++) {                                        \
-                    T s = 0;                                                             \
-                    for (int64_t q = 0; q < kk; q++)                                     \
-                        s = DT__ADD(s, DT__MUL(k->ta ? a[q * m + i] : a[i * kk + q],     \
-                                               k->tb ? bb[j * kk + q] : bb[q * n + j])); \
-                    c[i * n + j] = s;                                                    \
-                }                                                                        \
-        }                                                                                \
+/* A's leading dimension as stored: packed unless the arguments name a wider one (a block of
+ * op(A)'s rows is a block of the stored columns when transposed). */
+#define GEMM_LDA(k) ((k)->lda ? (k)->lda : (k)->ta ? (k)->m : (k)->k)
+
+#define GEMM_REF(T, NAME)                                                                      \
+    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)             \
+    {                                                                                          \
+        const T *A = in[0], *B = in[1];                                                        \
+        T *C = out;                                                                            \
+        int64_t m = k->m, n = k->n, kk = k->k, lda = GEMM_LDA(k);                              \
+        for (int64_t b = 0; b < k->batch; b++) {                                               \
+            const T *a = A + k->a_at + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride; \
+            T *c = C + k->c_at + b * m * n;                                                    \
+            for (int64_t i = 0; i < m; i++)                                                    \
+                for (int64_t j = 0; j < n; j++) {                                              \
+                    T s = 0;                                                                   \
+                    for (int64_t q = 0; q < kk; q++)                                           \
+                        s = DT__ADD(s, DT__MUL(k->ta ? a[q * lda + i] : a[i * lda + q],        \
+                                               k->tb ? bb[j * kk + q] : bb[q * n + j]));       \
+                    c[i * n + j] = s;                                                          \
+                }                                                                              \
+        }                                                                                      \
     }
 GEMM_REF(int32_t, i32)
 GEMM_REF(int64_t, i64)
 GEMM_REF(uint8_t, u8)
 GEMM_REF(int8_t, i8)
 
-#define GEMM_BLAS(T, NAME, FN)                                                                  \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)              \
-    {                                                                                           \
-        const T *A = in[0], *B = in[1];                                                         \
-        T *C = out;                                                                             \
-        int64_t m = k->m, n = k->n, kk = k->k;                                                  \
-        if (m == 0 || n == 0)                                                                   \
-            return;                                                                             \
-        if (kk == 0) {                                                                          \
-            memset(C, 0, (size_t)(k->batch * m * n) * sizeof(T));                               \
-            return;                                                                             \
-        }                                                                                       \
-        for (int64_t b = 0; b < k->batch; b++)                                                  \
-            FN(CblasRowMajor, k->ta ? CblasTrans : CblasNoTrans,                                \
-               k->tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)kk, 1,       \
-               A + b * k->a_batch_stride, (blasint)(k->ta ? m : kk), B + b * k->b_batch_stride, \
-               (blasint)(k->tb ? kk : n), 0, C + b * m * n, (blasint)n);                        \
+#define GEMM_BLAS(T, NAME, FN)                                                            \
+    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)        \
+    {                                                                                     \
+        const T *A = in[0], *B = in[1];                                                   \
+        T *C = (T *)out + k->c_at;                                                        \
+        int64_t m = k->m, n = k->n, kk = k->k;                                            \
+        if (m == 0 || n == 0)                                                             \
+            return;                                                                       \
+        if (kk == 0) {                                                                    \
+            memset(C, 0, (size_t)(k->batch * m * n) * sizeof(T));                         \
+            return;                                                                       \
+        }                                                                                 \
+        for (int64_t b = 0; b < k->batch; b++)                                            \
+            FN(CblasRowMajor, k->ta ? CblasTrans : CblasNoTrans,                          \
+               k->tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)kk, 1, \
+               A + k->a_at + b * k->a_batch_stride, (blasint)GEMM_LDA(k),                 \
+               B + b * k->b_batch_stride, (blasint)(k->tb ? kk : n), 0, C + b * m * n,    \
+               (blasint)n);                                                               \
     }
 GEMM_BLAS(float, f32, cblas_sgemm)
 GEMM_BLAS(double, f64, cblas_dgemm)
@@ -941,42 +946,47 @@ GEMM_BLAS(double, f64, cblas_dgemm)
 /* 16-bit floats: each matrix widened to f32 (exact), one sgemm accumulating in f32, the
  * product rounded once. Without memory for the widened copies, a loop accumulating in f32
  * gives the same products (in another summation order). */
-#define GEMM_HALF(NAME)                                                                     \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)          \
-    {                                                                                       \
-        const uint16_t *A = in[0], *B = in[1];                                              \
-        uint16_t *Cm = out;                                                                 \
-        int64_t m = k->m, n = k->n, kk = k->k;                                              \
-        float *fa = malloc(sizeof(float) * (size_t)(m * kk + 1)),                           \
-              *fb = malloc(sizeof(float) * (size_t)(kk * n + 1)),                           \
-              *fc = malloc(sizeof(float) * (size_t)(m * n + 1));                            \
-        for (int64_t b = 0; b < k->batch; b++) {                                            \
-            const uint16_t *a = A + b * k->a_batch_stride, *bb = B + b * k->b_batch_stride; \
-            uint16_t *c = Cm + b * m * n;                                                   \
-            if (fa && fb && fc) {                                                           \
-                for (int64_t i = 0; i < m * kk; i++)                                        \
-                    fa[i] = LD_##NAME(a[i]);                                                \
-                for (int64_t i = 0; i < kk * n; i++)                                        \
-                    fb[i] = LD_##NAME(bb[i]);                                               \
-                dt__kargs one = *k;                                                         \
-                one.batch = 1;                                                              \
-                gemm_f32(&one, (const void *const[]){fa, fb}, fc);                          \
-                for (int64_t i = 0; i < m * n; i++)                                         \
-                    c[i] = ST_##NAME(fc[i]);                                                \
-                continue;                                                                   \
-            }                                                                               \
-            for (int64_t i = 0; i < m; i++)                                                 \
-                for (int64_t j = 0; j < n; j++) {                                           \
-                    float s = 0;                                                            \
-                    for (int64_t q = 0; q < kk; q++)                                        \
-                        s += LD_##NAME(k->ta ? a[q * m + i] : a[i * kk + q]) *              \
-                             LD_##NAME(k->tb ? bb[j * kk + q] : bb[q * n + j]);             \
-                    c[i * n + j] = ST_##NAME(s);                                            \
-                }                                                                           \
-        }                                                                                   \
-        free(fa);                                                                           \
-        free(fb);                                                                           \
-        free(fc);                                                                           \
+#define GEMM_HALF(NAME)                                                            \
+    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out) \
+    {                                                                              \
+        const uint16_t *A = in[0], *B = in[1];                                     \
+        uint16_t *Cm = out;                                                        \
+        int64_t m = k->m, n = k->n, kk = k->k, lda = GEMM_LDA(k);                  \
+        float *fa = malloc(sizeof(float) * (size_t)(m * kk + 1)),                  \
+              *fb = malloc(sizeof(float) * (size_t)(kk * n + 1)),                  \
+              *fc = malloc(sizeof(float) * (size_t)(m * n + 1));                   \
+        for (int64_t b = 0; b < k->batch; b++) {                                   \
+            const uint16_t *a = A + k->a_at + b * k->a_batch_stride,               \
+                           *bb = B + b * k->b_batch_stride;                        \
+            uint16_t *c = Cm + k->c_at + b * m * n;                                \
+            if (fa && fb && fc) {                                                  \
+                /* op(A) as stored, packed (a block of rows of a wider A: lda) */  \
+                for (int64_t i = 0; i < m; i++)                                    \
+                    for (int64_t q = 0; q < kk; q++)                               \
+                        fa[k->ta ? q * m + i : i * kk + q] =                       \
+                            LD_##NAME(k->ta ? a[q * lda + i] : a[i * lda + q]);    \
+                for (int64_t i = 0; i < kk * n; i++)                               \
+                    fb[i] = LD_##NAME(bb[i]);                                      \
+                dt__kargs one = *k;                                                \
+                one.batch = 1;                                                     \
+                one.a_at = one.c_at = one.lda = 0;                                 \
+                gemm_f32(&one, (const void *const[]){fa, fb}, fc);                 \
+                for (int64_t i = 0; i < m * n; i++)                                \
+                    c[i] = ST_##NAME(fc[i]);                                       \
+                continue;                                                          \
+            }                                                                      \
+            for (int64_t i = 0; i < m; i++)                                        \
+                for (int64_t j = 0; j < n; j++) {                                  \
+                    float s = 0;                                                   \
+                    for (int64_t q = 0; q < kk; q++)                               \
+                        s += LD_##NAME(k->ta ? a[q * lda + i] : a[i * lda + q]) *  \
+                             LD_##NAME(k->tb ? bb[j * kk + q] : bb[q * n + j]);    \
+                    c[i * n + j] = ST_##NAME(s);                                   \
+                }                                                                  \
+        }                                                                          \
+        free(fa);                                                                  \
+        free(fb);                                                                  \
+        free(fc);                                                                  \
     }
 GEMM_HALF(bf16)
 GEMM_HALF(f16)

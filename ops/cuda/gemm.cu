@@ -43,15 +43,16 @@ template <typename S> cublasComputeType_t compute_of(const dt__kctx *x)
 }
 
 /* One cuBLAS call: row-major C = op(A) op(B), `count` of them at strides sa, sb, sc, by the
- * column-major identity C^T = op(B)^T op(A)^T (B first, m and n swapped; lda = ta ? m : k,
- * ldb = tb ? k : n, ldc = n). */
+ * column-major identity C^T = op(B)^T op(A)^T (B first, m and n swapped; lda as given (ta ? m
+ * : k when packed), ldb = tb ? k : n, ldc = n). */
 template <typename S>
 cublasStatus_t blas_gemm(const dt__kctx *x, bool ta, bool tb, int m, int n, int kk, const S *A,
-                         long long sa, const S *B, long long sb, S *C, long long sc, int count)
+                         int lda, long long sa, const S *B, long long sb, S *C, long long sc,
+                         int count)
 {
     cublasHandle_t h = (cublasHandle_t)x->blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int lda = ta ? m : kk, ldb = tb ? kk : n;
+    int ldb = tb ? kk : n;
     const typename Blas<S>::scalar one = 1, zero = 0;
     constexpr cudaDataType_t t = Blas<S>::type;
     cublasComputeType_t ct = compute_of<S>(x);
@@ -71,7 +72,8 @@ dt_status gemm_blas(const dt__kctx *x, const dt__kargs *k, const S *A, const S *
 {
     int64_t m = k->m, n = k->n, kk = k->k, batch = k->batch;
     int64_t sa = k->a_batch_stride, sb = k->b_batch_stride, mn = m * n;
-    if (m > INT32_MAX || n > INT32_MAX || kk > INT32_MAX)
+    int64_t lda = k->lda ? k->lda : k->ta ? m : kk;
+    if (m > INT32_MAX || n > INT32_MAX || kk > INT32_MAX || lda > INT32_MAX)
         return dt__fail(DT_ERR_UNSUPPORTED,
                         "CUDA:%d (GPU %d): gemm for %s of [%lld,%lld] @ [%lld,%lld]: cuBLAS takes "
                         "extents below 2^31",
@@ -79,19 +81,20 @@ dt_status gemm_blas(const dt__kctx *x, const dt__kargs *k, const S *A, const S *
                         (long long)kk, (long long)n);
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (batch == 1) {
-        s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A, 0, B, 0, C, 0, 1);
+        s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A, (int)lda, 0, B, 0, C, 0, 1);
     } else if (sa != 0 && sb != 0) {
         for (int64_t b0 = 0; b0 < batch && s == CUBLAS_STATUS_SUCCESS; b0 += INT32_MAX) {
             int64_t cnt = batch - b0 < INT32_MAX ? batch - b0 : INT32_MAX;
-            s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A + b0 * sa, sa, B + b0 * sb,
-                             sb, C + b0 * mn, mn, (int)cnt);
+            s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A + b0 * sa, (int)lda, sa,
+                             B + b0 * sb, sb, C + b0 * mn, mn, (int)cnt);
         }
-    } else if (sb == 0 && !k->ta && sa == m * kk && batch * m <= INT32_MAX) {
-        s = blas_gemm<S>(x, false, k->tb, (int)(batch * m), (int)n, (int)kk, A, 0, B, 0, C, 0, 1);
+    } else if (sb == 0 && !k->ta && sa == m * kk && lda == kk && batch * m <= INT32_MAX) {
+        s = blas_gemm<S>(x, false, k->tb, (int)(batch * m), (int)n, (int)kk, A, (int)lda, 0, B, 0,
+                         C, 0, 1);
     } else {
         for (int64_t b = 0; b < batch && s == CUBLAS_STATUS_SUCCESS; b++)
-            s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A + b * sa, 0, B + b * sb, 0,
-                             C + b * mn, 0, 1);
+            s = blas_gemm<S>(x, k->ta, k->tb, (int)m, (int)n, (int)kk, A + b * sa, (int)lda, 0,
+                             B + b * sb, 0, C + b * mn, 0, 1);
     }
     if (s != CUBLAS_STATUS_SUCCESS)
         return dt__fail(DT_ERR_DEVICE, "CUDA:%d (GPU %d): %s kernel for %s failed: %s", x->index,
@@ -108,7 +111,7 @@ dt_status gemm_blas(const dt__kctx *x, const dt__kargs *k, const S *A, const S *
 constexpr int kGT = 64, kGK = 16;
 
 struct GemmArgs {
-    int64_t batch, m, n, k, sa, sb;
+    int64_t batch, m, n, k, sa, sb, lda; /* lda: A's leading dimension as stored */
     bool ta, tb;
 };
 
@@ -125,7 +128,8 @@ HD void gemm_load(Uns<T> as[kGK][kGT + 1], Uns<T> bs[kGK][kGT + 1], const T *a, 
     for (int l = th; l < kGT * kGK; l += 256) {
         int i = g.ta ? l % kGT : l / kGK, qa = g.ta ? l / kGT : l % kGK;
         int64_t gi = i0 + i, gq = q0 + qa;
-        as[qa][i] = gi < g.m && gq < g.k ? (U)(g.ta ? a[gq * g.m + gi] : a[gi * g.k + gq]) : (U)0;
+        as[qa][i] =
+            gi < g.m && gq < g.k ? (U)(g.ta ? a[gq * g.lda + gi] : a[gi * g.lda + gq]) : (U)0;
         int j = g.tb ? l / kGK : l % kGT, qb = g.tb ? l % kGK : l / kGT;
         int64_t gj = j0 + j;
         gq = q0 + qb;
@@ -194,26 +198,29 @@ __global__ void __launch_bounds__(256) gemm_int_k(const T *A, const T *B, T *C, 
 
 } // namespace
 
-/* C[b] = op(A[b]) op(B[b]), row-major, for b < batch: A[b] at A + b * a_batch_stride, B[b]
- * likewise (0 broadcasts), C[b] at C + b * m * n. k == 0 gives zeros. */
+/* C[b] = op(A[b]) op(B[b]), row-major, for b < batch: A[b] at A + a_at + b * a_batch_stride
+ * (leading dimension lda, 0: packed), B[b] at B + b * b_batch_stride (0 broadcasts), C[b] at
+ * C + c_at + b * m * n. k == 0 gives zeros. */
 template <typename S>
 dt_status gemm(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
 {
     int64_t m = k->m, n = k->n, batch = k->batch;
+    S *C = (S *)out + k->c_at;
     if (m <= 0 || n <= 0 || batch <= 0)
         return DT_OK;
     if (k->k <= 0)
         return queued(x, "gemm", Ty<S>::dt,
-                      cudaMemsetAsync(out, 0, (size_t)(batch * m * n) * sizeof(S), stream_of(x)));
-    const S *A = (const S *)in[0], *B = (const S *)in[1];
+                      cudaMemsetAsync(C, 0, (size_t)(batch * m * n) * sizeof(S), stream_of(x)));
+    const S *A = (const S *)in[0] + k->a_at, *B = (const S *)in[1];
     if constexpr (Ty<S>::flt) {
-        return gemm_blas<S>(x, k, A, B, (S *)out);
+        return gemm_blas<S>(x, k, A, B, C);
     } else {
-        GemmArgs g{batch, m, n, k->k, k->a_batch_stride, k->b_batch_stride, k->ta, k->tb};
+        int64_t lda = k->lda ? k->lda : k->ta ? m : k->k;
+        GemmArgs g{batch, m, n, k->k, k->a_batch_stride, k->b_batch_stride, lda, k->ta, k->tb};
         int64_t tm = (m + kGT - 1) / kGT, tn = (n + kGT - 1) / kGT;
         dim3 grid((unsigned)(tn < 65535 ? tn : 65535), (unsigned)(tm < 65535 ? tm : 65535),
                   (unsigned)(batch < 65535 ? batch : 65535));
-        gemm_int_k<S><<<grid, 256, 0, stream_of(x)>>>(A, B, (S *)out, g);
+        gemm_int_k<S><<<grid, 256, 0, stream_of(x)>>>(A, B, C, g);
         return launched(x, "gemm", Ty<S>::dt);
     }
 }

@@ -7,10 +7,15 @@
  * slice of the other; conflicts relayout one operand), the local GEMM runs, and C' goes to the
  * requested layout: all-reduce for replicated, reduce-scatter for sharded, nothing for partial.
  * Candidates for each axis are the mesh axes the operands or the request put there, and none;
- * the cheapest expansion by the alpha-beta model (communication + GEMM time) wins. */
+ * the cheapest expansion by the alpha-beta model (communication + GEMM time) wins.
+ *
+ * A reduce-scatter into rows (k and the result's rows on one mesh axis of P devices) is
+ * chunked, so that its peak extra memory is the output plus one temporary no larger than the
+ * smallest output block (issue 14): see "chunked reduce-scatter" below. */
 #include "../engine.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MAX_SLOTS = DT_MAX_RANK + 1 };
@@ -74,6 +79,93 @@ typedef struct mm_plan {
     double cost;
 } mm_plan;
 
+/* ---- chunked reduce-scatter ---------------------------------------------------------------
+ *
+ * C[M,N] = A[M,k] B[k,N] with k sharded on mesh axis x (P devices) and C wanted with its rows
+ * on x: the plain form writes the partial C of all M rows on every device, then reduce-scatters
+ * it into the output's block of about M/P rows, holding P times the output as a temporary.
+ * The chunked form makes chunks of at most q = floor(M/P) rows (the smallest block; 1 when
+ * M < P): chunk i takes rows[i][p] rows of each block p, contiguous and in order, so that
+ *   temporary (cap rows, N/.. columns) = [block 0's rows of chunk i; block 1's; ...]
+ * is exactly the reduce-scatter's send buffer (member blocks in rank order): one gemm per
+ * block writes its rows of A's product into its place, and the reduce-scatter writes member
+ * p's rows straight into its output at row at[i][p]. Each device then holds its output and
+ * one temporary of at most q rows: at most twice its output, uneven shards included. The
+ * rows each chunk takes from each block are dealt one at a time to the block with the most
+ * rows left (the lowest block first on ties), so every chunk but the last has q rows and the
+ * chunks number ceil(M/q): P when P divides M, P+1 or more otherwise. The same bytes cross
+ * as in one reduce-scatter, in ceil(M/q) collectives; each output element is the same sum,
+ * member by member, as before (its gemm row is computed alone rather than with the others). */
+typedef struct rs_chunks {
+    int g;         /* group size P */
+    int n;         /* chunks */
+    int64_t cap;   /* rows of the temporary: the largest chunk */
+    int64_t *rows; /* rows[i * g + p]: rows of block p in chunk i */
+    int64_t *at;   /* at[i * g + p]: their first row inside block p */
+} rs_chunks;
+
+/* Chunks of M >= 2 rows over g >= 2 blocks. */
+static dt_status chunks_plan(int64_t M, int g, rs_chunks *c)
+{
+    memset(c, 0, sizeof *c);
+    int64_t q = M / g;
+    c->g = g;
+    c->cap = q > 0 ? q : 1;
+    c->n = (int)((M + c->cap - 1) / c->cap);
+    c->rows = calloc((size_t)c->n * (size_t)g, sizeof *c->rows);
+    c->at = calloc((size_t)c->n * (size_t)g, sizeof *c->at);
+    int64_t *left = calloc((size_t)g, sizeof *left);
+    if (!c->rows || !c->at || !left) {
+        int n = c->n;
+        free(c->rows);
+        free(c->at);
+        free(left);
+        memset(c, 0, sizeof *c);
+        return dt__fail(DT_ERR_NOMEM, "matmul: out of memory for %d chunks", n);
+    }
+    int64_t total = M;
+    for (int p = 0; p < g; p++)
+        left[p] = dt_shard_size(M, g, p);
+    for (int i = 0; i < c->n; i++) {
+        int64_t *rows = c->rows + (size_t)i * g, *at = c->at + (size_t)i * g;
+        for (int p = 0; p < g; p++)
+            at[p] = dt_shard_size(M, g, p) - left[p];
+        int64_t take = total < c->cap ? total : c->cap;
+        total -= take;
+        /* rows left differ by at most one between blocks: those with the most give one row
+         * each first (lowest block first), then every block a row a round, then the rest
+         * from the lowest blocks */
+        int64_t hi = 0;
+        for (int p = 0; p < g; p++)
+            hi = left[p] > hi ? left[p] : hi;
+        for (int p = 0; p < g && take > 0; p++)
+            if (left[p] == hi) {
+                rows[p]++;
+                left[p]--;
+                take--;
+            }
+        int64_t rounds = take / g;
+        for (int p = 0; p < g; p++) {
+            rows[p] += rounds;
+            left[p] -= rounds;
+        }
+        take -= rounds * g;
+        for (int p = 0; p < g && take > 0; p++, take--) {
+            rows[p]++;
+            left[p]--;
+        }
+    }
+    free(left);
+    return DT_OK;
+}
+
+static void chunks_free(rs_chunks *c)
+{
+    free(c->rows);
+    free(c->at);
+    memset(c, 0, sizeof *c);
+}
+
 typedef struct search {
     const dt__dist *a, *b;
     const dt_layout *want;
@@ -112,6 +204,27 @@ static void layouts_of(search *S, mm_plan *p)
     }
 }
 
+/* The group size P of a plan whose partial C goes to its rows on k's mesh axis by one
+ * reduce-scatter and nothing else, with no batch to interleave (the chunked form); 0 when
+ * the plan is not of that form. */
+static int chunked_group(const dt__dist *a, const dt__dist *b, mm_shape s, const mm_plan *p)
+{
+    int kx = p->axis[s.nb + 2];
+    if (kx == DT_UNSHARDED || p->c.axes[s.nb] != DT_UNSHARDED || p->c.partial != 1u << kx ||
+        p->c.partial_op != DT_REDUCE_SUM)
+        return 0;
+    dt_layout want = p->c;
+    want.partial = 0;
+    want.axes[s.nb] = kx;
+    if (!dt_layout_equal(&p->final, &want))
+        return 0;
+    for (int i = 0; i < s.nb; i++)
+        if (a->shape[i] != 1)
+            return 0;
+    int g = a->layout.mesh->sizes[kx];
+    return g > 1 && a->shape[s.am] >= 2 && b->shape[s.bn] > 0 ? g : 0;
+}
+
 static double gemm_time(const search *S, const mm_plan *p)
 {
     /* The busiest device: the first shard of every axis. */
@@ -139,6 +252,12 @@ static void evaluate(search *S)
               dt__relayout_cost(&S->b->layout, &p->b, S->b->dtype, S->b->rank, S->b->shape) +
               dt__relayout_cost(&p->c, &p->final, S->a->dtype, S->a->rank, cshape) +
               gemm_time(S, p);
+    int g = chunked_group(S->a, S->b, S->s, p);
+    if (g) {
+        /* chunked: the same bytes and multiplies, in more reduce-scatters of g - 1 messages */
+        int64_t M = S->a->shape[S->s.am], cap = M / g > 0 ? M / g : 1;
+        p->cost += (double)((M + cap - 1) / cap - 1) * (g - 1) * DT__ALPHA;
+    }
     if (!isfinite(p->cost))
         return;
     if (!S->found || p->cost < S->best.cost) {
@@ -196,6 +315,156 @@ static void gemm_args(void *ctx, int d, dt__kargs *k)
     k->b_batch_stride = g->s.b_bat ? k->k * k->n : 0;
 }
 
+/* The chunked form's steps (see "chunked reduce-scatter"). */
+typedef struct chunk_ctx {
+    gemm_ctx gemm;
+    const dt__dist *out;
+    const rs_chunks *ch;
+    unsigned axes; /* k's mesh axis */
+    int64_t M;
+    int i, p;       /* chunk, (first) block */
+    int nblocks;    /* blocks in one gemm step: 1, or all of them when they are alike */
+    int64_t stride; /* rows between the blocks' first rows (nblocks > 1) */
+} chunk_ctx;
+
+static int64_t local_cols(const chunk_ctx *c, int d)
+{
+    int64_t cl[DT_MAX_RANK];
+    dt__local_shape(c->gemm.c, d, cl, NULL);
+    return cl[c->gemm.s.nb + 1];
+}
+
+static void chunk_gemm_args(void *ctx, int d, dt__kargs *k)
+{
+    chunk_ctx *c = ctx;
+    gemm_args(&c->gemm, d, k);
+    const int64_t *rows = c->ch->rows + (size_t)c->i * c->ch->g;
+    int64_t r0 = dt_shard_offset(c->M, c->ch->g, c->p) + c->ch->at[(size_t)c->i * c->ch->g + c->p];
+    int64_t before = 0;
+    for (int q = 0; q < c->p; q++)
+        before += rows[q];
+    /* a_local: (M, k/..) or, transposed, (k/.., M): rows r0.. of op(A) are rows or columns */
+    int64_t kl = k->k, n = k->n;
+    k->lda = c->gemm.ta ? k->m : kl;
+    k->a_at = c->gemm.ta ? r0 : r0 * kl;
+    k->m = rows[c->p];
+    k->c_at = before * n;
+    k->shape[c->gemm.s.nb] = k->m * c->nblocks;
+    if (c->nblocks > 1) {
+        /* the blocks as a batch of one shared B: block q's rows at r0 + q * stride of op(A),
+         * its product right after block q - 1's in the temporary (c's batch stride m * n) */
+        k->batch = c->nblocks;
+        k->a_batch_stride = c->gemm.ta ? c->stride : c->stride * kl;
+        k->b_batch_stride = 0;
+    }
+}
+
+static void chunk_rs_counts(void *ctx, int d, int64_t counts[])
+{
+    chunk_ctx *c = ctx;
+    int64_t n = local_cols(c, d);
+    for (int q = 0; q < c->ch->g; q++)
+        counts[q] = c->ch->rows[(size_t)c->i * c->ch->g + q] * n;
+}
+
+static void chunk_rs_at(void *ctx, int d, int64_t at[])
+{
+    chunk_ctx *c = ctx;
+    int r = dt__group_rank(c->out->layout.mesh, c->axes, d);
+    at[0] = 0;
+    at[1] = c->ch->at[(size_t)c->i * c->ch->g + r] * local_cols(c, d);
+}
+
+/* Steps: per chunk, one gemm per block with rows in it, then a reduce-scatter into the rows of
+ * every member's output. */
+static dt_status emit_chunked(dt__program *p, const gemm_ctx *g, const mm_plan *best,
+                              const rs_chunks *ch, int64_t M, dt__dist *out)
+{
+    const dt__dist *c = g->c;
+    const dt_mesh *m = c->layout.mesh;
+    int kx = best->axis[g->s.nb + 2];
+    chunk_ctx cc = {.gemm = *g, .out = out, .ch = ch, .axes = 1u << kx, .M = M};
+    DT_TRY(dt__slot_new(p, &best->final, c->dtype, c->rank, c->shape, out));
+    /* tmp_local: (cap, n/..): the rows of one chunk, member blocks in rank order */
+    int64_t *elems = calloc((size_t)m->num_local + 1, sizeof *elems);
+    if (!elems)
+        return dt__fail(DT_ERR_NOMEM, "matmul: out of memory");
+    int64_t nmax = 0;
+    for (int d = 0; d < m->size; d++) {
+        int64_t n = local_cols(&cc, d);
+        nmax = n > nmax ? n : nmax;
+        if (d >= m->first_local && d < m->first_local + m->num_local)
+            elems[d - m->first_local] = ch->cap * n;
+    }
+    int tmp;
+    dt_status st = dt__slot_new_elems(p, m, c->dtype, elems, &tmp);
+    free(elems);
+    DT_TRY(st);
+    double es = (double)dt_dtype_size(c->dtype);
+    int ins[2] = {g->a->slot, g->b->slot};
+    for (int i = 0; i < ch->n; i++) {
+        cc.i = i;
+        const int64_t *rows = ch->rows + (size_t)i * ch->g;
+        int64_t total = 0;
+        /* blocks of as many rows at a constant stride are one gemm step of a batch (fewer
+         * steps, each a point where every device waits for the slowest) */
+        const int64_t *at = ch->at + (size_t)i * ch->g;
+        bool alike = true;
+        for (int q = 1; q < ch->g; q++)
+            alike = alike && rows[q] == rows[0] &&
+                    dt_shard_offset(M, ch->g, q) + at[q] - dt_shard_offset(M, ch->g, q - 1) -
+                            at[q - 1] ==
+                        dt_shard_offset(M, ch->g, 1) + at[1] - at[0];
+        cc.nblocks = alike ? ch->g : 1;
+        cc.stride = dt_shard_offset(M, ch->g, 1) + at[1] - at[0];
+        for (int q = 0; q < ch->g; q++)
+            total += rows[q];
+        for (int q = 0; q < ch->g; q += cc.nblocks) {
+            if (!rows[q])
+                continue;
+            cc.p = q;
+            DT_TRY(dt__emit_kernel(p, "matmul", DT__K_GEMM, c->dtype, 2, ins, tmp, m,
+                                   chunk_gemm_args, &cc));
+            dt__step *sp = &p->steps[p->nsteps - 1];
+            int64_t r0 = dt_shard_offset(M, ch->g, q) + at[q];
+            size_t len = strlen(sp->text);
+            if (cc.nblocks > 1)
+                snprintf(sp->text + len, sizeof sp->text - len,
+                         "; chunk %d of %d: rows %lld..%lld of C and the same rows every %lld "
+                         "after (one block per member)",
+                         i + 1, ch->n, (long long)r0, (long long)(r0 + rows[q] - 1),
+                         (long long)cc.stride);
+            else
+                snprintf(sp->text + len, sizeof sp->text - len,
+                         "; chunk %d of %d: rows %lld..%lld of C (member %d's block)", i + 1, ch->n,
+                         (long long)r0, (long long)(r0 + rows[q] - 1), q);
+        }
+        /* even when every member takes as many elements, on every device */
+        bool even = true;
+        int64_t count = -1;
+        int64_t *cnt = calloc((size_t)ch->g, sizeof *cnt);
+        if (!cnt)
+            return dt__fail(DT_ERR_NOMEM, "matmul: out of memory");
+        for (int d = 0; d < m->size && even; d++) {
+            chunk_rs_counts(&cc, d, cnt);
+            for (int q = 0; q < ch->g && even; q++) {
+                count = count < 0 ? cnt[q] : count;
+                even = cnt[q] == count;
+            }
+        }
+        free(cnt);
+        char what[128];
+        snprintf(what, sizeof what, "chunk %d of %d, local [%lld,%lld] -> rows of each block",
+                 i + 1, ch->n, (long long)total, (long long)nmax);
+        double sent = (double)(ch->g - 1) / ch->g * (double)total * (double)nmax * es;
+        DT_TRY(dt__emit_coll(p, "matmul", DT__COLL_REDUCE_SCATTER, c->dtype, DT_REDUCE_SUM, cc.axes,
+                             tmp, out->slot, even ? count : 0, even ? NULL : chunk_rs_counts, &cc,
+                             ch->g, sent, what));
+        DT_TRY(dt__coll_at(p, chunk_rs_at, &cc));
+    }
+    return DT_OK;
+}
+
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
@@ -243,9 +512,20 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
         cshape[i] = a->shape[i];
     cshape[s.nb] = a->shape[s.am];
     cshape[s.nb + 1] = b->shape[s.bn];
+    gemm_ctx g = {.a = &a2, .b = &b2, .c = &c, .s = s, .ta = n->attrs.ta, .tb = n->attrs.tb};
+    int group = chunked_group(a, b, s, best);
+    if (group) {
+        /* c describes the partial C, never held whole: no slot */
+        c = (dt__dist){.slot = -1, .dtype = a->dtype, .rank = a->rank, .layout = best->c};
+        memcpy(c.shape, cshape, sizeof cshape[0] * (size_t)a->rank);
+        rs_chunks ch;
+        DT_TRY(chunks_plan(a->shape[s.am], group, &ch));
+        dt_status st = emit_chunked(p, &g, best, &ch, a->shape[s.am], out);
+        chunks_free(&ch);
+        return st;
+    }
     /* c_local: (batch/.., m/.., n/..), partial over k's mesh axis when k is sharded */
     DT_TRY(dt__slot_new(p, &best->c, a->dtype, a->rank, cshape, &c));
-    gemm_ctx g = {.a = &a2, .b = &b2, .c = &c, .s = s, .ta = n->attrs.ta, .tb = n->attrs.tb};
     int ins[2] = {a2.slot, b2.slot};
     DT_TRY(dt__emit_kernel(p, "matmul", DT__K_GEMM, a->dtype, 2, ins, c.slot, a->layout.mesh,
                            gemm_args, &g));

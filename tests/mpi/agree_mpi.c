@@ -34,18 +34,20 @@ int main(void)
     const int64_t shape[1] = {(int64_t)n * 2};
     dt_tensor *t = NULL;
     tap_check(dt_ones(DT_DTYPE_F32, 1, shape, &(dt_op_options){.layout = &l}, &t) == DT_OK, "ones");
-    /* matmul with the contracting axis sharded: a local gemm into a temporary partial C
-     * [8,8] (256 bytes), then a reduce-scatter into the result's [4,8] shard (128 bytes) */
-    const int64_t sa[2] = {8, (int64_t)n * 8}, sb[2] = {(int64_t)n * 8, 8};
+    /* a batched matmul with the contracting axis sharded: a local gemm into a temporary
+     * partial C [2,8,8] (512 bytes), then a reduce-scatter into the result's [2,4,8] shard (256
+     * bytes) at 2 clients (without a batch the reduce-scatter into rows is chunked, and its
+     * temporary is never larger than the result) */
+    const int64_t sa[3] = {2, 8, (int64_t)n * 8}, sb[2] = {(int64_t)n * 8, 8};
     dt_layout la, lb, lc;
-    dt_layout_parse(m, "unsharded,x", &la);
+    dt_layout_parse(m, "unsharded,unsharded,x", &la);
     dt_layout_parse(m, "x,unsharded", &lb);
-    dt_layout_parse(m, "x,unsharded", &lc);
+    dt_layout_parse(m, "unsharded,x,unsharded", &lc);
     dt_tensor *a = NULL, *b = NULL, *c = NULL;
-    dt_ones(DT_DTYPE_F32, 2, sa, &(dt_op_options){.layout = &la}, &a);
+    dt_ones(DT_DTYPE_F32, 3, sa, &(dt_op_options){.layout = &la}, &a);
     dt_ones(DT_DTYPE_F32, 2, sb, &(dt_op_options){.layout = &lb}, &b);
     if (me == 1)
-        dt__device_fail_allocs_over(200);
+        dt__device_fail_allocs_over(300);
     dt_status ms = dt_matmul(a, b, &(dt_op_options){.layout = &lc}, &c);
     dt__device_fail_allocs_over(SIZE_MAX);
     tap_check(ms == DT_ERR_NOMEM && !c,
@@ -55,9 +57,9 @@ int main(void)
     tap_check(me != 0 || strstr(dt_last_error(), "client 1"), "the error names client 1: %s",
               dt_last_error());
     ms = dt_matmul(a, b, &(dt_op_options){.layout = &lc}, &c);
-    float got[8 * 8];
+    float got[2 * 8 * 8];
     bool right = ms == DT_OK && dt_tensor_read(c, got, sizeof got) == DT_OK;
-    for (int i = 0; right && i < 64; i++)
+    for (int i = 0; right && i < 2 * 8 * 8; i++)
         right = got[i] == (float)(n * 8); /* sum of n*8 ones */
     tap_check(right, "the same op runs once memory is back");
     dt_tensor_free(a);

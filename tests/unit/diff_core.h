@@ -653,6 +653,95 @@ static void diff_matmul(const dt_mesh *m, const diff_opts *o)
         }
 }
 
+/* Contracting axis and the result's rows on one mesh axis: the expansion reduce-scatters the
+ * partial product into rows in chunks (spmd/ops/matmul.c), each a gemm of a block of op(A)'s
+ * rows into a temporary and a reduce-scatter into rows of the output. For each mesh axis of
+ * more than one device (columns on the next axis, when there is one): even rows, uneven ones
+ * (M mod P of 1 and P - 1), fewer rows than devices (empty blocks), A transposed, and the
+ * gemm kernels of every kind (BLAS f32 and f64, widened bf16, integer loops); K is large
+ * enough that the reduce-scatter is the plan taken. Against a host GEMM in double. */
+static void diff_matmul_chunked(const dt_mesh *m, const diff_opts *o)
+{
+    (void)o;
+    int na = dt_mesh_num_axes(m);
+    const dt_dtype dts[4] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_I32};
+    for (int ax = 0; ax < na; ax++) {
+        int P = m->sizes[ax], nx = na > 1 ? (ax + 1) % na : -1;
+        if (P < 2)
+            continue;
+        /* {M, K, N, transposed a} */
+        const int64_t dims[5][4] = {{8 * P, 1536, 256, 0},
+                                    {8 * P + 1, 1536, 200, 1},
+                                    {8 * P + P - 1, 1500, 250, 0},
+                                    {P - 1, 3000, 64, 0},
+                                    {3 * P + 1, 2048, 128, 1}};
+        bool ok = true;
+        char bad[512] = "";
+        for (int q = 0; q < 5; q++) {
+            int64_t M = dims[q][0], K = dims[q][1], N = dims[q][2];
+            bool ta = dims[q][3] != 0;
+            dt_dtype dt = dts[q % 4];
+            if (q == 4)
+                dt = DT_DTYPE_F32;
+            /* a: [M, K] (stored [K, M] when transposed), k on ax; b: [K, N], k on ax and n on
+             * the next axis; c: rows on ax */
+            dt_layout la = {.mesh = m, .rank = 2, .partial_op = DT_REDUCE_SUM}, lb = la, lc = la;
+            for (int i = 0; i < DT_MAX_RANK; i++)
+                la.axes[i] = lb.axes[i] = lc.axes[i] = DT_UNSHARDED;
+            la.axes[ta ? 0 : 1] = ax;
+            lb.axes[0] = ax;
+            lc.axes[0] = ax;
+            if (nx >= 0)
+                lb.axes[1] = lc.axes[1] = nx;
+            int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {K, N};
+            void *ha = malloc((size_t)(M * K) * 8 + 8), *hb = malloc((size_t)(K * N) * 8);
+            double *ra = malloc(sizeof(double) * (size_t)(M * K) + 8),
+                   *rb = malloc(sizeof(double) * (size_t)(K * N)),
+                   *rc = malloc(sizeof(double) * (size_t)(M * N) + 8);
+            fill_host(dt, ha, M * K, 6);
+            fill_host(dt, hb, K * N, 7);
+            for (int64_t i = 0; i < M * K; i++)
+                ra[i] = get(dt, ha, i);
+            for (int64_t i = 0; i < K * N; i++)
+                rb[i] = get(dt, hb, i);
+            ref_matmul(ra, rb, rc, M, K, N, ta, false);
+            dt_tensor *a = make_tensor(&la, dt, 2, sa, ha), *b = make_tensor(&lb, dt, 2, sb, hb);
+            dt_tensor *c = NULL;
+            char *text = NULL;
+            size_t len = 0;
+            FILE *mem = open_memstream(&text, &len);
+            dt_op_options op = {.transpose_a = ta, .layout = &lc, .program = mem};
+            bool one = a && b && mem && dt_matmul(a, b, &op, &c) == DT_OK;
+            if (mem)
+                fclose(mem);
+            /* the chunks are in the program (one row cannot be chunked) */
+            bool chunked = M < 2 || (text && strstr(text, "chunk 1 of"));
+            one = one && dt_layout_equal(dt_tensor_layout(c), &lc) &&
+                  matches(c, dt, rc, M * N, sum_tol(dt));
+            if ((!one || !chunked) && ok)
+                snprintf(bad, sizeof bad,
+                         " (first failure: axis %d, %s [%lld,%lld]%s @ [%lld,%lld]%s: %s)", ax,
+                         dt_dtype_name(dt), (long long)M, (long long)K, ta ? "^T" : "",
+                         (long long)K, (long long)N, one ? ", not chunked" : "",
+                         one && text ? text : dt_last_error());
+            ok = ok && one && chunked;
+            free(text);
+            dt_tensor_free(a);
+            dt_tensor_free(b);
+            dt_tensor_free(c);
+            free(ha);
+            free(hb);
+            free(ra);
+            free(rb);
+            free(rc);
+        }
+        DIFF_REPORT(ok,
+                    "matmul reduce-scattered into rows on mesh axis %d (chunked): even, "
+                    "uneven, empty blocks, transposed a%s",
+                    ax, bad);
+    }
+}
+
 static void diff_batch_matmul(const dt_mesh *m, const diff_opts *o)
 {
     (void)o;
@@ -2421,6 +2510,7 @@ static void diff_all(const dt_mesh *m, const diff_opts *o)
     diff_creation(m, o);
     diff_relayout(m, o);
     diff_matmul(m, o);
+    diff_matmul_chunked(m, o);
     diff_batch_matmul(m, o);
     diff_elementwise(m, o);
     diff_promotion(m, o);

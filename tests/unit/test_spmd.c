@@ -214,9 +214,12 @@ Test(program, eager_print_and_partial_result)
 Test(function, backward_propagation_fuses_reduce_scatter)
 {
     start(4, "x=4");
-    const int64_t sa[2] = {8, 8};
-    float a[64], b[64];
-    for (int i = 0; i < 64; i++) {
+    /* large enough that the reduce-scatter, chunked into 4 collectives (spmd/ops/matmul.c),
+     * beats an all-to-all of A and an all-gather of B in the cost model */
+    enum { n = 256 };
+    const int64_t sa[2] = {n, n};
+    static float a[n * n], b[n * n], got[n * n];
+    for (int i = 0; i < n * n; i++) {
         a[i] = (float)(i % 5);
         b[i] = (float)(i % 3);
     }
@@ -245,15 +248,17 @@ Test(function, backward_propagation_fuses_reduce_scatter)
     dt_tensor *ta = T("unsharded,x", 2, sa, a), *tb = T("x,unsharded", 2, sa, b), *res;
     const dt_tensor *ins[2] = {ta, tb};
     cr_assert_eq(dt_function_run(f, 2, ins, 1, &res), DT_OK, "%s", dt_last_error());
-    float got[64];
     cr_assert_eq(dt_tensor_read(res, got, sizeof got), DT_OK);
-    for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 8; j++) {
-            float s = 0;
-            for (int k = 0; k < 8; k++)
-                s += a[i * 8 + k] * b[k * 8 + j];
-            cr_expect_eq(got[i * 8 + j], s > 0 ? s : 0);
+    int bad_at = -1;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0; /* integers below 2^24: exact in any order */
+            for (int k = 0; k < n; k++)
+                s += a[i * n + k] * b[k * n + j];
+            if (bad_at < 0 && got[i * n + j] != (s > 0 ? s : 0))
+                bad_at = i * n + j;
         }
+    cr_expect_eq(bad_at, -1, "first wrong element %d", bad_at);
     cr_expect(dt_layout_equal(dt_tensor_layout(res), &lr));
     /* a wrongly laid out input is refused before anything runs */
     dt_tensor *wrong = T("x,unsharded", 2, sa, a), *r2 = NULL;

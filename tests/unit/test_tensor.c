@@ -717,54 +717,111 @@ Test(memory, caching_allocator_steady_state)
     cr_expect_eq(dt_device_memory_stats(DT_DEVICE_CPU, 0, &after[0]), DT_ERR_STATE);
 }
 
+/* One matmul case of the memory bound: a [M,K] @ b [K,N] -> c, f32, laid out as named. */
+typedef struct peak_case {
+    const char *a, *b, *c;
+    int64_t M, K, N;
+    /* rows of the temporary the expansion holds beside the output: 0 (none), or the chunk of
+     * the reduce-scatter into rows, floor(M/P) (spmd/ops/matmul.c) */
+    int64_t temp_rows;
+} peak_case;
+
+/* Run one case on m (ndev local devices) and check, per device, the allocator's peak above
+ * what was in use before the call (the operands): the device's output plus the temporary, and
+ * at most twice the output. The printed program must show the chunks when there is one. */
+static void check_matmul_peak(dt_mesh *m, int ndev, const peak_case *k)
+{
+    dt_layout la, lb, lc;
+    cr_assert_eq(dt_layout_parse(m, k->a, &la), DT_OK);
+    cr_assert_eq(dt_layout_parse(m, k->b, &lb), DT_OK);
+    cr_assert_eq(dt_layout_parse(m, k->c, &lc), DT_OK);
+    const int64_t sa[2] = {k->M, k->K}, sb[2] = {k->K, k->N}, sc[2] = {k->M, k->N};
+    dt_tensor *a = NULL, *b = NULL, *c = NULL;
+    dt_op_options oa = {.layout = &la}, ob = {.layout = &lb};
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sa, 1, 2, -1, 1, &oa, &a), DT_OK);
+    cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, sb, 1, 3, -1, 1, &ob, &b), DT_OK);
+    dt_memory_stats before[8], after[8];
+    for (int i = 0; i < ndev; i++) {
+        cr_assert_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, i), DT_OK);
+        cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &before[i]), DT_OK);
+        cr_expect_eq(before[i].peak, before[i].in_use);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    dt_op_options oc = {.layout = &lc, .program = mem};
+    cr_assert_eq(dt_matmul(a, b, &oc, &c), DT_OK, "%s", dt_last_error());
+    fclose(mem);
+    if (k->temp_rows)
+        cr_expect(strstr(text, "reduce_scatter") && strstr(text, "chunk 1 of"),
+                  "%s @ %s -> %s, [%lld,%lld] @ [%lld,%lld]: a chunked reduce-scatter\n%s", k->a,
+                  k->b, k->c, (long long)k->M, (long long)k->K, (long long)k->K, (long long)k->N,
+                  text);
+    for (int i = 0; i < ndev; i++) {
+        int64_t local[2];
+        cr_assert_eq(dt_layout_local_shape(&lc, sc, i, local, NULL), DT_OK);
+        size_t out = (size_t)(local[0] * local[1]) * sizeof(float);
+        size_t temp = (size_t)(k->temp_rows * local[1]) * sizeof(float);
+        cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
+        size_t extra = after[i].peak - before[i].in_use;
+        cr_expect_leq(extra, 2 * out,
+                      "%s @ %s -> %s, [%lld,%lld] @ [%lld,%lld], device %d: %zu bytes above the "
+                      "operands, output %zu\n%s",
+                      k->a, k->b, k->c, (long long)k->M, (long long)k->K, (long long)k->K,
+                      (long long)k->N, i, extra, out, text);
+        cr_expect_eq(extra, out + temp,
+                     "%s @ %s -> %s, [%lld,%lld] @ [%lld,%lld], device %d: %zu bytes above the "
+                     "operands, want output %zu + temporary %zu",
+                     k->a, k->b, k->c, (long long)k->M, (long long)k->K, (long long)k->K,
+                     (long long)k->N, i, extra, out, temp);
+    }
+    free(text);
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    dt_tensor_free(c);
+}
+
 /* A sharded matmul's peak extra memory is its output plus at most one temporary of the
  * output's size (issue 14), read from the allocator's peak restarted before the call. The
  * contracting case all-reduces its partial product in place, so it holds the output alone;
- * so do the cases with no collective. */
+ * so do the cases with no collective. The contracting case reduce-scattered into rows holds
+ * its output and one chunk of floor(M/P) rows, never the whole partial product (P times the
+ * output), uneven shards included. */
 Test(memory, matmul_peak_is_output_plus_at_most_one_temporary)
 {
     dt_mesh *m = setup(1, (int[]){2});
     const int64_t n = 96;
-    const int64_t shape[2] = {n, n};
-    struct {
-        const char *a, *b, *c;
-        int64_t out_rows; /* rows of C on each device */
-    } cases[] = {
-        {"unsharded,x", "x,unsharded", "unsharded,unsharded", n}, /* partial C all-reduced */
-        {"x,unsharded", "unsharded,unsharded", "x,unsharded", n / 2},
-        {"unsharded,unsharded", "unsharded,unsharded", "unsharded,unsharded", n},
+    const peak_case cases[] = {
+        {"unsharded,x", "x,unsharded", "unsharded,unsharded", n, n, n, 0}, /* all-reduced */
+        {"x,unsharded", "unsharded,unsharded", "x,unsharded", n, n, n, 0},
+        {"unsharded,unsharded", "unsharded,unsharded", "unsharded,unsharded", n, n, n, 0},
+        /* partial C reduce-scattered into rows, in chunks of floor(M/2) rows */
+        {"unsharded,x", "x,unsharded", "x,unsharded", n, n, n, n / 2},
+        {"unsharded,x", "x,unsharded", "x,unsharded", 97, 300, 83, 48}, /* 49 + 48 rows */
+        {"unsharded,x", "x,unsharded", "x,unsharded", 150, 400, 64, 75},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        dt_layout la, lb, lc;
-        cr_assert_eq(dt_layout_parse(m, cases[k].a, &la), DT_OK);
-        cr_assert_eq(dt_layout_parse(m, cases[k].b, &lb), DT_OK);
-        cr_assert_eq(dt_layout_parse(m, cases[k].c, &lc), DT_OK);
-        dt_tensor *a = NULL, *b = NULL, *c = NULL;
-        dt_op_options oa = {.layout = &la}, ob = {.layout = &lb}, oc = {.layout = &lc};
-        cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 2, -1, 1, &oa, &a), DT_OK);
-        cr_assert_eq(dt_random_uniform(DT_DTYPE_F32, 2, shape, 1, 3, -1, 1, &ob, &b), DT_OK);
-        dt_memory_stats before[2], after[2];
-        for (int i = 0; i < 2; i++) {
-            cr_assert_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, i), DT_OK);
-            cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &before[i]), DT_OK);
-            cr_expect_eq(before[i].peak, before[i].in_use);
-        }
-        cr_assert_eq(dt_matmul(a, b, &oc, &c), DT_OK, "%s", dt_last_error());
-        size_t out = (size_t)(cases[k].out_rows * n) * sizeof(float);
-        for (int i = 0; i < 2; i++) {
-            cr_assert_eq(dt_device_memory_stats(DT_DEVICE_CPU, i, &after[i]), DT_OK);
-            size_t extra = after[i].peak - before[i].in_use;
-            cr_expect_leq(extra, 2 * out, "%s @ %s -> %s, device %d: %zu bytes above the operands",
-                          cases[k].a, cases[k].b, cases[k].c, i, extra);
-            cr_expect_eq(extra, out, "%s @ %s -> %s, device %d: %zu bytes above the operands",
-                         cases[k].a, cases[k].b, cases[k].c, i, extra);
-        }
-        dt_tensor_free(a);
-        dt_tensor_free(b);
-        dt_tensor_free(c);
-    }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        check_matmul_peak(m, 2, &cases[k]);
     cr_expect_eq(dt_device_memory_reset_peak(DT_DEVICE_CPU, 2), DT_ERR_ARG);
     EXPECT_MSG("device 2");
+    teardown(m);
+}
+
+/* The same bound on 1 process x 4 devices, where the plain reduce-scatter held 4 times the
+ * output: even and uneven rows (M mod 4 = 1, 2, 3; K large enough that the reduce-scatter is
+ * the cheapest plan). */
+Test(memory, matmul_reduce_scatter_peak_on_four_devices)
+{
+    dt_mesh *m = setup(1, (int[]){4});
+    const peak_case cases[] = {
+        {"unsharded,x", "x,unsharded", "x,unsharded", 128, 512, 128, 32},
+        {"unsharded,x", "x,unsharded", "x,unsharded", 129, 1000, 120, 32},
+        {"unsharded,x", "x,unsharded", "x,unsharded", 130, 1024, 96, 32},
+        {"unsharded,x", "x,unsharded", "x,unsharded", 131, 1024, 128, 32},
+        {"x,unsharded", "unsharded,unsharded", "x,unsharded", 130, 128, 128, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        check_matmul_peak(m, 4, &cases[k]);
     teardown(m);
 }
 
