@@ -284,29 +284,45 @@ static void ag_counts(void *ctx, int d, int64_t counts[])
                                     member(m, c->mesh_axis, d, s));
 }
 
-static void ag_unpack(void *ctx, int d, dt__kargs *k)
+/* -- in place (groups inside one client): device d's box of member s's shard. All-gather:
+ * s's whole shard, at s's range of axis `from` in d's result. */
+static void ag_boxes(void *ctx, int d, dt__block boxes[])
 {
     tctx *c = ctx;
     const dt_mesh *m = c->in->layout.mesh;
     int rank = c->in->rank, i = c->t->from;
     int64_t out_local[DT_MAX_RANK];
     dt__local_shape(&c->out, d, out_local, NULL);
-    k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
-    k->nblocks = c->g;
-    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
-    int64_t at = 0;
-    for (int s = 0; s < c->g && k->blocks; s++) {
-        dt__block *b = &k->blocks[s];
-        b->rank = rank;
+    for (int s = 0; s < c->g; s++) {
+        dt__block *b = &boxes[s];
         int64_t blk[DT_MAX_RANK];
         dt__local_shape(c->in, member(m, c->mesh_axis, d, s), blk, NULL);
-        b->src_at = at;
+        b->rank = rank;
         copy_shape(b->src_shape, blk, rank);
         copy_shape(b->extent, blk, rank);
         copy_shape(b->dst_shape, out_local, rank);
         b->dst_off[i] = dt_shard_offset(c->in->shape[i], c->g, s);
-        at += dt__num_elements(rank, blk);
+    }
+}
+
+static void ag_unpack(void *ctx, int d, dt__kargs *k)
+{
+    tctx *c = ctx;
+    int rank = c->in->rank;
+    int64_t out_local[DT_MAX_RANK];
+    dt__local_shape(&c->out, d, out_local, NULL);
+    k->rank = rank;
+    copy_shape(k->shape, out_local, rank);
+    k->nblocks = c->g;
+    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
+    if (!k->blocks)
+        return;
+    /* the boxes of the members' shards, found one after another in the gathered buffer */
+    ag_boxes(ctx, d, k->blocks);
+    int64_t at = 0;
+    for (int s = 0; s < c->g; s++) {
+        k->blocks[s].src_at = at;
+        at += dt__num_elements(rank, k->blocks[s].extent);
     }
 }
 
@@ -409,29 +425,8 @@ static void a2a_unpack(void *ctx, int d, dt__kargs *k)
     }
 }
 
-/* -- in place (groups inside one client): device d's box of member s's shard. All-gather:
- * s's whole shard, at s's range of axis `from` in d's result. */
-static void ag_boxes(void *ctx, int d, dt__block boxes[])
-{
-    tctx *c = ctx;
-    const dt_mesh *m = c->in->layout.mesh;
-    int rank = c->in->rank, i = c->t->from;
-    int64_t out_local[DT_MAX_RANK];
-    dt__local_shape(&c->out, d, out_local, NULL);
-    for (int s = 0; s < c->g; s++) {
-        dt__block *b = &boxes[s];
-        int64_t blk[DT_MAX_RANK];
-        dt__local_shape(c->in, member(m, c->mesh_axis, d, s), blk, NULL);
-        b->rank = rank;
-        copy_shape(b->src_shape, blk, rank);
-        copy_shape(b->extent, blk, rank);
-        copy_shape(b->dst_shape, out_local, rank);
-        b->dst_off[i] = dt_shard_offset(c->in->shape[i], c->g, s);
-    }
-}
-
-/* All-to-all: the part of s's shard in d's range of axis `to`, at s's range of axis `from`
- * in d's result. */
+/* -- in place (groups inside one client), all-to-all: device d's box of member s's shard is
+ * the part in d's range of axis `to`, at s's range of axis `from` in d's result. */
 static void a2a_boxes(void *ctx, int d, dt__block boxes[])
 {
     tctx *c = ctx;
