@@ -179,6 +179,7 @@ typedef struct dt__program {
      * key it is found by fixes everything the fingerprint hashes */
     uint64_t fingerprint;
     bool has_fingerprint;
+    struct dt__arena_plan *plan; /* where the temporaries lie (dt__program_seal), or NULL */
 } dt__program;
 
 dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out);

@@ -80,6 +80,9 @@ dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__p
     return DT_OK;
 }
 
+struct dt__arena_plan;
+static void plan_free(struct dt__arena_plan *pl);
+
 void dt__program_release(dt__program *p)
 {
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
@@ -105,6 +108,7 @@ void dt__program_release(dt__program *p)
     }
     free(p->slots);
     free(p->steps);
+    plan_free(p->plan);
     free(p->in);
     free(p->out);
     free(p);
@@ -584,6 +588,25 @@ typedef struct placed {
     size_t bytes, at;
 } placed;
 
+/* Where every temporary lies: items[j] of arena which[j]; arenas[a] has its device and size
+ * (no base). Planned once, at seal (plan_temps is quadratic in the temporaries). */
+struct dt__arena_plan {
+    int n, na;
+    placed *items;
+    int *which;
+    arena *arenas;
+};
+
+static void plan_free(struct dt__arena_plan *pl)
+{
+    if (!pl)
+        return;
+    free(pl->items);
+    free(pl->which);
+    free(pl->arenas);
+    free(pl);
+}
+
 static bool is_temp(const dt__slot *sl)
 {
     return sl->input < 0 && sl->output < 0 && sl->first <= sl->last;
@@ -641,12 +664,6 @@ static void reduce_in_place(dt__program *p)
     }
 }
 
-void dt__program_seal(dt__program *p)
-{
-    lifetimes(p);
-    reduce_in_place(p);
-}
-
 static size_t align_up(size_t n)
 {
     return (n + DT__ARENA_ALIGN - 1) / DT__ARENA_ALIGN * DT__ARENA_ALIGN;
@@ -679,70 +696,111 @@ static void free_arenas(arena *ar, int n)
     free(ar);
 }
 
-/* Plan and allocate the temporaries' arenas; bufs[slot] of each temporary gets its per-device
- * pointers. Local: the caller agrees on the status. */
-static dt_status alloc_temps(const dt__program *p, void ***bufs, arena **out, int *nout)
+/* Plan the temporaries' arenas: per local device, each temporary at the first offset where it
+ * overlaps no other alive at once. */
+static dt_status plan_temps(const dt__program *p, struct dt__arena_plan **out)
 {
     *out = NULL;
-    *nout = 0;
     int total = 0;
     for (int i = 0; i < p->nslots; i++)
         if (is_temp(&p->slots[i]))
             total += p->slots[i].mesh->num_local;
-    if (!total)
-        return DT_OK;
-    placed *items = calloc((size_t)total, sizeof *items);
-    arena *ar = calloc((size_t)total, sizeof *ar);
-    int *which = calloc((size_t)total, sizeof *which); /* arena of each item */
-    dt_status s = items && ar && which ? DT_OK : dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    struct dt__arena_plan *pl = calloc(1, sizeof *pl);
+    placed *mine = calloc((size_t)total + 1, sizeof *mine);
+    if (pl) {
+        pl->items = calloc((size_t)total + 1, sizeof *pl->items);
+        pl->arenas = calloc((size_t)total + 1, sizeof *pl->arenas);
+        pl->which = calloc((size_t)total + 1, sizeof *pl->which);
+    }
+    if (!pl || !mine || !pl->items || !pl->arenas || !pl->which) {
+        plan_free(pl);
+        free(mine);
+        return dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    }
     int n = 0, na = 0;
-    for (int i = 0; s == DT_OK && i < p->nslots; i++) {
+    for (int i = 0; i < p->nslots; i++) {
         const dt__slot *sl = &p->slots[i];
         if (!is_temp(sl))
             continue;
-        bufs[i] = calloc((size_t)sl->mesh->num_local + 1, sizeof **bufs);
-        if (!bufs[i]) {
-            s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
-            break;
-        }
         dt__device *const *devs = dt__mesh_local_devices(sl->mesh);
         for (int d = 0; d < sl->mesh->num_local; d++) {
             int a = 0;
-            while (a < na && ar[a].dev != devs[d])
+            while (a < na && pl->arenas[a].dev != devs[d])
                 a++;
             if (a == na)
-                ar[na++].dev = devs[d];
+                pl->arenas[na++].dev = devs[d];
             /* items of one device are placed against each other only */
             placed x = {.slot = i,
                         .local = d,
                         .first = sl->first,
                         .last = sl->last,
                         .bytes = sl->bytes[d] ? sl->bytes[d] : 1};
-            placed *mine = calloc((size_t)n + 1, sizeof *mine);
-            if (!mine) {
-                s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
-                break;
-            }
             int nm = 0;
             for (int j = 0; j < n; j++)
-                if (which[j] == a)
-                    mine[nm++] = items[j];
+                if (pl->which[j] == a)
+                    mine[nm++] = pl->items[j];
             place(mine, nm, &x);
-            free(mine);
-            if (x.at + x.bytes > ar[a].size)
-                ar[a].size = x.at + x.bytes;
-            which[n] = a;
-            items[n++] = x;
+            if (x.at + x.bytes > pl->arenas[a].size)
+                pl->arenas[a].size = x.at + x.bytes;
+            pl->which[n] = a;
+            pl->items[n++] = x;
         }
     }
-    for (int a = 0; s == DT_OK && a < na; a++)
+    free(mine);
+    pl->n = n;
+    pl->na = na;
+    *out = pl;
+    return DT_OK;
+}
+
+void dt__program_seal(dt__program *p)
+{
+    lifetimes(p);
+    reduce_in_place(p);
+    plan_free(p->plan);
+    if (plan_temps(p, &p->plan) != DT_OK)
+        p->plan = NULL; /* each run plans for itself */
+}
+
+/* Allocate the temporaries' arenas as planned (at seal; planned here if that ran out of
+ * memory); bufs[slot] of each temporary gets its per-device pointers. Local: the caller agrees
+ * on the status. */
+static dt_status alloc_temps(const dt__program *p, void ***bufs, arena **out, int *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    struct dt__arena_plan *own = NULL;
+    const struct dt__arena_plan *pl = p->plan;
+    if (!pl) {
+        DT_TRY(plan_temps(p, &own));
+        pl = own;
+    }
+    if (!pl->n) {
+        plan_free(own);
+        return DT_OK;
+    }
+    arena *ar = calloc((size_t)pl->na, sizeof *ar);
+    dt_status s = ar ? DT_OK : dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    for (int i = 0; s == DT_OK && i < p->nslots; i++) {
+        const dt__slot *sl = &p->slots[i];
+        if (!is_temp(sl))
+            continue;
+        bufs[i] = calloc((size_t)sl->mesh->num_local + 1, sizeof **bufs);
+        if (!bufs[i])
+            s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
+    }
+    for (int a = 0; s == DT_OK && a < pl->na; a++) {
+        ar[a] = (arena){.dev = pl->arenas[a].dev, .size = pl->arenas[a].size};
         s = dt__device_alloc(ar[a].dev, ar[a].size, &ar[a].base);
-    for (int j = 0; s == DT_OK && j < n; j++)
-        bufs[items[j].slot][items[j].local] = (char *)ar[which[j]].base + items[j].at;
-    free(items);
-    free(which);
+    }
+    for (int j = 0; s == DT_OK && j < pl->n; j++)
+        bufs[pl->items[j].slot][pl->items[j].local] =
+            (char *)ar[pl->which[j]].base + pl->items[j].at;
+    int na = pl->na;
+    plan_free(own);
     if (s != DT_OK) {
-        free_arenas(ar, na); /* those not allocated have a NULL base: a no-op */
+        if (ar)
+            free_arenas(ar, na); /* those not allocated have a NULL base: a no-op */
         return s;
     }
     *out = ar;
