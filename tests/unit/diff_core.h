@@ -569,6 +569,39 @@ static void ref_matmul(const double *a, const double *b, double *c, int64_t M, i
         }
 }
 
+/* Host operands of op(A)[M, K] @ op(B)[K, N] in dtype dt (filled from seeds sa and sb) and
+ * their product computed in double from the values as stored. */
+typedef struct mm_host {
+    void *a, *b;
+    double *c;
+} mm_host;
+
+static mm_host mm_host_make(dt_dtype dt, int64_t M, int64_t K, int64_t N, bool ta, bool tb, int sa,
+                            int sb)
+{
+    mm_host h = {malloc((size_t)(M * K) * 8 + 8), malloc((size_t)(K * N) * 8 + 8),
+                 malloc(sizeof(double) * (size_t)(M * N) + 8)};
+    double *ra = malloc(sizeof(double) * (size_t)(M * K) + 8),
+           *rb = malloc(sizeof(double) * (size_t)(K * N) + 8);
+    fill_host(dt, h.a, M * K, sa);
+    fill_host(dt, h.b, K * N, sb);
+    for (int64_t i = 0; i < M * K; i++)
+        ra[i] = get(dt, h.a, i);
+    for (int64_t i = 0; i < K * N; i++)
+        rb[i] = get(dt, h.b, i);
+    ref_matmul(ra, rb, h.c, M, K, N, ta, tb);
+    free(ra);
+    free(rb);
+    return h;
+}
+
+static void mm_host_free(mm_host *h)
+{
+    free(h->a);
+    free(h->b);
+    free(h->c);
+}
+
 static void diff_matmul(const dt_mesh *m, const diff_opts *o)
 {
     dt_layout ls[MAX_LAYOUTS];
@@ -585,17 +618,9 @@ static void diff_matmul(const dt_mesh *m, const diff_opts *o)
             for (int tr = 0; tr < 2; tr++) {
                 bool ta = tr == 1, tb = tr == 1;
                 int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {tb ? N : K, tb ? K : N};
-                void *ha = malloc((size_t)(M * K) * 8), *hb = malloc((size_t)(K * N) * 8);
-                double *ra = malloc(sizeof(double) * (size_t)(M * K)),
-                       *rb = malloc(sizeof(double) * (size_t)(K * N)),
-                       *rc = malloc(sizeof(double) * (size_t)(M * N));
-                fill_host(dt, ha, M * K, 2);
-                fill_host(dt, hb, K * N, 3);
-                for (int64_t i = 0; i < M * K; i++)
-                    ra[i] = get(dt, ha, i);
-                for (int64_t i = 0; i < K * N; i++)
-                    rb[i] = get(dt, hb, i);
-                ref_matmul(ra, rb, rc, M, K, N, ta, tb);
+                mm_host h = mm_host_make(dt, M, K, N, ta, tb, 2, 3);
+                void *ha = h.a, *hb = h.b;
+                const double *rc = h.c;
                 int n = all_layouts(m, 2, true, ls);
                 bool ok = true;
                 char bad[256] = "";
@@ -644,11 +669,7 @@ static void diff_matmul(const dt_mesh *m, const diff_opts *o)
                 dt_tensor_free(b);
                 DIFF_REPORT(ok, "matmul %s %s%s: layouts of a, b and the result%s",
                             dt_dtype_name(dt), s ? "uneven" : "even", ta ? " transposed" : "", bad);
-                free(ha);
-                free(hb);
-                free(ra);
-                free(rb);
-                free(rc);
+                mm_host_free(&h);
             }
         }
 }
@@ -694,18 +715,8 @@ static void diff_matmul_chunked(const dt_mesh *m, const diff_opts *o)
             if (nx >= 0)
                 lb.axes[1] = lc.axes[1] = nx;
             int64_t sa[2] = {ta ? K : M, ta ? M : K}, sb[2] = {K, N};
-            void *ha = malloc((size_t)(M * K) * 8 + 8), *hb = malloc((size_t)(K * N) * 8);
-            double *ra = malloc(sizeof(double) * (size_t)(M * K) + 8),
-                   *rb = malloc(sizeof(double) * (size_t)(K * N)),
-                   *rc = malloc(sizeof(double) * (size_t)(M * N) + 8);
-            fill_host(dt, ha, M * K, 6);
-            fill_host(dt, hb, K * N, 7);
-            for (int64_t i = 0; i < M * K; i++)
-                ra[i] = get(dt, ha, i);
-            for (int64_t i = 0; i < K * N; i++)
-                rb[i] = get(dt, hb, i);
-            ref_matmul(ra, rb, rc, M, K, N, ta, false);
-            dt_tensor *a = make_tensor(&la, dt, 2, sa, ha), *b = make_tensor(&lb, dt, 2, sb, hb);
+            mm_host h = mm_host_make(dt, M, K, N, ta, false, 6, 7);
+            dt_tensor *a = make_tensor(&la, dt, 2, sa, h.a), *b = make_tensor(&lb, dt, 2, sb, h.b);
             dt_tensor *c = NULL;
             char *text = NULL;
             size_t len = 0;
@@ -717,7 +728,7 @@ static void diff_matmul_chunked(const dt_mesh *m, const diff_opts *o)
             /* the chunks are in the program (one row cannot be chunked) */
             bool chunked = M < 2 || (text && strstr(text, "chunk 1 of"));
             one = one && dt_layout_equal(dt_tensor_layout(c), &lc) &&
-                  matches(c, dt, rc, M * N, sum_tol(dt));
+                  matches(c, dt, h.c, M * N, sum_tol(dt));
             if ((!one || !chunked) && ok)
                 snprintf(bad, sizeof bad,
                          " (first failure: axis %d, %s [%lld,%lld]%s @ [%lld,%lld]%s: %s)", ax,
@@ -729,11 +740,7 @@ static void diff_matmul_chunked(const dt_mesh *m, const diff_opts *o)
             dt_tensor_free(a);
             dt_tensor_free(b);
             dt_tensor_free(c);
-            free(ha);
-            free(hb);
-            free(ra);
-            free(rb);
-            free(rc);
+            mm_host_free(&h);
         }
         DIFF_REPORT(ok,
                     "matmul reduce-scattered into rows on mesh axis %d (chunked): even, "
