@@ -394,9 +394,7 @@ static dt__gcall *locate(const dt__coll_req *r, int i, int *j)
 static void pull_boxes(const dt__coll_req *r, const dt__gcall *gc, int i, int j, int G)
 {
     for (int s = 0; s < G; s++) {
-        const dt__block *b = &r->c.boxes[i][s];
-        if (dt__num_elements(b->rank, b->extent) == 0)
-            continue;
+        const dt__block *b = &r->c.boxes[i][s]; /* an empty box copies nothing */
         dt__copy_block((char *)gc->recv[j] + b->dst_at * (int64_t)r->es, b->dst_shape, b->dst_off,
                        (const char *)gc->send[s] + b->src_at * (int64_t)r->es, b->src_shape,
                        b->src_off, b->extent, b->rank, r->es);
