@@ -1415,6 +1415,13 @@ dt_status dt_ps_variable_read(const dt_ps_variable *v, void *host, size_t bytes)
 /* Add `delta` (the whole shape, row-major) to the value on the ps tasks, visible to every
  * later read when it returns. Not collective. */
 dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t bytes);
+/* Add `delta` as dt_ps_variable_add does and copy the value just before the addition into `old`
+ * (both the whole shape, row-major), atomically per element: of concurrent fetch-adds on the
+ * same element, each sees the value the others left, so an integer variable is a counter
+ * shared by the cluster (the parameter-server strategy's per-worker iterators take their
+ * positions from one). Not collective. */
+dt_status dt_ps_variable_fetch_add(const dt_ps_variable *v, const void *delta, void *old,
+                                   size_t bytes);
 int dt_ps_variable_num_shards(const dt_ps_variable *v);
 /* Shard i: the ps task (index among the ps tasks) holding it and its rows [row0, row0+rows). */
 dt_status dt_ps_variable_shard(const dt_ps_variable *v, int i, int *ps_task, int64_t *row0,

@@ -697,6 +697,37 @@ dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t 
     return dt__ps_var_push(&v->pv, delta);
 }
 
+dt_status dt_ps_variable_fetch_add(const dt_ps_variable *v, const void *delta, void *old,
+                                   size_t bytes)
+{
+    DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, delta, bytes));
+    DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, old, bytes));
+    const dt__ps_var *pv = &v->pv;
+    size_t es = dt_dtype_size(pv->dtype);
+    MPI_Datatype type = mpi_type(pv->dtype);
+    MPI_Request reqs[64];
+    int n = 0;
+    /* MPI_Get_accumulate is atomic per element with every other accumulate (MPI_Raccumulate of
+     * dt_ps_variable_add included): concurrent fetch-adds each see a different value */
+    for (int i = 0; i < pv->nshards; i++) {
+        const dt__ps_shard *sh = &pv->shards[i];
+        int count = (int)(sh->rows * pv->row_elems);
+        size_t at = (size_t)(sh->row0 * pv->row_elems) * es;
+        if (MPI_Rget_accumulate((const char *)delta + at, count, type, (char *)old + at, count,
+                                type, sh->rank, sh->disp, count, type, MPI_SUM, pv->win,
+                                &reqs[n++]) != MPI_SUCCESS)
+            return dt__fail(DT_ERR_COMM, "parameter server: MPI_Rget_accumulate of shard %d failed",
+                            i);
+        if (n == 64 || i == pv->nshards - 1) {
+            DT_TRY(wait_gently(n, reqs));
+            n = 0;
+        }
+    }
+    if (MPI_Win_flush_all(pv->win) != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "parameter server: MPI_Win_flush_all failed");
+    return DT_OK;
+}
+
 int dt_ps_variable_num_shards(const dt_ps_variable *v)
 {
     return v ? v->pv.nshards : 0;
