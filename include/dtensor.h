@@ -982,7 +982,9 @@ const char *dt_model_variable_name(const dt_model *m, int i);
 /* The strategy whose scope created the model (NULL for the model's own default strategy). */
 dt_strategy *dt_model_strategy(const dt_model *m);
 /* Forward pass of x [batch, input_features] (any layout on the variables' mesh, or on the
- * strategy's input mesh: variables on another mesh are copied there first). Collective. */
+ * strategy's input mesh: variables on another mesh are copied there first). A floating x of
+ * another floating dtype is cast to the model's first, as Keras casts a float64 batch for a
+ * float32 model (dt_model_evaluate and dt_model_train_step cast x and y alike). Collective. */
 dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **out);
 /* Mean of the per-example losses over the whole batch, as a host value: an evaluation, no
  * update. Collective. */
@@ -1286,6 +1288,17 @@ const dt_mesh *dt_strategy_mesh(const dt_strategy *s);
 /* Layouts of a variable and of an input (batch axis first) of rank `rank`. */
 dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout *out);
 dt_status dt_strategy_input_layout(const dt_strategy *s, int rank, dt_layout *out);
+/* A variable of a host value (row-major, the same on every client) placed as tf.Variable is in
+ * a strategy's scope: in s's variable layout (dt_strategy_variable_layout: a copy on every
+ * replica for the mirrored strategies, on the one device for ONE_DEVICE and CENTRAL_STORAGE,
+ * on every device for DEFAULT). s NULL: the strategy in scope on this thread
+ * (dt_strategy_scope_enter); DT_ERR_STATE when there is none (outside a strategy, make the
+ * variable from a tensor in a layout of your choice: dt_variable_create). The
+ * parameter-server strategy's variables are dt_ps_variable_create's (DT_ERR_ARG here).
+ * Collective. */
+dt_status dt_strategy_variable_create(const dt_strategy *s, dt_dtype dtype, int rank,
+                                      const int64_t shape[], const void *host, size_t bytes,
+                                      dt_variable **out);
 
 /* Make s the strategy in scope on this thread (scopes nest; exit restores the previous).
  * Models created in scope take its layouts. Not collective. */

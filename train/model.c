@@ -226,6 +226,22 @@ static dt_status vars_on_mesh(int n, const dt_tensor *const w[], const dt_mesh *
     return DT_OK;
 }
 
+/* A floating input of another floating dtype than the model's, cast to the model's, as Keras
+ * casts a float64 batch for a float32 model: *use is x itself, or the cast (owned, *cast). Other
+ * dtypes stay (and the step names them). */
+static dt_status as_model_dtype(const dt_model *m, const dt_tensor *x, const dt_tensor **use,
+                                dt_tensor **cast)
+{
+    *cast = NULL;
+    *use = x;
+    if (!x || x->dtype == m->dtype || !dt_dtype_is_floating(x->dtype) ||
+        !dt_dtype_is_floating(m->dtype))
+        return DT_OK;
+    DT_TRY(dt_cast(x, m->dtype, NULL, cast));
+    *use = *cast;
+    return DT_OK;
+}
+
 static void free_all(int n, dt_tensor *t[])
 {
     for (int i = 0; i < n; i++) {
@@ -245,12 +261,15 @@ dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **ou
     if (m->nvars > (int)(sizeof w / sizeof w[0]))
         return dt__fail(DT_ERR_ARG, "dt_model_predict: %d variables", m->nvars);
     values_of(m, w);
-    dt_tensor *owned[sizeof w / sizeof w[0]] = {0};
-    const dt_tensor *wx[sizeof w / sizeof w[0]];
-    dt_status s = vars_on_mesh(m->nvars, w, x->mesh, wx, owned);
+    dt_tensor *owned[sizeof w / sizeof w[0]] = {0}, *xc = NULL;
+    const dt_tensor *wx[sizeof w / sizeof w[0]], *xm = x;
+    dt_status s = as_model_dtype(m, x, &xm, &xc);
     if (s == DT_OK)
-        s = dt__model_forward(m, x, wx, out);
+        s = vars_on_mesh(m->nvars, w, x->mesh, wx, owned);
+    if (s == DT_OK)
+        s = dt__model_forward(m, xm, wx, out);
     free_all(m->nvars, owned);
+    dt_tensor_free(xc);
     return s;
 }
 
@@ -259,10 +278,13 @@ dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x,
 {
     if (!m || !x || !y || !mean_loss)
         return dt__fail(DT_ERR_ARG, "dt_model_evaluate: an argument is NULL");
-    dt_tensor *p = NULL, *per = NULL, *avg = NULL;
-    dt_status s = dt_model_predict(m, x, &p);
+    dt_tensor *p = NULL, *per = NULL, *avg = NULL, *yc = NULL;
+    const dt_tensor *ym = y;
+    dt_status s = as_model_dtype(m, y, &ym, &yc);
     if (s == DT_OK)
-        s = dt_loss_per_example(loss, y, p, &per);
+        s = dt_model_predict(m, x, &p);
+    if (s == DT_OK)
+        s = dt_loss_per_example(loss, ym, p, &per);
     if (s == DT_OK)
         s = dt_reduce(DT_REDUCE_MEAN, per, 0, NULL, 0, NULL, &avg);
     if (s == DT_OK)
@@ -270,6 +292,7 @@ dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x,
     dt_tensor_free(p);
     dt_tensor_free(per);
     dt_tensor_free(avg);
+    dt_tensor_free(yc);
     return s;
 }
 
@@ -510,17 +533,26 @@ static dt_status step_body(dt_model *m, dt_loss loss, dt_optimizer *opt, const d
 dt_status dt_model_train_step(dt_strategy *s, dt_model *m, dt_loss loss, dt_optimizer *opt,
                               const dt_tensor *x, const dt_tensor *y, double *step_loss)
 {
-    DT_TRY(check_step(s, m, opt, x, y));
-    if (!m->ps)
-        return step_body(m, loss, opt, x, y, step_loss);
+    if (!m)
+        return check_step(s, m, opt, x, y);
+    dt_tensor *xc = NULL, *yc = NULL;
+    const dt_tensor *xm = x, *ym = y;
+    dt_status st = as_model_dtype(m, x, &xm, &xc);
+    if (st == DT_OK)
+        st = as_model_dtype(m, y, &ym, &yc);
+    if (st == DT_OK)
+        st = check_step(s, m, opt, xm, ym);
     void *old[64] = {0};
-    dt_status st = ps_pull_into(m, old);
+    if (st == DT_OK && m->ps)
+        st = ps_pull_into(m, old);
     if (st == DT_OK)
-        st = step_body(m, loss, opt, x, y, step_loss);
-    if (st == DT_OK)
+        st = step_body(m, loss, opt, xm, ym, step_loss);
+    if (st == DT_OK && m->ps)
         st = ps_push_from(m, old);
-    for (int i = 0; i < m->nvars; i++)
+    for (int i = 0; m->ps && i < m->nvars; i++)
         free(old[i]);
+    dt_tensor_free(xc);
+    dt_tensor_free(yc);
     return st;
 }
 

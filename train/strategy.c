@@ -158,6 +158,34 @@ dt_status dt_strategy_variable_layout(const dt_strategy *s, int rank, dt_layout 
     return dt__preset_variable_layout(&s->preset, rank, out);
 }
 
+dt_status dt_strategy_variable_create(const dt_strategy *s, dt_dtype dtype, int rank,
+                                      const int64_t shape[], const void *host, size_t bytes,
+                                      dt_variable **out)
+{
+    if (out)
+        *out = NULL;
+    const dt_strategy *in = s ? s : dt__strategy_scope();
+    /* every client is in the same scope with the same arguments, so these fail alike */
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_strategy_variable_create: out is NULL");
+    if (!in)
+        return dt__fail(DT_ERR_STATE,
+                        "dt_strategy_variable_create: no strategy given and none in scope on "
+                        "this thread (dt_strategy_scope_enter); a variable outside a strategy is "
+                        "made from a tensor in a layout of your choice (dt_variable_create)");
+    if (in->kind == DT_STRATEGY_PARAMETER_SERVER)
+        return dt__fail(DT_ERR_ARG, "dt_strategy_variable_create: the parameter-server "
+                                    "strategy keeps variables on the ps tasks: use "
+                                    "dt_ps_variable_create");
+    dt_layout l;
+    DT_TRY(dt_strategy_variable_layout(in, rank, &l));
+    dt_tensor *t = NULL;
+    DT_TRY(dt_tensor_from_host(&l, dtype, rank, shape, host, bytes, &t));
+    dt_status st = dt_variable_create(t, out);
+    dt_tensor_free(t);
+    return st;
+}
+
 dt_status dt_strategy_input_layout(const dt_strategy *s, int rank, dt_layout *out)
 {
     if (!s || !out)

@@ -245,6 +245,105 @@ static void check_placement(dt_strategy_kind kind, bool want_all)
     dt_strategy_free(s);
 }
 
+/* Keras's input casting: an f32 model trained on f64 batches takes the same steps, bitwise, as
+ * on the same batches rounded to f32 on the host; an i32 batch is still refused. */
+static void check_input_cast(void)
+{
+    enum { N = 5 };
+    static float x32[BMAX][IN], y32[BMAX][OUT];
+    for (int e = 0; e < BMAX; e++) {
+        for (int j = 0; j < IN; j++)
+            x32[e][j] = (float)X[e][j];
+        for (int k = 0; k < OUT; k++)
+            y32[e][k] = (float)Y[e][k];
+    }
+    dt_strategy *s = NULL;
+    dt_model *m[2] = {NULL, NULL};
+    dt_optimizer *o[2] = {NULL, NULL};
+    dt_optimizer_config oc = {.kind = DT_OPTIMIZER_SGD, .learning_rate = LR};
+    double loss[2][N] = {{0}};
+    bool ok = dt_strategy_create(DT_STRATEGY_MULTI_WORKER_MIRRORED, NULL, &s) == DT_OK &&
+              dt_strategy_scope_enter(s) == DT_OK;
+    for (int k = 0; ok && k < 2; k++)
+        ok = dt_model_create(IN, 2, layers, DT_DTYPE_F32, 5, &m[k]) == DT_OK &&
+             dt_optimizer_create(&oc, &o[k]) == DT_OK;
+    if (s)
+        dt_strategy_scope_exit(s);
+    for (int t = 0; ok && t < N; t++)
+        for (int k = 0; ok && k < 2; k++) {
+            dt_tensor *x = NULL, *y = NULL;
+            if (k == 0)
+                ok = dt_strategy_distribute_batch(s, DT_DTYPE_F32, 2, (int64_t[]){BMAX, IN}, x32,
+                                                  sizeof x32, &x) == DT_OK &&
+                     dt_strategy_distribute_batch(s, DT_DTYPE_F32, 2, (int64_t[]){BMAX, OUT}, y32,
+                                                  sizeof y32, &y) == DT_OK;
+            else
+                ok = dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){BMAX, IN}, X,
+                                                  sizeof(double) * BMAX * IN, &x) == DT_OK &&
+                     dt_strategy_distribute_batch(s, DT_DTYPE_F64, 2, (int64_t[]){BMAX, OUT}, Y,
+                                                  sizeof(double) * BMAX * OUT, &y) == DT_OK;
+            ok = ok && dt_model_train_step(s, m[k], DT_LOSS_SOFTMAX_CROSS_ENTROPY, o[k], x, y,
+                                           &loss[k][t]) == DT_OK;
+            dt_tensor_free(x);
+            dt_tensor_free(y);
+        }
+    if (!ok)
+        tap_diag("input cast: %s", dt_last_error());
+    tap_check(ok && memcmp(loss[0], loss[1], sizeof loss[0]) == 0,
+              "an f32 model on f64 batches: the losses of f32 batches, bitwise (%.9g, %.9g)",
+              loss[0][N - 1], loss[1][N - 1]);
+    int32_t xi[BMAX][IN] = {{0}};
+    dt_tensor *x = NULL, *y = NULL;
+    ok = dt_strategy_distribute_batch(s, DT_DTYPE_I32, 2, (int64_t[]){BMAX, IN}, xi, sizeof xi,
+                                      &x) == DT_OK &&
+         dt_strategy_distribute_batch(s, DT_DTYPE_F32, 2, (int64_t[]){BMAX, OUT}, y32, sizeof y32,
+                                      &y) == DT_OK;
+    dt_status st =
+        ok ? dt_model_train_step(s, m[0], DT_LOSS_SOFTMAX_CROSS_ENTROPY, o[0], x, y, NULL)
+           : DT_ERR_ARG;
+    tap_check(st == DT_ERR_SHAPE && strstr(dt_last_error(), "x i32"),
+              "an integer batch is not cast: %s", dt_last_error());
+    dt_tensor_free(x);
+    dt_tensor_free(y);
+    for (int k = 0; k < 2; k++) {
+        dt_optimizer_free(o[k]);
+        dt_model_free(m[k]);
+    }
+    dt_strategy_free(s);
+}
+
+/* dt_strategy_variable_create: tf.Variable(1.) in each strategy's scope lands in the strategy's
+ * variable layout, holding 1 on every device of it; without a scope, DT_ERR_STATE. */
+static void check_variable_in_scope(dt_strategy_kind kind)
+{
+    const float one = 1.0f;
+    dt_strategy *s = NULL;
+    dt_variable *v = NULL;
+    dt_layout want;
+    bool ok = dt_strategy_create(kind, NULL, &s) == DT_OK && dt_strategy_scope_enter(s) == DT_OK;
+    ok = ok &&
+         dt_strategy_variable_create(NULL, DT_DTYPE_F32, 0, NULL, &one, sizeof one, &v) == DT_OK;
+    if (s)
+        dt_strategy_scope_exit(s);
+    ok = ok && dt_strategy_variable_layout(s, 0, &want) == DT_OK &&
+         dt_layout_equal(dt_variable_layout(v), &want);
+    /* every local component of the variable holds 1 */
+    const dt_tensor *t = ok ? dt_variable_value(v) : NULL;
+    int n = t ? dt_mesh_num_local_devices(dt_tensor_mesh(t)) : 0;
+    for (int i = 0; ok && i < n; i++) {
+        float got = 0;
+        ok = dt_tensor_unpack(t, i, &got, sizeof got) == DT_OK && got == 1.0f;
+    }
+    double read = 0;
+    ok = ok && dt_strategy_read_scalar(s, t, &read) == DT_OK && read == 1.0;
+    tap_check(ok,
+              "%s: a variable made in its scope is in its variable layout, 1 on its %d "
+              "local devices: %s",
+              dt_strategy_kind_name(kind), n, ok ? "ok" : dt_last_error());
+    dt_variable_free(v);
+    dt_strategy_free(s);
+}
+
 static double max_rel(const double *a, const double *b, int n)
 {
     double worst = 0;
@@ -311,6 +410,21 @@ int main(void)
         r = max_rel(got, ref, 10);
         tap_check(ok && r <= 1e-5, "%s under multi_worker_mirrored matches the host (max rel %.2e)",
                   k == DT_OPTIMIZER_ADAM ? "adam" : "adamw", r);
+    }
+
+    check_input_cast();
+    const dt_strategy_kind placed[] = {DT_STRATEGY_MIRRORED, DT_STRATEGY_MULTI_WORKER_MIRRORED,
+                                       DT_STRATEGY_CENTRAL_STORAGE, DT_STRATEGY_ONE_DEVICE,
+                                       DT_STRATEGY_DEFAULT};
+    for (size_t k = 0; k < sizeof placed / sizeof placed[0]; k++)
+        check_variable_in_scope(placed[k]);
+    {
+        const float one = 1.0f;
+        dt_variable *v = NULL;
+        dt_status st =
+            dt_strategy_variable_create(NULL, DT_DTYPE_F32, 0, NULL, &one, sizeof one, &v);
+        tap_check(st == DT_ERR_STATE && !v && strstr(dt_last_error(), "none in scope"),
+                  "no strategy in scope: %s", dt_last_error());
     }
 
     /* a model created outside the scope, used inside it: a clear error on every client */
