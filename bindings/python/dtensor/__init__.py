@@ -31,8 +31,12 @@ import ml_dtypes
 import numpy as np
 
 from . import _dtensor as _c
-from . import _replicas, _tape
+from . import _replicas, _tape, errors
 from ._dtensor import DTensorError
+
+_c.error_classes.update(errors.BY_STATUS)  # C failures raise TensorFlow's classes
+
+__version__ = _c.VERSION  # the C library's (tf.__version__)
 
 __all__ = [
     "UNSHARDED", "DTensorError", "DTensor", "Mesh", "Layout",
@@ -63,6 +67,12 @@ __all__ = [
     # row-wise ops
     "softmax", "log_softmax", "reduce_logsumexp", "layer_norm", "rms_norm", "argmax", "argmin",
     "cumsum",
+    # TensorFlow's names for what TensorFlow programs do around the ops
+    "constant", "convert_to_tensor", "identity", "TensorShape", "LocalTensor", "add_n",
+    "scale_regularization_loss", "softmax_cross_entropy_with_logits",
+    "sparse_softmax_cross_entropy_with_logits", "ClusterSpec", "CollectiveCommunication",
+    "errors", "config", "distribute", "experimental", "list_physical_devices",
+    "list_logical_devices", "set_logical_device_configuration", "LogicalDeviceConfiguration",
 ]
 
 UNSHARDED = "unsharded"
@@ -93,6 +103,95 @@ def _raw(a):
     """The bytes of a numpy array as the C layer takes them: bfloat16 (which the buffer
     protocol cannot describe) as its 16-bit patterns, everything else as it is."""
     return a.view(np.uint16) if a.dtype == bfloat16 else a
+
+
+def _has_numpy(x):
+    """Whether a (nested) value holds numpy arrays or scalars, whose dtypes are kept."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_has_numpy(v) for v in x)
+    return False
+
+
+def _host_array(value, dtype=None, what="value"):
+    """A numpy array of a value as TensorFlow converts it (tf.constant): numpy arrays and
+    scalars keep their dtype; Python floats become float32, Python ints int32 (int64 when one
+    does not fit), bools bool; a DTensor its value. TypeError for what is not a number or a
+    (nested) list of them."""
+    if isinstance(value, (DTensor, DVariable)):
+        t = _value(value)
+        a = _read(t)
+        return a if dtype is None else a.astype(np.dtype(dtype))
+    if value is None or isinstance(value, (str, bytes, dict)):
+        raise TypeError(f"{what}: expected a number, an array or a DTensor, got "
+                        f"{type(value).__name__}")
+    try:
+        if dtype is not None:
+            return np.asarray(value, dtype=np.dtype(dtype))
+        a = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{what}: cannot convert {type(value).__name__} to an array: {e}") \
+            from None
+    if a.dtype == object or (a.dtype.kind in "USVc" and a.dtype not in _DTYPES):
+        raise TypeError(f"{what}: cannot convert {type(value).__name__} of {a.dtype} to a "
+                        f"tensor of numbers")
+    if not _has_numpy(value):
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        elif a.dtype.kind in "iu":
+            fits = a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31)
+            a = a.astype(np.int32 if fits else np.int64)
+    return a
+
+
+class TensorShape(tuple):
+    """tf.TensorShape: a tuple of extents (None for an unknown one), ``as_list()``,
+    ``rank``, ``num_elements()``."""
+
+    def __new__(cls, dims=()):
+        if isinstance(dims, (int, np.integer)):
+            dims = [dims]
+        return super().__new__(cls, (None if d is None else int(d) for d in (dims or ())))
+
+    @property
+    def rank(self):
+        return len(self)
+
+    @property
+    def ndims(self):
+        return len(self)
+
+    @property
+    def dims(self):
+        return list(self)
+
+    def as_list(self):
+        return list(self)
+
+    def num_elements(self):
+        return None if None in self else int(np.prod(self, dtype=np.int64))
+
+    def is_fully_defined(self):
+        return None not in self
+
+    def __repr__(self):
+        return f"TensorShape({list(self)})"
+
+    def __str__(self):
+        return "(" + ", ".join("None" if d is None else str(d) for d in self) + \
+            ("," if len(self) == 1 else "") + ")"
+
+
+def _device_name(global_id, kind="CPU"):
+    """TensorFlow's name of a device of the runtime: its client's task and its number there
+    ("/job:localhost/replica:0/task:0/device:CPU:1"; "/job:worker/..." with several clients)."""
+    code = _DEVICE_TYPES[kind]
+    first = _c.global_device_id(code, 0)  # this client's first device
+    per = _c.runtime_info()["local_" + ("cpu" if code == _c.DEVICE_CPU else "cuda")] or 1
+    task = client_id() + (global_id - first) // per if num_clients() > 1 else 0
+    job = "localhost" if num_clients() == 1 else "worker"
+    return f"/job:{job}/replica:0/task:{task}/device:{kind}:{(global_id - first) % per}"
 _DEVICE_TYPES = {"CPU": _c.DEVICE_CPU, "GPU": _c.DEVICE_CUDA, "CUDA": _c.DEVICE_CUDA}
 
 class _Registry:
@@ -139,7 +238,13 @@ def initialize_accelerator_system(device_type=None, num_logical_cpu_devices=None
     kind = None if device_type is None else str(device_type).upper()
     if kind is not None and kind not in _DEVICE_TYPES:
         raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
-    _c.init(int(num_logical_cpu_devices or 0))
+    if num_logical_cpu_devices is not None and (
+            isinstance(num_logical_cpu_devices, bool) or
+            not isinstance(num_logical_cpu_devices, (int, np.integer)) or
+            num_logical_cpu_devices < 0):
+        raise TypeError(f"num_logical_cpu_devices must be a non-negative integer, got "
+                        f"{num_logical_cpu_devices!r}")
+    _c.init(int(num_logical_cpu_devices or _logical_cpus or 0))
     if kind == "CPU":
         return "CPU"
     gpus = _allgather_json(num_local_devices("GPU"))
@@ -159,8 +264,8 @@ def shutdown_accelerator_system():
         return
     import gc
     gc.collect()  # handles only reachable from dead frames or cycles
-    global _default_strategy
-    _default_strategy = None
+    global _default_strategy, _host
+    _default_strategy = _host = None
     for o in _live.newest_first():
         o._handle.free()
     _live._kept.clear()
@@ -169,6 +274,94 @@ def shutdown_accelerator_system():
 
 def is_initialized():
     return _c.runtime_info()["initialized"]
+
+
+# ---- tf.config: devices ------------------------------------------------------------------------
+
+_logical_cpus = 0  # set_logical_device_configuration's count, for the runtime's start
+
+
+class PhysicalDevice(_types.SimpleNamespace):
+    """tf.config.PhysicalDevice: ``name`` ("/physical_device:CPU:0") and ``device_type``."""
+
+
+class LogicalDevice(_types.SimpleNamespace):
+    """tf.config.LogicalDevice: ``name`` ("/job:localhost/replica:0/task:0/device:CPU:1") and
+    ``device_type``."""
+
+
+class LogicalDeviceConfiguration(_types.SimpleNamespace):
+    """tf.config.LogicalDeviceConfiguration: one logical device of a physical one
+    (``memory_limit`` is accepted and not used)."""
+
+    def __init__(self, memory_limit=None, experimental_priority=None,
+                 experimental_device_ordinal=None):
+        super().__init__(memory_limit=memory_limit)
+
+
+def list_physical_devices(device_type=None):
+    """tf.config.list_physical_devices: the host's CPU (one physical device, as TensorFlow
+    counts it) and, once the runtime runs, this client's GPUs."""
+    kind = None if device_type is None else str(device_type).upper()
+    out = []
+    if kind in (None, "CPU"):
+        out.append(PhysicalDevice(name="/physical_device:CPU:0", device_type="CPU"))
+    if kind in (None, "GPU") and is_initialized():
+        out += [PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU")
+                for i in _builtins.range(num_local_devices("GPU"))]
+    return out
+
+
+def list_logical_devices(device_type=None):
+    """tf.config.list_logical_devices: this client's devices by TensorFlow's names (starts the
+    runtime, as TensorFlow's does)."""
+    _ensure_init()
+    kinds = ["CPU", "GPU"] if device_type is None else [str(device_type).upper()]
+    out = []
+    for kind in kinds:
+        if kind not in _DEVICE_TYPES:
+            raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
+        code = _DEVICE_TYPES[kind]
+        out += [LogicalDevice(name=_device_name(_c.global_device_id(code, i), kind),
+                              device_type=kind)
+                for i in _builtins.range(num_local_devices(kind))]
+    return out
+
+
+def set_logical_device_configuration(device, logical_devices):
+    """tf.config.set_logical_device_configuration: split the host CPU into
+    ``len(logical_devices)`` CPU devices (per client). As in TensorFlow, only before the
+    runtime starts: afterwards errors.FailedPreconditionError (a RuntimeError, as
+    TensorFlow's), unless the runtime already has that many."""
+    global _logical_cpus
+    kind = getattr(device, "device_type", None)
+    if kind != "CPU":
+        raise ValueError(f"set_logical_device_configuration: {device!r} is not a CPU from "
+                         f"list_physical_devices('CPU') (logical GPUs come from "
+                         f"DTENSOR_CUDA_DEVICES)")
+    if not isinstance(logical_devices, (list, tuple)) or not logical_devices or not all(
+            isinstance(c, LogicalDeviceConfiguration) for c in logical_devices):
+        raise TypeError("set_logical_device_configuration: logical_devices must be a "
+                        "non-empty list of LogicalDeviceConfiguration")
+    n = len(logical_devices)
+    if is_initialized():
+        if num_local_devices("CPU") != n:
+            raise errors.FailedPreconditionError(
+                f"Virtual devices cannot be modified after being initialized "
+                               f"(the runtime has {num_local_devices('CPU')} CPU devices, "
+                               f"{n} were asked for)")
+        return
+    _logical_cpus = n
+
+
+config = _types.SimpleNamespace(
+    list_physical_devices=list_physical_devices, list_logical_devices=list_logical_devices,
+    set_logical_device_configuration=set_logical_device_configuration,
+    LogicalDeviceConfiguration=LogicalDeviceConfiguration, PhysicalDevice=PhysicalDevice,
+    LogicalDevice=LogicalDevice,
+    experimental=_types.SimpleNamespace(
+        set_virtual_device_configuration=set_logical_device_configuration,
+        VirtualDeviceConfiguration=LogicalDeviceConfiguration))
 
 
 def _ensure_init():
@@ -182,32 +375,59 @@ def _shutdown_at_exit():
 
 
 def client_id():
-    """This client's index (the MPI rank under mpiexec, else 0)."""
-    _ensure_init()
+    """This client's index (the MPI rank under mpiexec, else 0); known before the runtime
+    starts, as TensorFlow's."""
+    if not _c.runtime_info()["initialized"]:
+        import os
+        for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
+            if os.environ.get(var, "").isdigit():
+                return int(os.environ[var])
+        return 0
     return _c.runtime_info()["client_id"]
 
 
+def _launcher_size():
+    """The clients an MPI launcher started (as the runtime will find them), before it runs."""
+    import os
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
 def num_clients():
-    _ensure_init()
+    """How many clients run this program (MPI ranks under mpiexec, else 1); known before the
+    runtime starts, as TensorFlow's, so that devices can be configured from it."""
+    if not _c.runtime_info()["initialized"]:
+        return _launcher_size()
     return _c.runtime_info()["num_clients"]
 
 
+def _device_code(device_type):
+    """The C device type of "CPU" / "GPU" (any case); ValueError or TypeError otherwise."""
+    if not isinstance(device_type, str):
+        raise TypeError(f"device_type must be 'CPU' or 'GPU', got {type(device_type).__name__}")
+    if device_type.upper() not in _DEVICE_TYPES:
+        raise ValueError(f"device_type {device_type!r} is not CPU or GPU")
+    return _DEVICE_TYPES[device_type.upper()]
+
+
 def num_local_devices(device_type="CPU"):
+    kind = "cpu" if _device_code(device_type) == _c.DEVICE_CPU else "cuda"
     _ensure_init()
-    kind = "cpu" if _DEVICE_TYPES[device_type.upper()] == _c.DEVICE_CPU else "cuda"
     return _c.runtime_info()["local_" + kind]
 
 
 def num_global_devices(device_type="CPU"):
+    kind = "cpu" if _device_code(device_type) == _c.DEVICE_CPU else "cuda"
     _ensure_init()
-    kind = "cpu" if _DEVICE_TYPES[device_type.upper()] == _c.DEVICE_CPU else "cuda"
     return _c.runtime_info()["global_" + kind]
 
 
 def local_devices(device_type="CPU"):
     """This client's devices as "CPU:<global id>" strings."""
+    code = _device_code(device_type)
     _ensure_init()
-    code = _DEVICE_TYPES[device_type.upper()]
     name = "CPU" if code == _c.DEVICE_CPU else "GPU"
     return [f"{name}:{_c.global_device_id(code, i)}"
             for i in _builtins.range(num_local_devices(device_type))]
@@ -273,6 +493,7 @@ class Mesh:
         # the runtime's global device id of each mesh device, in row-major order
         self._device_ids = tuple(info["device_ids"] if device_ids is None else device_ids)
         self._name = name
+        self._local = local  # this client's alone: its tensors move to other meshes by host
         self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
         if not local:  # a client-local mesh (one replica's device) is no global mesh's twin
@@ -336,6 +557,8 @@ class Mesh:
         """The mesh of a :meth:`to_string` text (TensorFlow's form; ``|x=2|*CPU`` means every
         CPU device). A live mesh with the same axes, type and devices is returned as is;
         otherwise one is created, which is collective."""
+        if not isinstance(mesh_str, str):
+            raise TypeError(f"Mesh.from_string: expected a string, got {type(mesh_str).__name__}")
         fields = mesh_str.strip().split("|")
         if len(fields) < 3:
             raise ValueError(f"cannot parse mesh {mesh_str!r}: expected "
@@ -386,8 +609,18 @@ _meshes = weakref.WeakValueDictionary()  # (names, sizes, type, device ids) -> l
 
 def _make_mesh(dims, kind, device_ids=None, name=""):
     """A Mesh over every device of the type, or over ``device_ids`` (collective)."""
-    names = [str(n) for n, _ in dims]
-    sizes = [int(s) for _, s in dims]
+    names, sizes = [], []
+    for d in dims:
+        if not isinstance(d, (list, tuple)) or len(d) != 2:
+            raise TypeError(f"mesh dimension {d!r}: expected a (name, size) pair")
+        n, size = d
+        if not isinstance(n, str):
+            raise TypeError(f"mesh dimension {d!r}: the name must be a string")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+            raise TypeError(f"mesh dimension {d!r}: the size must be an integer, got "
+                            f"{type(size).__name__}")
+        names.append(n)
+        sizes.append(int(size))
     ids = None if device_ids is None else list(device_ids)
     return Mesh(_c.mesh_create(names, sizes, _DEVICE_TYPES[kind], ids), ids, name)
 
@@ -478,6 +711,15 @@ def create_distributed_mesh(mesh_dims, mesh_name="", local_devices=None, device_
 
 # ---- layout ----------------------------------------------------------------------------------
 
+def _rank_arg(rank):
+    """A tensor rank: an integer in 0..8; TypeError or ValueError otherwise."""
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+        raise TypeError(f"rank must be an integer, got {type(rank).__name__}")
+    if not 0 <= rank <= 8:
+        raise ValueError(f"rank {rank} is outside 0..8")
+    return int(rank)
+
+
 class Layout:
     """Per tensor axis the mesh dimension that shards it, or ``UNSHARDED``.
 
@@ -487,6 +729,12 @@ class Layout:
     def __init__(self, sharding_specs, mesh, partial=None):
         if not isinstance(mesh, Mesh):
             raise TypeError(f"mesh must be a dtensor.Mesh, got {type(mesh).__name__}")
+        if isinstance(sharding_specs, str) or not isinstance(sharding_specs, (list, tuple)):
+            raise TypeError(f"sharding_specs must be a list of mesh dimension names or "
+                            f"UNSHARDED, got {type(sharding_specs).__name__}")
+        if not all(isinstance(sp, str) for sp in sharding_specs):
+            raise TypeError(f"sharding_specs {list(sharding_specs)}: each entry is a mesh "
+                            f"dimension name or UNSHARDED")
         self._specs = [str(s) for s in sharding_specs]
         self._mesh = mesh
         self._partial = dict(partial or {})
@@ -501,7 +749,7 @@ class Layout:
 
     @classmethod
     def replicated(cls, mesh, rank):
-        return cls([UNSHARDED] * rank, mesh)
+        return cls([UNSHARDED] * _rank_arg(rank), mesh)
 
     @classmethod
     def fully_replicated(cls, mesh, rank):
@@ -509,7 +757,10 @@ class Layout:
 
     @classmethod
     def batch_sharded(cls, mesh, batch_dim, rank, axis=0):
-        specs = [UNSHARDED] * rank
+        specs = [UNSHARDED] * _rank_arg(rank)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or \
+                not -len(specs) <= axis < len(specs):
+            raise ValueError(f"batch_sharded: axis {axis!r} is not an axis of rank {rank}")
         specs[axis] = batch_dim
         return cls(specs, mesh)
 
@@ -522,6 +773,12 @@ class Layout:
         """Parse TensorFlow's form ``"sharding_specs:x,unsharded, mesh:|x=2|0,1|0,1|..."``
         (the mesh is found among the live meshes, or created: see :meth:`Mesh.from_string`),
         or the short form ``"x,unsharded"`` (optionally ``";partial_sum=y"``) on ``mesh``."""
+        if not isinstance(layout_str, str):
+            raise TypeError(f"Layout.from_string: expected a string, got "
+                            f"{type(layout_str).__name__}")
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise TypeError(f"Layout.from_string: mesh must be a dtensor.Mesh, got "
+                            f"{type(mesh).__name__}")
         text = layout_str.strip()
         if text.startswith("sharding_specs:"):
             specs, sep, mesh_str = text[len("sharding_specs:"):].partition(", mesh:")
@@ -572,12 +829,23 @@ class Layout:
         return not self._partial and all(s == UNSHARDED for s in self._specs)
 
     def num_shards(self, idx):
+        """How many shards split tensor axis ``idx`` (1 when unsharded)."""
+        if isinstance(idx, bool) or not isinstance(idx, (int, np.integer)):
+            raise TypeError(f"num_shards: axis must be an integer, got {type(idx).__name__}")
+        if not -len(self._specs) <= idx < len(self._specs):
+            raise ValueError(f"num_shards: axis {idx} is outside the layout's rank "
+                             f"{len(self._specs)}")
         spec = self._specs[idx]
         return 1 if spec == UNSHARDED else self._mesh.dim_size(spec)
 
     def local_shape(self, global_shape, device):
         """(local shape, global offset) of a global device's shard; uneven splits allowed."""
-        return _c.layout_local_shape(self._mesh._handle, self._text, list(global_shape), device)
+        shape = _shape_arg(global_shape, "Layout.local_shape")
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)) or \
+                not 0 <= device < self._mesh.size:
+            raise ValueError(f"Layout.local_shape: device {device!r} is not one of the mesh's "
+                             f"{self._mesh.size}")
+        return _c.layout_local_shape(self._mesh._handle, self._text, shape, int(device))
 
     def __eq__(self, other):
         return (isinstance(other, Layout) and other._mesh == self._mesh
@@ -591,6 +859,11 @@ class Layout:
 
 
 # ---- tensors ---------------------------------------------------------------------------------
+
+class _OutOfRange(errors.InvalidArgumentError, IndexError):
+    """An index outside a tensor: TensorFlow's InvalidArgumentError, and an IndexError as
+    Python's sequences raise."""
+
 
 class DTensor:
     """A global tensor: shape, dtype, layout and one component per local device."""
@@ -613,7 +886,7 @@ class DTensor:
 
     @property
     def shape(self):
-        return self._shape
+        return TensorShape(self._shape)
 
     @property
     def dtype(self):
@@ -627,11 +900,23 @@ class DTensor:
     def layout(self):
         return self._layout
 
+    @property
+    def device(self):
+        """TensorFlow's name of the device holding it when its mesh is one device (a replica's
+        value, a tensor on the default mesh), else of this client's first device of the mesh
+        (None when it has none)."""
+        return _mesh_device(self._layout.mesh)
+
+    def ref(self):
+        """A hashable reference (TensorFlow's ``Tensor.ref()``); DTensors hash by identity
+        anyway, ``==`` compares values."""
+        return _Ref(self)
+
     def numpy(self):
-        """The value, when it is fully replicated (as TensorFlow); for a sharded tensor use
-        :func:`gather` (an explicit, collective gather)."""
+        """The value, when it is fully replicated (as TensorFlow); a sharded tensor raises
+        errors.UnimplementedError (use :func:`gather`, an explicit, collective gather)."""
         if not self._layout.is_fully_replicated():
-            raise DTensorError(
+            raise errors.UnimplementedError(
                 f"numpy() needs a fully replicated DTensor, this one has layout "
                 f"{self._layout._text!r}: use dtensor.gather(t) or dtensor.unpack(t)")
         out = np.empty(self._shape, dtype=self._dtype)
@@ -658,10 +943,28 @@ class DTensor:
         if int(np.prod(self._shape)) != 1:
             raise TypeError(f"float() needs a one-element DTensor, this one has shape "
                             f"{self._shape}")
-        return float(self.numpy().reshape(()))
+        return float(_read(self).reshape(()))
 
     def __int__(self):
         return int(float(self))
+
+    def __index__(self):
+        """An integer one-element tensor as a Python int (indexing, range())."""
+        if not np.issubdtype(self._dtype, np.integer) or int(np.prod(self._shape)) != 1:
+            raise TypeError(f"only a one-element integer DTensor is an index, this one has "
+                            f"shape {self._shape} and dtype {self._dtype}")
+        return int(_read(self).reshape(()))
+
+    def __bool__(self):
+        """The truth of a one-element tensor, as TensorFlow's eager tensors (``if t == 15:``,
+        ``assert t == 15``); more elements are ambiguous (ValueError). A sharded one-element
+        tensor is gathered, so every client must ask alike."""
+        if int(np.prod(self._shape)) != 1:
+            raise ValueError(f"the truth value of a DTensor of shape {self._shape} is "
+                             f"ambiguous: use dtensor.reduce_all / reduce_any, or numpy()")
+        return bool(_read(self).reshape(()))
+
+    __hash__ = object.__hash__  # identity, so DTensors stay usable as dict keys
 
     def __format__(self, spec):
         return format(float(self), spec) if spec else str(self)
@@ -683,6 +986,11 @@ class DTensor:
             raise TypeError("len() of a scalar DTensor")
         return self._shape[0]
 
+    def __iter__(self):
+        """The slices along the first axis, as iterating a TensorFlow tensor."""
+        for i in _builtins.range(len(self)):
+            yield self[i]
+
     def __getitem__(self, key):
         """Integers and slices of step 1 per axis, through the slice op (an integer drops its
         axis, as numpy and TensorFlow); None (np.newaxis) inserts an axis of extent 1 there
@@ -699,14 +1007,14 @@ class DTensor:
                     at += 1
             return out
         if len(key) > len(self._shape):
-            raise IndexError(f"{len(key)} indices for a tensor of rank {len(self._shape)}")
+            raise _OutOfRange(f"{len(key)} indices for a tensor of rank {len(self._shape)}")
         begin, size, keep = [], [], []
         for axis, n in enumerate(self._shape):
             k = key[axis] if axis < len(key) else _builtins.slice(None)
             if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
                 i = int(k) + n if k < 0 else int(k)
                 if not 0 <= i < n:
-                    raise IndexError(f"index {int(k)} is out of range for axis {axis} of "
+                    raise _OutOfRange(f"index {int(k)} is out of range for axis {axis} of "
                                      f"extent {n}")
                 begin.append(i)
                 size.append(1)
@@ -738,7 +1046,7 @@ class DTensor:
         dtensor.gather is; a symbolic tensor shows its metadata."""
         if self._local_shapes is None:
             return repr(self)
-        return self._format(self.numpy() if self._layout.is_fully_replicated() else gather(self))
+        return self._format(_read(self))
 
     def __repr__(self):
         """The values when this client can read them alone (fully replicated); otherwise the
@@ -749,10 +1057,60 @@ class DTensor:
                 f"layout={self._layout._text!r}, mesh={self._layout.mesh})")
 
 
+def _read(t):
+    """The value of a DTensor on this client, the same way on every client: read locally when
+    it is replicated and every client holds a copy (a mesh of this client's alone, or one
+    over devices of every client), else gathered (collective, every client alike)."""
+    mesh = t._layout.mesh
+    if t._layout.is_fully_replicated() and (mesh._local or _on_every_client(mesh)):
+        return t.numpy()
+    return gather(t)
+
+
+def _on_every_client(mesh):
+    """Whether every client owns a device of the mesh (the same answer on every client: each
+    client holds the same number of devices, one block of the global ids)."""
+    code = _DEVICE_TYPES[mesh.device_type()]
+    per = _c.runtime_info()["local_" + ("cpu" if code == _c.DEVICE_CPU else "cuda")]
+    first = _c.global_device_id(code, 0) - client_id() * per
+    owners = {(d - first) // per for d in mesh._device_ids} if per else set()
+    return len(owners) == num_clients()
+
+
+class _Ref:
+    """What DTensor.ref() gives: hashable and equal by identity; ``deref()`` returns it."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def deref(self):
+        return self._tensor
+
+    def __hash__(self):
+        return id(self._tensor)
+
+    def __eq__(self, other):
+        return isinstance(other, _Ref) and other._tensor is self._tensor
+
+
+def _mesh_device(mesh):
+    """TensorFlow's name of the mesh's (first local) device, None when this client has none."""
+    local = mesh.local_device_ids()
+    if not local:
+        return None
+    return _device_name(mesh._device_ids[local[0]], mesh.device_type())
+
+
 def dtensor_from_array(arr, layout, shape=None, dtype=None):
-    """A DTensor from a full array that every client passes; each device keeps its slice."""
-    a = np.asarray(arr, dtype=dtype, order="C")  # ascontiguousarray makes scalars 1-d
+    """A DTensor from a full array that every client passes (Python values converted as
+    TensorFlow converts them); each device keeps its slice."""
+    layout = _layout_arg(layout, "dtensor_from_array")
+    a = _host_array(arr, dtype, "dtensor_from_array: arr")
+    a = np.asarray(a, order="C")  # ascontiguousarray makes scalars 1-d
     if shape is not None:
+        shape = _shape_arg(shape, "dtensor_from_array")
+        if a.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"dtensor_from_array: {a.size} values do not fill shape {shape}")
         a = a.reshape(shape)
     handle = _c.tensor_from_host(layout.mesh._handle, layout._text, _code(a.dtype),
                                  list(a.shape), _raw(a))
@@ -766,9 +1124,20 @@ def pack(tensors, layout, shape=None):
     must infer alike: the clients exchange their inferences (collective), and uneven shards
     (which imply different shapes) raise ValueError on every client asking for ``shape=``.
     Any client's bad component raises on every client."""
+    layout = _layout_arg(layout, "pack")
     comps, error = [], None
     try:
-        comps = [np.ascontiguousarray(t) for t in tensors]
+        if isinstance(tensors, (DTensor, DVariable, np.ndarray)) or \
+                not isinstance(tensors, (list, tuple)):
+            raise TypeError(f"pack: expected a list of components, got "
+                            f"{type(tensors).__name__}")
+        comps = [np.ascontiguousarray(_host_array(t, what=f"pack: component {i}"))
+                 for i, t in enumerate(tensors)]
+        mesh = layout.mesh
+        if len(comps) == mesh.size and len(comps) != mesh.num_local_devices():
+            # one component per device of the mesh, as a single-client program passes them:
+            # this client keeps its own devices'
+            comps = [comps[i] for i in mesh.local_device_ids()]
     except (TypeError, ValueError) as e:
         error = e
     shape, dtype = _agree_components([c.shape for c in comps], [str(c.dtype) for c in comps],
@@ -839,6 +1208,7 @@ def from_dlpack(components, layout, shape=None):
     arrays; on the devices of the mesh's type), each contiguous with its device's local shape.
     Shapes and dtypes are agreed as by :func:`pack` (collective). The arrays must not change
     while the DTensor lives; it hands them back when freed."""
+    layout = _layout_arg(layout, "from_dlpack")
     if not isinstance(components, (list, tuple)):
         components = [components]
     error, shapes, dtypes = None, [], []
@@ -874,7 +1244,7 @@ class _Component:
 def local_components(tensor):
     """This client's components as DLPack-capable objects, one per local device, lending the
     DTensor's memory without a copy (``np.from_dlpack(c)``, ``torch.from_dlpack(c)``)."""
-    t = _value(tensor)
+    t = _as_tensor(tensor, "local_components: tensor")
     if t._local_shapes is None:
         raise DTensorError("local_components: the tensor is symbolic (recorded in a function "
                            "being traced)")
@@ -888,16 +1258,35 @@ def _from_components(comps, layout, shape, dtype):
     return DTensor(handle, layout)
 
 
+class LocalTensor(np.ndarray):
+    """A component of a DTensor on one device (what :func:`unpack` gives): a numpy array
+    that also answers TensorFlow's ``device`` (the device's name) and ``numpy()``."""
+
+    @property
+    def device(self):
+        return getattr(self, "_device", None)
+
+    def numpy(self):
+        return np.asarray(self)
+
+    def __array_finalize__(self, obj):
+        self._device = getattr(obj, "_device", None)
+
+
 def unpack(tensor):
-    """This client's components, one numpy array per local device."""
-    tensor = _value(tensor)
+    """This client's components, one array per local device (numpy arrays whose ``device``
+    names the device, as TensorFlow's components)."""
+    tensor = _as_tensor(tensor, "unpack: tensor")
     if tensor._local_shapes is None:
         raise DTensorError("unpack: the tensor is symbolic (recorded in a function being "
                            "traced); call the function to get values")
+    mesh = tensor.layout.mesh
     out = []
-    for i, shape in enumerate(tensor._local_shapes):
+    for i, (shape, dev) in enumerate(zip(tensor._local_shapes, mesh.local_device_ids())):
         a = np.empty(shape, dtype=tensor.dtype)
         _c.tensor_to_host(tensor._handle, i, _raw(a))
+        a = a.view(LocalTensor)
+        a._device = _device_name(mesh._device_ids[dev], mesh.device_type())
         out.append(a)
     return out
 
@@ -905,19 +1294,22 @@ def unpack(tensor):
 def gather(tensor):
     """The global value as one numpy array on every client (collective; pending partial sums
     are reduced). The only call that materialises a global tensor."""
-    tensor = _value(tensor)
+    tensor = _as_tensor(tensor, "gather: tensor")
     out = np.empty(tensor.shape, dtype=tensor.dtype)
     _c.tensor_to_host(tensor._handle, -1, _raw(out))
     return out
 
 
 def fetch_layout(tensor):
+    """The layout of a DTensor or a DVariable."""
+    if not isinstance(tensor, (DTensor, DVariable)):
+        raise TypeError(f"fetch_layout: expected a DTensor, got {type(tensor).__name__}")
     return tensor.layout
 
 
 def check_layout(tensor, layout):
     """Raise ValueError unless the tensor has this layout."""
-    if tensor.layout != layout:
+    if fetch_layout(tensor) != _layout_arg(layout, "check_layout"):
         raise ValueError(f"layout mismatch: tensor has {tensor.layout}, expected {layout}")
 
 
@@ -989,16 +1381,77 @@ def default_mesh(mesh):
 
 run_on = default_mesh  # tf.experimental.dtensor.run_on: the same scope
 
+_host = None  # the host mesh: this client's first CPU device alone
+
+
+def _host_mesh():
+    """A one-device mesh over this client's first CPU device, this client's alone (no other
+    client takes part in its ops): where TensorFlow would put a regular tensor."""
+    global _host
+    if _host is None:
+        _ensure_init()
+        _host = Mesh(_c.mesh_create_local(["host"], [1], _c.DEVICE_CPU, 0),
+                     (_c.global_device_id(_c.DEVICE_CPU, 0),), local=True)
+    return _host
+
+
+def _default_mesh():
+    """Where a tensor made without a layout lives, replicated: the dtensor.default_mesh in
+    scope; inside strategy.run the replica's device; in a strategy's scope its mesh;
+    otherwise (and under the default strategy) the host mesh, as TensorFlow puts a regular
+    tensor on the host without a strategy."""
+    mesh = getattr(_state, "mesh", None)
+    if mesh is not None:
+        return mesh
+    ctx = _replicas.current()
+    if ctx is not None and ctx.strategy._kind != _c.STRATEGY_DEFAULT:
+        return ctx.strategy._replica_mesh(ctx._local)
+    strategy = _current_strategy()
+    if strategy is not None and strategy._kind != _c.STRATEGY_DEFAULT:
+        return strategy.mesh
+    return _host_mesh()
+
+
+def _as_tensor(x, what="value", dtype=None):
+    """A DTensor of a value: a DTensor (or a variable's value) as it is, anything else
+    converted as TensorFlow converts it and replicated on the default mesh; None and other
+    objects raise TypeError naming ``what``."""
+    if isinstance(x, (DTensor, DVariable)):
+        t = _value(x)
+        return t if dtype is None or np.dtype(dtype) == t.dtype else cast(t, dtype)
+    a = _host_array(x, dtype, what)
+    layout = _requested()
+    if layout is None or layout.rank != a.ndim:
+        layout = Layout.replicated(_default_mesh(), a.ndim)
+    return dtensor_from_array(a, layout)
+
+
+def _operands(tensors, what):
+    """The DTensors an op runs on: variables read, Python values and arrays converted next to
+    the first DTensor (on its mesh), or on the default mesh when there is none; a regular
+    tensor (on the host mesh) next to DTensors of another mesh is copied there, replicated,
+    as TensorFlow broadcasts a regular tensor to a DTensor's mesh."""
+    if isinstance(tensors, (DTensor, DVariable)) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        raise ValueError(f"{what}: no operands")
+    like = next((t for t in tensors if isinstance(t, (DTensor, DVariable))), None)
+    out = [_value(t) if isinstance(t, (DTensor, DVariable)) else
+           _as_dtensor(t, like, f"{what}: operand {i}") if like is not None else
+           _as_tensor(t, f"{what}: operand {i}") for i, t in enumerate(tensors)]
+    target = next((t.layout.mesh for t in out if t.layout.mesh is not _host), None)
+    if target is not None:
+        out = [dtensor_from_array(t.numpy(), Layout.replicated(target, t.ndim))
+               if t.layout.mesh is _host and t._local_shapes is not None else t for t in out]
+    return out
+
 
 def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
     explicit = layout is not None
-    layout = layout or _requested()
-    if layout is None and getattr(_state, "mesh", None) is not None:
-        layout = Layout.replicated(_state.mesh, len(shape))
-    if layout is None:
-        raise ValueError(f"{kind}: no layout: call it through dtensor.call_with_layout(fn, "
-                         f"layout, ...), pass layout= or run it inside dtensor.default_mesh")
-    shape = [int(s) for s in shape]
+    shape = _shape_arg(shape, kind)
+    if explicit and not isinstance(layout, Layout):
+        raise TypeError(f"{kind}: layout must be a dtensor.Layout, got {type(layout).__name__}")
+    layout = layout or _requested() or Layout.replicated(_default_mesh(), len(shape))
     if layout.rank != len(shape) and explicit:
         raise ValueError(f"{kind}: layout {layout._text!r} has rank {layout.rank}, the shape "
                          f"{shape} rank {len(shape)}")
@@ -1011,8 +1464,12 @@ def _create(kind, shape, dtype, layout, a=0.0, b=0.0, seed=0, key=0):
     return _result(h, layout.mesh)
 
 
-def fill(dims, value, dtype=np.float32, layout=None):
-    return _create("fill", dims, dtype, layout, a=value)
+def fill(dims, value, dtype=None, layout=None):
+    """tf.fill: ``dims`` filled with ``value``, of value's dtype as TensorFlow converts it
+    (a Python int int32, a float float32) unless ``dtype`` is given."""
+    if dtype is None:
+        dtype = _host_array(value, what="fill: value").dtype
+    return _create("fill", dims, dtype, layout, a=_number(value, "fill: value"))
 
 
 def ones(shape, dtype=np.float32, layout=None):
@@ -1024,7 +1481,7 @@ def zeros(shape, dtype=np.float32, layout=None):
 
 
 def _like(value, tensor, dtype):
-    t = _value(tensor)
+    t = _as_tensor(tensor, "zeros_like/ones_like: input")
     layout = Layout(t.layout.sharding_specs, t.layout.mesh)  # pending sums are not kept
     return fill(t.shape, value, t.dtype if dtype is None else dtype, layout=layout)
 
@@ -1047,18 +1504,106 @@ def cast(x, dtype):
     """tf.cast: the same tensor in another dtype, in its layout: each device converts its own
     component (floats to integers toward zero, to bool as x != 0, to the 16-bit floats rounded
     to nearest even), no communication. Recorded by tapes and traced functions like any op."""
-    x = _value(x)
+    x = _as_tensor(x, "cast: x")
     code = _code(dtype)
     if np.dtype(dtype) == x.dtype:
         return x
     return _apply("cast", [x], code)
 
-def range(start, limit=None, delta=1, dtype=np.int64, layout=None):  # noqa: A001 (tf.range)
-    """Like tf.range: [start, limit) by delta, or [0, start) with one argument."""
+def constant(value, dtype=None, shape=None, name=None, layout=None):
+    """tf.constant: a tensor of a Python value or array, converted as TensorFlow converts it
+    (a Python float is float32, an int int32; numpy arrays keep their dtype), reshaped to
+    ``shape`` or filled with a single value; replicated on the default mesh, or in
+    ``layout`` (or the layout of call_with_layout)."""
+    a = _host_array(value, dtype, "constant: value")
+    if shape is not None:
+        shape = _shape_arg(shape, "constant")
+        if a.size == 1:
+            a = np.full(shape, a.reshape(()), dtype=a.dtype)
+        elif a.size == int(np.prod(shape, dtype=np.int64)):
+            a = a.reshape(shape)
+        else:
+            raise ValueError(f"constant: {a.size} values do not fill shape {shape}")
+    if layout is not None:
+        if not isinstance(layout, Layout):
+            raise TypeError(f"constant: layout must be a dtensor.Layout, got "
+                            f"{type(layout).__name__}")
+        return dtensor_from_array(a, layout)
+    return _as_tensor(a, "constant: value")
+
+
+def identity(input, name=None):  # noqa: A002 (tf.identity)
+    """tf.identity: the same value (a Python value or array converted as :func:`constant`)."""
+    return _as_tensor(input, "identity: input")
+
+
+def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
+    """tf.convert_to_tensor: a DTensor as it is (TypeError when ``dtype`` differs), anything
+    else as :func:`constant`."""
+    if isinstance(value, (DTensor, DVariable)):
+        t = _value(value)
+        if dtype is not None and np.dtype(dtype) != t.dtype:
+            raise TypeError(f"convert_to_tensor: the tensor is {t.dtype}, {np.dtype(dtype)} "
+                            f"was requested")
+        return t
+    if dtype is None and dtype_hint is not None and not _has_numpy(value):
+        try:
+            return constant(value, dtype_hint)
+        except (TypeError, ValueError):
+            pass
+    return constant(value, dtype)
+
+
+def range(start, limit=None, delta=1, dtype=None, layout=None):  # noqa: A001 (tf.range)
+    """Like tf.range: [start, limit) by delta, or [0, start) with one argument; without a
+    layout, replicated on the default mesh. The dtype, unless given, is TensorFlow's: float32
+    when an argument is a float, else int32 (int64 when a bound does not fit)."""
     if limit is None:
         start, limit = 0, start
-    n = max(0, int(np.ceil((limit - start) / delta)))
-    return _create("arange", [n], dtype, layout, a=start, b=delta)
+    bounds = [_number(v, f"range: {n}") for n, v in (("start", start), ("limit", limit),
+                                                     ("delta", delta))]
+    if bounds[2] == 0:
+        raise ValueError("range: delta is 0 (it must not be zero)")
+    if dtype is None:
+        dtype = _host_array(bounds).dtype
+    n = max(0, int(np.ceil((bounds[1] - bounds[0]) / bounds[2])))
+    return _create("arange", [n], dtype, layout, a=bounds[0], b=bounds[2])
+
+
+def _number(value, what):
+    """A Python number of a number, a numpy scalar or a one-element tensor; TypeError else."""
+    if isinstance(value, (DTensor, DVariable)):
+        value = _host_array(value, what=what)
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(())[()]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    raise TypeError(f"{what}: expected a number, got {type(value).__name__}")
+
+
+def _shape_arg(shape, what):
+    """A list of non-negative ints of a shape (a list, tuple, TensorShape, 1-D integer array
+    or DTensor); TypeError or ValueError naming what is wrong."""
+    if isinstance(shape, (DTensor, DVariable)):
+        shape = _host_array(shape, what=f"{what}: shape").reshape(-1).tolist()
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = [shape]
+    if isinstance(shape, np.ndarray):
+        shape = shape.reshape(-1).tolist()
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError(f"{what}: shape must be a list of integers, got {type(shape).__name__}")
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{what}: shape {list(shape)} has a non-integer extent {d!r}")
+        if d < 0:
+            raise ValueError(f"{what}: shape {list(shape)} has a negative extent {d}")
+        out.append(int(d))
+    return out
 
 
 class _Random:
@@ -1067,7 +1612,10 @@ class _Random:
 
     @staticmethod
     def _seed(seed):
-        s = np.asarray(seed, dtype=np.int64).reshape(-1)
+        try:
+            s = np.asarray(seed, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"seed must hold 2 64-bit integers, got {seed!r}") from None
         if s.size != 2:
             raise ValueError(f"seed must hold 2 integers, got {seed!r}")
         return int(s[0]) & 0xFFFFFFFFFFFFFFFF, int(s[1]) & 0xFFFFFFFFFFFFFFFF
@@ -1109,15 +1657,14 @@ class Generator:
         _c.generator_state(self._handle, int(seed) & 0xFFFFFFFFFFFFFFFF, 0)
 
     def _draw(self, kind, shape, a, b, dtype, layout):
-        layout = layout or _requested()
-        if layout is None and getattr(_state, "mesh", None) is not None:
-            layout = Layout.replicated(_state.mesh, len(shape))
-        if layout is None:
-            raise ValueError(f"Generator.{kind}: no layout: pass layout=, or draw inside "
-                             f"dtensor.call_with_layout or dtensor.default_mesh")
+        shape = _shape_arg(shape, f"Generator.{kind}")
+        if layout is not None and not isinstance(layout, Layout):
+            raise TypeError(f"Generator.{kind}: layout must be a dtensor.Layout, got "
+                            f"{type(layout).__name__}")
+        layout = layout or _requested() or Layout.replicated(_default_mesh(), len(shape))
         h = _c.generator_draw(self._handle, kind, layout.mesh._handle, layout._text,
-                              _code(dtype), [int(s) for s in shape], float(a), float(b),
-                              _show_programs())
+                              _code(dtype), shape, _number(a, f"Generator.{kind}"),
+                              _number(b, f"Generator.{kind}"), _show_programs())
         return _result(h, layout.mesh)
 
     def uniform(self, shape, minval=0, maxval=None, dtype=np.float32, layout=None):
@@ -1147,7 +1694,7 @@ def _op(op, tensors, mesh, mesh_handle, text, *attrs):
 
 
 def _apply(op, tensors, *attrs):
-    tensors = [_value(t) for t in tensors]
+    tensors = _operands(tensors, op)
     mesh = tensors[0]._layout._mesh
     requested = getattr(_state, "layout", None)
     if requested is not None and requested._mesh is mesh:
@@ -1155,12 +1702,14 @@ def _apply(op, tensors, *attrs):
     return _op(op, tensors, mesh, None, None, *attrs)
 
 
-def _as_dtensor(x, like):
+def _as_dtensor(x, like, what="operand"):
     """Scalars and arrays next to a DTensor become replicated DTensors on its mesh (Python
-    scalars take the DTensor's dtype, as TensorFlow's; numpy arrays keep theirs)."""
+    scalars take the DTensor's dtype, as TensorFlow's; numpy arrays keep theirs). None and
+    other objects raise TypeError."""
     if isinstance(x, (DTensor, DVariable)):
         return _value(x)
-    a = np.asarray(x, dtype=None if isinstance(x, np.ndarray) else like.dtype)
+    like = _value(like)
+    a = _host_array(x, None if isinstance(x, np.ndarray) else like.dtype, what)
     rep = Layout.replicated(like.layout.mesh, a.ndim)
     if a.ndim == 0:
         return _create("fill", [], a.dtype, rep, a=float(a))
@@ -1205,6 +1754,8 @@ def gelu(features, approximate=False):
 
 def _binary(code):
     def op(a, b):
+        if not isinstance(a, (DTensor, DVariable)) and not isinstance(b, (DTensor, DVariable)):
+            a = _as_tensor(a, "x")  # two Python values: TensorFlow's conversion
         if type(a) is not DTensor:
             a = _as_dtensor(a, b)
         if type(b) is not DTensor:
@@ -1238,7 +1789,7 @@ def where(condition, x=None, y=None):
     as numpy does and x and y are promoted to one dtype. (The one-argument form, the indices
     of true elements, has a data-dependent shape and is not supported.)"""
     if x is None or y is None:
-        raise NotImplementedError("where(condition) without x and y (indices of the true "
+        raise errors.UnimplementedError("where(condition) without x and y (indices of the true "
                                   "elements) is not supported: its shape depends on the data")
     like = next((v for v in (x, y, condition) if isinstance(v, (DTensor, DVariable))), None)
     if like is None:
@@ -1268,6 +1819,8 @@ def _reduce(code):
 def truediv(x, y):
     """x / y as TensorFlow's truediv: integer operands are converted to float64 first (so
     7 / 2 is 3.5); floats divide in their dtype."""
+    if not isinstance(x, (DTensor, DVariable)) and not isinstance(y, (DTensor, DVariable)):
+        x = _as_tensor(x, "truediv: x")
     x, y = (v if isinstance(v, (DTensor, DVariable)) else _as_dtensor(v, w)
             for v, w in ((x, y), (y, x)))
     if np.issubdtype(x.dtype, np.integer):
@@ -1284,13 +1837,16 @@ _reduce_mean = _reduce(_c.REDUCE_MEAN)
 def reduce_mean(input_tensor, axis=None, keepdims=False):
     """The mean; of an integer tensor, the integer sum divided by the count, truncated as
     TensorFlow's integer mean."""
-    x = _value(input_tensor)
+    x = _as_tensor(input_tensor, "reduce_mean: input_tensor")
     if not np.issubdtype(x.dtype, np.integer):
         return _reduce_mean(x, axis, keepdims)
+    total = reduce_sum(x, axis, keepdims)  # checks the axes
     axes = _builtins.range(x.ndim) if axis is None else \
         (axis if isinstance(axis, (list, tuple)) else [axis])
     count = int(np.prod([x.shape[int(a)] for a in axes], dtype=np.int64))
-    return _divide(reduce_sum(x, axis, keepdims), count)
+    return _divide(total, count)
+
+
 reduce_max = _reduce(_c.REDUCE_MAX)
 reduce_min = _reduce(_c.REDUCE_MIN)
 reduce_prod = _reduce(_c.REDUCE_PROD)
@@ -1326,7 +1882,7 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False):
 
 
 def _norm(code, x, params, epsilon):
-    x = _value(x)
+    x = _as_tensor(x, "layer_norm/rms_norm: x")
     tensors, flag = [x], 0
     for bit, p in params:
         if p is not None:
@@ -1368,6 +1924,7 @@ def cumsum(x, axis=0, exclusive=False, reverse=False):
 
 
 def transpose(a, perm=None):
+    a = _as_tensor(a, "transpose: a")
     perm = list(reversed(_builtins.range(a.ndim))) if perm is None else [int(p) for p in perm]
     return _apply("transpose", [a], 0, perm)
 
@@ -1378,6 +1935,7 @@ def reshape(tensor, shape):
 
 def slice(input_, begin, size):  # noqa: A001 (tf.slice)
     """input_[begin[i] : begin[i] + size[i]]; size -1 takes the rest of the axis."""
+    input_ = _as_tensor(input_, "slice: input_")
     begin, size = [int(b) for b in begin], [int(s) for s in size]
     if len(begin) != input_.ndim or len(size) != input_.ndim:
         raise ValueError(f"slice: begin has {len(begin)} entries and size {len(size)}, the "
@@ -1397,13 +1955,11 @@ def _int_dtensor(x, like, what):
     like's mesh (int32, or int64 when given so)."""
     if isinstance(x, (DTensor, DVariable)):
         return _value(x)
-    a = np.asarray(x)
+    a = _host_array(x, what=what)
     if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"{what} must be integers, got {a.dtype}")
     a = a.astype(np.int64 if a.dtype == np.int64 else np.int32)
-    mesh = like.layout.mesh if like is not None else getattr(_state, "mesh", None)
-    if mesh is None:
-        raise ValueError(f"{what}: no mesh: pass a DTensor or run inside dtensor.default_mesh")
+    mesh = like.layout.mesh if like is not None else _default_mesh()
     return dtensor_from_array(a, Layout.replicated(mesh, a.ndim))
 
 
@@ -1413,7 +1969,7 @@ def gather_rows(params, indices):
     indices.shape + d. An index outside [0, V) gives a row of zeros. With V sharded over a mesh
     axis each device looks up the rows it owns and one all-reduce sums them (a
     vocabulary-parallel embedding, as Megatron-LM's)."""
-    params = _value(params)
+    params = _as_tensor(params, "gather_rows: params")
     return _apply("gather", [params, _int_dtensor(indices, params, "gather_rows: indices")])
 
 
@@ -1423,10 +1979,10 @@ take = gather_rows
 def embedding_lookup(params, ids, max_norm=None, name=None):
     """tf.nn.embedding_lookup of one (possibly vocabulary-sharded) table: ``gather_rows``."""
     if max_norm is not None:
-        raise NotImplementedError("embedding_lookup: max_norm is not supported")
+        raise errors.UnimplementedError("embedding_lookup: max_norm is not supported")
     if isinstance(params, (list, tuple)):
         if len(params) != 1:
-            raise NotImplementedError("embedding_lookup: a list of tables (shard the table's "
+            raise errors.UnimplementedError("embedding_lookup: a list of tables (shard the table's "
                                       "first axis over a mesh axis instead)")
         params = params[0]
     return gather_rows(params, ids)
@@ -1435,7 +1991,7 @@ def embedding_lookup(params, ids, max_norm=None, name=None):
 def unsorted_segment_sum(data, segment_ids, num_segments):
     """tf.math.unsorted_segment_sum: out[s] = sum of data[i...] over segment_ids[i...] == s
     (segment_ids of data's leading shape; ids outside [0, num_segments) add nothing)."""
-    data = _value(data)
+    data = _as_tensor(data, "unsorted_segment_sum: data")
     ids = _int_dtensor(segment_ids, data, "unsorted_segment_sum: segment_ids")
     return _apply("unsorted_segment_sum", [data, ids], int(num_segments))
 
@@ -1467,21 +2023,24 @@ def einsum(equation, *inputs, **kwargs):
     if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         inputs = tuple(inputs[0])
     if not 1 <= len(inputs) <= 2:
-        raise NotImplementedError(f"einsum of {len(inputs)} operands (1 or 2 are supported)")
+        raise errors.UnimplementedError(f"einsum of {len(inputs)} operands (1 or 2 are supported)")
     like = next((_value(v) for v in inputs if isinstance(v, (DTensor, DVariable))), None)
     if like is None:
-        raise TypeError("einsum: no operand is a DTensor")
-    ops = [_as_dtensor(v, like) for v in inputs]
+        like = _as_tensor(inputs[0], "einsum: operand 0")
+    ops = [_as_dtensor(v, like, f"einsum: operand {i}") for i, v in enumerate(inputs)]
     return _apply("einsum", ops, str(equation))
 
 
 def stack(values, axis=0):
     """tf.stack: tensors of one shape joined along a new axis (block exchanges, no gather)."""
-    values = list(values)
+    if isinstance(values, (DTensor, DVariable)) or not isinstance(values, (list, tuple)):
+        raise TypeError(f"stack: expected a list of tensors, got {type(values).__name__}")
+    if not values:
+        raise ValueError("stack: the list of values is empty")
     like = next((_value(v) for v in values if isinstance(v, (DTensor, DVariable))), None)
     if like is None:
-        raise TypeError("stack: no value is a DTensor")
-    values = [_as_dtensor(v, like) for v in values]
+        like = _as_tensor(values[0], "stack: values[0]")
+    values = [_as_dtensor(v, like, f"stack: values[{i}]") for i, v in enumerate(values)]
     axis = int(axis)
     if len(values) <= 16:
         return _apply("stack", values, axis)
@@ -1494,7 +2053,7 @@ def stack(values, axis=0):
 def split(value, num_or_size_splits, axis=0, num=None):
     """tf.split: a list of pieces along ``axis``: num_or_size_splits equal pieces, or pieces of
     the listed sizes (one may be -1: the rest). Each piece is one slice op."""
-    value = _value(value)
+    value = _as_tensor(value, "split: value")
     axis = int(axis)
     ax = axis + value.ndim if axis < 0 else axis
     if not 0 <= ax < value.ndim:
@@ -1529,8 +2088,8 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
     """tf.pad in CONSTANT mode: paddings [[before, after], ...] per axis. Each device fills its
     shard with the constant and receives the elements of the tensor inside it."""
     if str(mode).upper() != "CONSTANT":
-        raise NotImplementedError(f"pad: mode {mode!r} (only CONSTANT is supported)")
-    t = _value(tensor)
+        raise errors.UnimplementedError(f"pad: mode {mode!r} (only CONSTANT is supported)")
+    t = _as_tensor(tensor, "pad: tensor")
     p = np.asarray(paddings, dtype=np.int64).reshape(-1, 2) if np.size(paddings) else \
         np.zeros((0, 2), np.int64)
     if p.shape[0] != t.ndim:
@@ -1541,7 +2100,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
 
 def tile(input, multiples):  # noqa: A002 (tf.tile)
     """tf.tile: the tensor repeated multiples[i] times along each axis."""
-    t = _value(input)
+    t = _as_tensor(input, "tile: input")
     m = [int(v) for v in np.asarray(multiples).reshape(-1)]
     if len(m) != t.ndim:
         raise ValueError(f"tile: {len(m)} multiples for a tensor of rank {t.ndim}")
@@ -1551,28 +2110,47 @@ def tile(input, multiples):  # noqa: A002 (tf.tile)
 def broadcast_to(input, shape):  # noqa: A002 (tf.broadcast_to)
     """tf.broadcast_to: stretched to ``shape`` as numpy broadcasts; the sharding of the axes the
     tensor spans stays, each device broadcasts its own shard."""
-    return _apply("broadcast_to", [_value(input)], [int(v) for v in shape])
+    return _apply("broadcast_to", [_as_tensor(input, "broadcast_to: input")],
+                  _shape_arg(shape, "broadcast_to"))
 
 
 def expand_dims(input, axis):  # noqa: A002 (tf.expand_dims)
     """tf.expand_dims: an unsharded axis of extent 1 at ``axis`` (metadata only)."""
-    return _apply("expand_dims", [_value(input)], int(axis))
+    return _apply("expand_dims", [_as_tensor(input, "expand_dims: input")], int(axis))
 
 
 def squeeze(input, axis=None):  # noqa: A002 (tf.squeeze)
     """tf.squeeze: the named axes of extent 1 removed, or all of them (metadata only)."""
     axes = [] if axis is None else \
         [int(a) for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
-    return _apply("squeeze", [_value(input)], axes)
+    return _apply("squeeze", [_as_tensor(input, "squeeze: input")], axes)
+
+
+def _layout_arg(layout, what):
+    if not isinstance(layout, Layout):
+        raise TypeError(f"{what}: layout must be a dtensor.Layout, got {type(layout).__name__}")
+    return layout
 
 
 def relayout(tensor, layout):
     """The same global tensor in ``layout`` (the minimal transition per mesh axis)."""
-    return _op("relayout", [_value(tensor)], layout.mesh, layout.mesh._handle, layout._text)
+    layout = _layout_arg(layout, "relayout")
+    t = _as_tensor(tensor, "relayout: tensor")
+    if t.layout.mesh is not layout.mesh and t.layout.mesh._local:
+        return copy_to_mesh(t, layout)  # a regular tensor: placed as copy_to_mesh does
+    return _op("relayout", [t], layout.mesh, layout.mesh._handle, layout._text)
 
 
-def copy_to_mesh(tensor, layout):
-    """The same global tensor on another mesh over the same devices, in ``layout``."""
+def copy_to_mesh(tensor, layout, source_layout=None):
+    """The same global tensor on another mesh (over the same devices, or any devices when the
+    tensor is replicated), in ``layout``. A Python value, a numpy array or a regular tensor
+    (on the default mesh, a replica's device) is copied from the host: every client passes the
+    same value, as tf.experimental.dtensor.copy_to_mesh of a regular tensor."""
+    layout = _layout_arg(layout, "copy_to_mesh")
+    if not isinstance(tensor, (DTensor, DVariable)) or _value(tensor).layout.mesh._local or \
+            (layout.mesh._local and _value(tensor).layout.is_fully_replicated()):
+        # from or to a mesh of this client's alone: through the host
+        return dtensor_from_array(_host_array(tensor, what="copy_to_mesh: tensor"), layout)
     return _op("copy_to_mesh", [_value(tensor)], layout.mesh, layout.mesh._handle, layout._text)
 
 
@@ -1580,6 +2158,9 @@ def call_with_layout(fn, layout, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` so that its result has ``layout`` (as TensorFlow's): creation
     ops inside it make their tensors directly in that layout (no full tensor is built first)
     and ops whose result is requested take it as a hard constraint."""
+    layout = _layout_arg(layout, "call_with_layout")
+    if not callable(fn):
+        raise TypeError(f"call_with_layout: fn must be callable, got {type(fn).__name__}")
     old = _requested()
     _state.layout = layout
     try:
@@ -1603,6 +2184,17 @@ def _install_operators():
                      "__rtruediv__": truediv, "__rfloordiv__": floordiv, "__rmod__": floormod,
                      "__rpow__": pow, "__rmatmul__": matmul}.items():
         setattr(DTensor, name, lambda self, other, fn=fn: fn(_as_dtensor(other, self), self))
+    # == and != compare values elementwise, as TensorFlow's (a one-element result works in
+    # `if` and `assert` through __bool__); other objects (None, strings) compare unequal
+    def compare(fn):
+        def op(self, other):
+            if not isinstance(other, (DTensor, DVariable, int, float, bool, np.ndarray,
+                                      np.generic, list, tuple)):
+                return NotImplemented
+            return fn(self, other)
+        return op
+    DTensor.__eq__ = compare(equal)
+    DTensor.__ne__ = compare(not_equal)
     DTensor.__neg__ = lambda self: neg(self)
     DTensor.__abs__ = lambda self: abs(self)
     # &, |, ^ and ~ are the logical ops, as on TensorFlow's bool tensors
@@ -1626,9 +2218,14 @@ class DVariable:
     ``default_mesh``. Assigning a value of another layout raises; relayout it first. Creation,
     reads and assignments are collective."""
 
-    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
+    def __init__(self, initial_value=None, trainable=True, name=None, dtype=None, layout=None):
         if callable(initial_value):
             initial_value = initial_value()
+        if layout is not None and not isinstance(layout, Layout):
+            raise TypeError(f"DVariable: layout must be a dtensor.Layout, got "
+                            f"{type(layout).__name__}")
+        strategy = _current_strategy()
+        self._strategy = None  # the strategy whose scope placed it (its replicas print)
         if isinstance(initial_value, (DTensor, DVariable)):
             value = _value(initial_value)
             if dtype is not None and np.dtype(dtype) != value.dtype:
@@ -1636,15 +2233,14 @@ class DVariable:
             if layout is not None and value.layout != layout:
                 value = relayout(value, layout)
         else:
-            a = np.asarray(initial_value, dtype=dtype)
-            if a.dtype == np.float64 and dtype is None and not isinstance(initial_value,
-                                                                            np.ndarray):
-                a = a.astype(np.float32)  # Python floats become float32, as in TensorFlow
-            if layout is None and getattr(_state, "mesh", None) is not None:
-                layout = Layout.replicated(_state.mesh, a.ndim)
+            # Python values as TensorFlow converts them (1. is float32, 1 int32)
+            a = _host_array(initial_value, dtype, "DVariable: initial_value")
+            if layout is None and getattr(_state, "mesh", None) is None and \
+                    strategy is not None and strategy._kind != _c.STRATEGY_DEFAULT:
+                layout = strategy.variable_layout(a.ndim)  # as tf.Variable in the scope
+                self._strategy = strategy
             if layout is None:
-                raise ValueError("DVariable: a non-DTensor initial value needs layout= (or a "
-                                 "dtensor.default_mesh scope)")
+                layout = Layout.replicated(_default_mesh(), a.ndim)
             value = dtensor_from_array(a, layout)
         self._handle = _c.variable_create(value._handle)
         self._layout = value.layout
@@ -1701,7 +2297,12 @@ class DVariable:
                 f"would leave its replicas different; update it with "
                 f"optimizer.apply_gradients or in ReplicaContext.merge_call")
         if not isinstance(value, (DTensor, DVariable)):
-            a = np.broadcast_to(np.asarray(value, dtype=self._dtype), self._shape)
+            a = _host_array(value, self._dtype, f"variable {self.name!r}: value")
+            try:
+                a = np.broadcast_to(a, self._shape)
+            except ValueError:
+                raise ValueError(f"variable {self.name!r} of shape {self._shape}: a value of "
+                                 f"shape {a.shape} does not fit") from None
             value = dtensor_from_array(a, self._layout)
         _c.variable_assign(self._handle, _value(value)._handle, mode)
         self._version += 1
@@ -1716,13 +2317,65 @@ class DVariable:
     def assign_sub(self, delta):
         return self._assign(delta, 2)
 
-    def __str__(self):
-        return str(self.read_value())
+    @property
+    def device(self):
+        """TensorFlow's name of the device of its (first local) copy; inside strategy.run, of
+        the replica's."""
+        ctx = _replicas.current()
+        if ctx is not None and ctx.strategy._kind != _c.STRATEGY_DEFAULT:
+            return _mesh_device(ctx.strategy._replica_mesh(ctx._local))
+        return _mesh_device(self._layout.mesh)
+
+    @property
+    def handle(self):
+        """The variable's resource (TensorFlow's ``handle``): what it prints names the
+        variable, its layout and its mesh."""
+        return _VariableHandle(self)
+
+    def _local_value(self, i=0):
+        """Local copy i of a fully replicated variable, read on this client alone."""
+        a = np.empty(self._shape, dtype=self._dtype)
+        _c.tensor_to_host(self._handle, i, _raw(a))
+        return a
+
+    def _describe(self, name, value):
+        layout = "" if self._layout.is_fully_replicated() else \
+            f" layout={self._layout._text!r}"
+        shown = "" if value is None else ", numpy=" + (
+            str(value[()]) if value.ndim == 0 else
+            "\n" + np.array_repr(value))
+        return (f"<dtensor.Variable '{name}:0' shape={self.shape} dtype={self._dtype.name}"
+                f"{layout}{shown}>")
 
     def __repr__(self):
-        """Metadata only: reading the value is an op every client must run (print shows it)."""
-        return (f"<dtensor.DVariable '{self.name}' shape={self._shape} dtype={self._dtype} "
-                f"layout={self._layout._text!r}>")
+        """TensorFlow's form, ``<dtensor.Variable 'Variable:0' shape=() dtype=float32,
+        numpy=1.0>``, its value read on this client when it is replicated (never collective:
+        a sharded variable shows its layout instead). A variable made in a mirrored
+        strategy's scope shows this client's replicas, as TensorFlow's MirroredVariable."""
+        readable = self._layout.is_fully_replicated() and \
+            bool(self._layout.mesh.local_device_ids()) and not isinstance(self, PSVariable)
+        s = self._strategy
+        if readable and s is not None and s._kind in (_c.STRATEGY_MIRRORED,
+                                                      _c.STRATEGY_MULTI_WORKER_MIRRORED):
+            parts = [f"  {i}: " + self._describe(
+                self.name if i == 0 else f"{self.name}/replica_{i}", self._local_value(i))
+                for i in _builtins.range(len(self._layout.mesh.local_device_ids()))]
+            return "MirroredVariable:{\n" + ",\n".join(parts) + "\n}"
+        return self._describe(self.name, self._local_value() if readable else None)
+
+    __str__ = __repr__
+
+
+class _VariableHandle:
+    """DVariable.handle: the variable's resource."""
+
+    def __init__(self, variable):
+        self._variable = variable
+
+    def __repr__(self):
+        v = self._variable
+        return (f"<dtensor.Variable handle '{v.name}' shape={v.shape} dtype={v.dtype.name} "
+                f"layout={v.layout.to_string()!r}>")
 
 
 def _install_variable_operators():
@@ -1734,6 +2387,12 @@ def _install_variable_operators():
     for name in names:
         setattr(DVariable, name,
                 lambda self, *args, name=name: getattr(self.read_value(), name)(*args))
+    def compare(name):
+        return lambda self, other: getattr(self.read_value(), name)(other)
+    for name in ["__eq__", "__ne__"]:
+        setattr(DVariable, name, compare(name))
+    DVariable.__bool__ = lambda self: bool(self.read_value())
+    DVariable.__hash__ = object.__hash__
     DVariable.T = property(lambda self: self.read_value().T)
 
 
@@ -1808,6 +2467,9 @@ def function(fn=None):
 def set_collective_algorithm(mesh, algorithm):
     """'auto', 'ring', 'nccl', 'hierarchical_copy' or 'reduction_to_one_device' (every client
     must set the same before its next collective on the mesh)."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"set_collective_algorithm: mesh must be a dtensor.Mesh, got "
+                        f"{type(mesh).__name__}")
     _c.mesh_set_algorithm(mesh._handle, algorithm)
 
 
@@ -1881,6 +2543,8 @@ class Sequential:
     strategy's scope, its variables take that strategy's layouts (collective)."""
 
     def __init__(self, layers, input_features, dtype=np.float32, seed=0):
+        if not isinstance(layers, (list, tuple)) or not all(isinstance(l, Dense) for l in layers):
+            raise TypeError("Sequential: layers must be a list of dtensor.Dense")
         _ensure_init()
         self._handle = _c.model_create(int(input_features), [l.config for l in layers],
                                        _code(dtype), int(seed))
@@ -1927,9 +2591,16 @@ class Optimizer:
 
     def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
                  beta_2=0.0, epsilon=0.0, weight_decay=0.0):
-        self.learning_rate = float(learning_rate)
-        self._handle = _c.optimizer_create(kind, self.learning_rate, momentum, nesterov, beta_1,
-                                           beta_2, epsilon, weight_decay)
+        kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW)
+        if isinstance(kind, bool) or kind not in kinds:
+            raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam or "
+                             f"AdamW)")
+        numbers = [_number(v, f"Optimizer: {n}") for n, v in (
+            ("learning_rate", learning_rate), ("momentum", momentum), ("beta_1", beta_1),
+            ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay))]
+        self.learning_rate = float(numbers[0])
+        self._handle = _c.optimizer_create(kind, self.learning_rate, float(numbers[1]),
+                                           bool(nesterov), *[float(v) for v in numbers[2:]])
         self.iterations = 0
         _live.add(self)
 
@@ -2053,10 +2724,11 @@ class Strategy:
             _c.strategy_scope(self._handle, False)
 
     def input_layout(self, rank):
-        return _layout_of(_c.strategy_layouts(self._handle, rank)[1], self.mesh)
+        return _layout_of(_c.strategy_layouts(self._handle, _rank_arg(rank))[1], self.mesh)
 
     def variable_layout(self, rank):
-        return _layout_of(_c.strategy_layouts(self._handle, rank)[0], self.variable_mesh)
+        return _layout_of(_c.strategy_layouts(self._handle, _rank_arg(rank))[0],
+                          self.variable_mesh)
 
     def distribute_batch(self, batch):
         """A global batch (the full array, on every client) as one DTensor in the input layout
@@ -2109,7 +2781,7 @@ class Strategy:
         return mesh
 
     def _replica_tensor(self, array, i):
-        a = np.asarray(array)
+        a = _host_array(array, what="a per-replica value")
         return dtensor_from_array(a, Layout.replicated(self._replica_mesh(i), a.ndim))
 
     def _to_replica(self, value, i):
@@ -2168,9 +2840,19 @@ class Strategy:
         value that is not per-replica)."""
         if isinstance(value, _replicas.PerReplica):
             return value.values
+        if self._kind == _c.STRATEGY_DEFAULT:
+            return (value,)
+        if isinstance(value, DVariable) and not isinstance(value, PSVariable) and \
+                value.layout.mesh is self.variable_mesh and value.layout.is_fully_replicated():
+            # a mirrored variable: one copy per local replica (central storage's one)
+            return tuple(self._variable_replica(value, i)
+                         for i in _builtins.range(min(self._local_replicas,
+                                                      value.layout.mesh.num_local_devices())))
         if isinstance(value, DTensor) and value.layout.mesh is self.mesh:
             return tuple(self._to_replica(value, i) for i in _builtins.range(self._local_replicas))
         return (value,)
+
+    experimental_run_v2 = property(lambda self: self.run)  # TensorFlow 2.0's name of run
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """The dataset's global batches split over the replicas (auto-sharded: each client
@@ -2181,6 +2863,9 @@ class Strategy:
         """``dataset_fn(InputContext)`` called once on this client; its elements are
         per-replica batches, one per local replica each step."""
         return _replicas.DistributedDatasetFromFunction(self, dataset_fn)
+
+    # TensorFlow 2.2's name
+    experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
     def experimental_distribute_values_from_function(self, value_fn):
         """PerReplica values ``value_fn(ValueContext)`` for each local replica."""
@@ -2286,16 +2971,26 @@ class MirroredStrategy(Strategy):
             if not isinstance(cross_device_ops, CrossDeviceOps):
                 raise TypeError(f"cross_device_ops must be a CrossDeviceOps, got "
                                 f"{type(cross_device_ops).__name__}")
-            set_collective_algorithm(self.mesh, cross_device_ops._algorithm)
+            set_collective_algorithm(self.mesh, _algorithm_for(self.mesh,
+                                                               cross_device_ops._algorithm))
         self.cross_device_ops = cross_device_ops
 
 
+def _algorithm_for(mesh, algorithm):
+    """NCCL is a hint, as TensorFlow takes it: on CPU devices the ring instead."""
+    return "ring" if algorithm == "nccl" and mesh.device_type() == "CPU" else algorithm
+
+
 class CommunicationImplementation:
-    """tf.distribute.experimental.CommunicationImplementation."""
+    """tf.distribute.experimental.CommunicationImplementation (also under its TensorFlow 2.0
+    name, CollectiveCommunication)."""
 
     AUTO = "auto"
     RING = "ring"
     NCCL = "nccl"
+
+
+CollectiveCommunication = CommunicationImplementation
 
 
 class CommunicationOptions:
@@ -2319,10 +3014,20 @@ class MultiWorkerMirroredStrategy(Strategy):
 
     _kind = _c.STRATEGY_MULTI_WORKER_MIRRORED
 
-    def __init__(self, cluster_resolver=None, communication_options=None):
+    def __init__(self, cluster_resolver=None, communication_options=None, communication=None):
+        if communication is not None:  # TensorFlow 2.0-2.3's argument
+            if communication_options is not None:
+                raise ValueError("MultiWorkerMirroredStrategy: pass communication_options or "
+                                 "the older communication, not both")
+            communication_options = CommunicationOptions(implementation=communication)
+        if communication_options is not None and \
+                not isinstance(communication_options, CommunicationOptions):
+            raise TypeError(f"communication_options must be a CommunicationOptions, got "
+                            f"{type(communication_options).__name__}")
         super().__init__()
         if communication_options is not None:
-            set_collective_algorithm(self.mesh, communication_options.implementation)
+            set_collective_algorithm(self.mesh, _algorithm_for(
+                self.mesh, communication_options.implementation))
         self.communication_options = communication_options
 
     @property
@@ -2384,6 +3089,52 @@ class MaxSizePartitioner:
         return [max(1, min(n, int(shape[0])))] + [1] * (len(shape) - 1)
 
 
+class ClusterSpec:
+    """tf.train.ClusterSpec: the tasks of each job (``as_dict()``, ``jobs``, ``num_tasks``,
+    ``task_address``, ``job_tasks``); equal to another ClusterSpec or dict of the same jobs."""
+
+    def __init__(self, cluster):
+        if isinstance(cluster, ClusterSpec):
+            cluster = cluster.as_dict()
+        if not isinstance(cluster, dict):
+            raise TypeError(f"ClusterSpec needs a dict of job name -> task addresses, got "
+                            f"{type(cluster).__name__}")
+        self._cluster = {str(k): list(v.values()) if isinstance(v, dict) else list(v)
+                         for k, v in cluster.items()}
+
+    def as_dict(self):
+        return {k: list(v) for k, v in self._cluster.items()}
+
+    @property
+    def jobs(self):
+        return list(self._cluster)
+
+    def num_tasks(self, job_name):
+        return len(self.job_tasks(job_name))
+
+    def job_tasks(self, job_name):
+        if job_name not in self._cluster:
+            raise ValueError(f"no such job in the cluster: {job_name!r}")
+        return list(self._cluster[job_name])
+
+    def task_address(self, job_name, task_index):
+        tasks = self.job_tasks(job_name)
+        if not 0 <= task_index < len(tasks):
+            raise ValueError(f"job {job_name!r} has no task {task_index}")
+        return tasks[task_index]
+
+    def __eq__(self, other):
+        if isinstance(other, dict):
+            other = ClusterSpec(other)
+        return isinstance(other, ClusterSpec) and other._cluster == self._cluster
+
+    def __bool__(self):
+        return bool(self._cluster)
+
+    def __repr__(self):
+        return f"ClusterSpec({self._cluster})"
+
+
 class TFConfigClusterResolver:
     """tf.distribute.cluster_resolver.TFConfigClusterResolver over the TF_CONFIG environment
     variable: cluster_spec(), task_type, task_id, rpc_layer, num_accelerators()."""
@@ -2398,7 +3149,7 @@ class TFConfigClusterResolver:
         self.rpc_layer = rpc_layer if rpc_layer is not None else config.get("rpc_layer")
 
     def cluster_spec(self):
-        return dict(self._cluster)
+        return ClusterSpec(self._cluster)
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
         return {"GPU": num_local_devices("GPU")} if num_local_devices("GPU") else {}
@@ -2468,18 +3219,33 @@ class PSVariable(DVariable):
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
         strategy = _current_strategy()
+        if not isinstance(strategy, ParameterServerStrategy):
+            raise errors.FailedPreconditionError(
+                "PSVariable: create it in a ParameterServerStrategy's scope (dtensor.Variable "
+                "there makes one)")
         if callable(initial_value):
             initial_value = initial_value()
-        a = np.asarray(_value(initial_value).numpy() if isinstance(
-            initial_value, (DTensor, DVariable)) else initial_value, dtype=dtype)
-        if a.dtype == np.float64 and dtype is None and not isinstance(initial_value, np.ndarray):
-            a = a.astype(np.float32)
+        # Python values as TensorFlow converts them (0 is int32, 0. float32)
+        a = _host_array(initial_value, dtype, "Variable: initial_value")
         init = dtensor_from_array(a, Layout.replicated(strategy.mesh, a.ndim))
         self._handle = _c.ps_variable_create(strategy._handle, init._handle)
-        self._layout, self._shape, self._dtype = init.layout, a.shape, a.dtype
+        self._layout, self._shape, self._dtype = init.layout, TensorShape(a.shape), a.dtype
         self.trainable, self.name = trainable, name or "Variable"
-        self._version, self._replicas = 0, {}
+        self._version, self._replicas, self._strategy = 0, {}, strategy
         _live.add(self, keep=True)
+
+    @property
+    def device(self):
+        """The device of its first shard's ps task, as TensorFlow names it."""
+        return self.variables[0].device
+
+    def __repr__(self):
+        """TensorFlow's form with the current value (read one-sidedly, never collective)."""
+        host = np.empty(self._shape, dtype=self._dtype)
+        _c.ps_variable_io(self._handle, host, False)
+        return self._describe(self.name, host)
+
+    __str__ = __repr__
 
     def read_value(self):
         """The whole current value, read from the ps tasks, on this client's devices."""
@@ -2493,8 +3259,12 @@ class PSVariable(DVariable):
     value = read_value
 
     def _assign(self, value, mode):
-        x = np.broadcast_to(np.asarray(value.numpy() if isinstance(value, (DTensor, DVariable))
-                                       else value, dtype=self._dtype), self._shape)
+        x = _host_array(value, self._dtype, f"variable {self.name!r}: value")
+        try:
+            x = np.broadcast_to(x, self._shape)
+        except ValueError:
+            raise ValueError(f"variable {self.name!r} of shape {self._shape}: a value of shape "
+                             f"{x.shape} does not fit") from None
         if mode == 0:  # assign: add the difference to what is there now
             current = np.empty(self._shape, dtype=self._dtype)
             _c.ps_variable_io(self._handle, current, False)
@@ -2539,29 +3309,51 @@ class RemoteValue:
     get = fetch
 
 
-class _PerWorkerIterator:
-    """What iter(per-worker dataset) gives: on each client, its own dataset's iterator."""
+class _SharedIterator:
+    """An iterator shared by the cluster's workers, as the iterator a scheduled function
+    gets: each worker iterates its own copy of the data (``make()``, built on first use), and
+    a counter on the ps tasks (dt_ps_variable_fetch_add) deals out the positions, so each
+    element goes to exactly one ``next`` call, whichever worker makes it. Creation is
+    collective (every client runs the same program)."""
 
-    def __init__(self, dataset):
-        self._it = iter(dataset)
+    def __init__(self, strategy, make):
+        self._make, self._it, self._at = make, None, 0
+        zero = dtensor_from_array(np.zeros((1,), np.int64), Layout.replicated(strategy.mesh, 1))
+        self._handle = _c.ps_variable_create(strategy._handle, zero._handle)
+        _live.add(self, keep=True)  # its window is released collectively, at shutdown
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        one, old = np.ones((1,), np.int64), np.empty((1,), np.int64)
+        _c.ps_variable_fetch_add(self._handle, one, old)
+        if self._it is None:
+            self._it = iter(self._make())
+        while self._at < int(old[0]):  # the elements other workers took
+            next(self._it)
+            self._at += 1
+        self._at += 1
         return next(self._it)
+
+    get_next = __next__
 
 
 class PerWorkerDataset:
-    """create_per_worker_dataset: each client builds its own dataset with dataset_fn();
-    iter() gives a per-worker iterator to pass to scheduled functions, where it yields the
-    running worker's own next element."""
+    """create_per_worker_dataset: each worker builds its own copy of the data with
+    dataset_fn() (when it first needs it); iter() gives the iterator to pass to scheduled
+    functions: it yields the dataset's elements in order, each to one call, whichever worker
+    runs it (so five scheduled additions of the elements of [1, 2, 3, 4, 5] give 15, as in
+    TensorFlow's talk). Collective: every client calls iter() alike."""
 
-    def __init__(self, dataset_fn):
-        self._dataset = dataset_fn()
+    def __init__(self, strategy, dataset_fn):
+        if not callable(dataset_fn):
+            raise TypeError(f"create_per_worker_dataset: dataset_fn must be callable, got "
+                            f"{type(dataset_fn).__name__}")
+        self._strategy, self._fn = strategy, dataset_fn
 
     def __iter__(self):
-        return _PerWorkerIterator(self._dataset)
+        return _SharedIterator(self._strategy, self._fn)
 
 
 class ClusterCoordinator:
@@ -2581,6 +3373,7 @@ class ClusterCoordinator:
                             f"{type(strategy).__name__}")
         self._strategy = strategy
         self._closures = []
+        self._shared = {}  # id(local iterator) -> (it, its cluster-wide iterator)
         self._step = self._run  # the C coordinator borrows it: kept alive here
         self._handle = _c.ps_coordinator_create(strategy._handle, self._step)
         _live.add(self, keep=True)
@@ -2594,6 +3387,8 @@ class ClusterCoordinator:
                                f"every client must run the same program")
         fn, args, kwargs = self._closures[step]
         r = fn(*args, **kwargs)
+        if isinstance(r, _replicas.PerReplica) and len(r.values) == 1:
+            r = r.values[0]
         if r is None:
             return float("nan")
         return float(r.read_value() if isinstance(r, DVariable) else r)
@@ -2603,7 +3398,9 @@ class ClusterCoordinator:
         if not callable(fn):
             raise TypeError(f"schedule: fn must be callable, got {type(fn).__name__}")
         k = len(self._closures)
-        self._closures.append((fn, tuple(args), dict(kwargs or {})))
+        args, kwargs = tuple(args), dict(kwargs or {})
+        self._closures.append((fn, tuple(self._sharing(a) for a in args),
+                               {key: self._sharing(a) for key, a in kwargs.items()}))
         return RemoteValue(_c.ps_schedule(self._handle, k) if self._chief else None)
 
     def join(self):
@@ -2622,8 +3419,23 @@ class ClusterCoordinator:
             return values.fetch()
         return type(values)(self.fetch(v) for v in values)
 
+    def _sharing(self, value):
+        """A dataset iterator made on the coordinator becomes one iterator for the cluster
+        (its elements each go to one call), as TensorFlow's functions share the coordinator's
+        iterator; the same local iterator is shared once (collective: schedule runs alike on
+        every client)."""
+        if not isinstance(value, data.DatasetIterator):
+            return value
+        kept = self._shared.get(id(value))
+        if kept is None:
+            kept = self._shared[id(value)] = (value, _SharedIterator(self._strategy,
+                                                                     lambda: value))
+        return kept[1]
+
     def create_per_worker_dataset(self, dataset_fn):
-        return PerWorkerDataset(dataset_fn)
+        """The dataset of dataset_fn() on each worker; iterate it for the iterator to pass to
+        scheduled functions (see PerWorkerDataset)."""
+        return PerWorkerDataset(self._strategy, dataset_fn)
 
     def shutdown(self):
         """Every client: release the workers and ps tasks (they run and serve until then)."""
@@ -2651,17 +3463,85 @@ InputContext = _replicas.InputContext
 
 
 def get_replica_context():
-    """The ReplicaContext inside ``strategy.run``; None in cross-replica context."""
-    return _replicas.current()
+    """The ReplicaContext inside ``strategy.run``; None in cross-replica context (in a
+    strategy's scope, outside run); outside any scope the default replica context, as
+    TensorFlow's."""
+    ctx = _replicas.current()
+    if ctx is not None:
+        return ctx
+    strategy = _current_strategy()
+    if strategy is None or strategy._kind == _c.STRATEGY_DEFAULT:
+        return _replicas.DefaultReplicaContext(get_strategy())
+    return None
 
 
 def in_cross_replica_context():
-    return _replicas.current() is None
+    """True in a (non-default) strategy's scope outside ``strategy.run``, as TensorFlow's."""
+    return get_replica_context() is None
 
 
-def compute_average_loss(per_example_loss, global_batch_size):
-    """tf.nn.compute_average_loss: sum(per_example) / global_batch_size."""
-    return reduce_sum(per_example_loss) / float(global_batch_size)
+def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+    """tf.nn.compute_average_loss: sum(per_example_loss * sample_weight) / global_batch_size.
+    Without ``global_batch_size``, TensorFlow's default: the per-replica batch (the loss's
+    first extent) times the replicas in sync inside ``strategy.run``; outside it (a global
+    batch, the SPMD form) the first extent."""
+    loss = _as_tensor(per_example_loss, "compute_average_loss: per_example_loss")
+    if sample_weight is not None:
+        loss = loss * _as_dtensor(sample_weight, loss, "compute_average_loss: sample_weight")
+    if global_batch_size is None:
+        ctx = get_replica_context()
+        replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+        global_batch_size = (loss.shape[0] if loss.ndim else 1) * replicas
+    n = _number(global_batch_size, "compute_average_loss: global_batch_size")
+    if isinstance(n, bool) or not n > 0:
+        raise ValueError(f"compute_average_loss: global_batch_size {global_batch_size!r} must "
+                         f"be positive")
+    return reduce_sum(loss) / float(n)  # a Python float takes the loss's dtype
+
+
+def scale_regularization_loss(regularization_loss):
+    """tf.nn.scale_regularization_loss: the sum of the regularization losses divided by the
+    replicas in sync (inside ``strategy.run``), so that summing over replicas counts it once."""
+    if isinstance(regularization_loss, (list, tuple)):
+        regularization_loss = add_n(regularization_loss)
+    loss = reduce_sum(_as_tensor(regularization_loss, "scale_regularization_loss"))
+    ctx = get_replica_context()
+    replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+    return loss / float(replicas)
+
+
+def add_n(inputs):
+    """tf.math.add_n: the elementwise sum of a list of tensors of one shape and dtype."""
+    if isinstance(inputs, (DTensor, DVariable)) or not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"add_n: expected a list of tensors, got {type(inputs).__name__}")
+    if not inputs:
+        raise ValueError("add_n: the list of inputs is empty")
+    total = _as_tensor(inputs[0], "add_n: inputs[0]")
+    for i, x in enumerate(inputs[1:], 1):
+        x = _as_dtensor(x, total, f"add_n: inputs[{i}]")
+        if x.shape != total.shape:
+            raise ValueError(f"add_n: inputs[{i}] has shape {x.shape}, inputs[0] {total.shape}")
+        total = total + x
+    return total
+
+
+def softmax_cross_entropy_with_logits(labels, logits, axis=-1):
+    """tf.nn.softmax_cross_entropy_with_logits: -sum(labels * log_softmax(logits)) along
+    ``axis``, one value per row."""
+    logits = _as_tensor(logits, "softmax_cross_entropy_with_logits: logits")
+    labels = _as_dtensor(labels, logits, "softmax_cross_entropy_with_logits: labels")
+    return -reduce_sum(labels * log_softmax(logits, axis=axis), axis=axis)
+
+
+def sparse_softmax_cross_entropy_with_logits(labels, logits):
+    """tf.nn.sparse_softmax_cross_entropy_with_logits: the same with integer class labels."""
+    logits = _as_tensor(logits, "sparse_softmax_cross_entropy_with_logits: logits")
+    if logits.ndim < 1:
+        raise ValueError("sparse_softmax_cross_entropy_with_logits: logits must have a class "
+                         "axis (rank >= 1)")
+    ids = _int_dtensor(labels, logits, "sparse_softmax_cross_entropy_with_logits: labels")
+    onehot = one_hot(ids, logits.shape[-1], dtype=logits.dtype)
+    return -reduce_sum(onehot * log_softmax(logits, axis=-1), axis=-1)
 
 
 # ---- tf.nn and tf.math: the names above under TensorFlow's module paths -----------------------
@@ -2669,6 +3549,9 @@ def compute_average_loss(per_example_loss, global_batch_size):
 nn = _types.SimpleNamespace(
     relu=relu, sigmoid=sigmoid, tanh=tanh, gelu=gelu, silu=silu, swish=swish,
     compute_average_loss=compute_average_loss,
+    scale_regularization_loss=scale_regularization_loss,
+    softmax_cross_entropy_with_logits=softmax_cross_entropy_with_logits,
+    sparse_softmax_cross_entropy_with_logits=sparse_softmax_cross_entropy_with_logits,
     softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm,
     embedding_lookup=embedding_lookup)
 math = _types.SimpleNamespace(
@@ -2679,11 +3562,12 @@ math = _types.SimpleNamespace(
     logical_xor=logical_xor, logical_not=logical_not, negative=negative, abs=abs, exp=exp,
     log=log, sqrt=sqrt, rsqrt=rsqrt, square=square, sin=sin, cos=cos, tanh=tanh, erf=erf,
     sigmoid=sigmoid, reduce_sum=reduce_sum, reduce_mean=reduce_mean, reduce_max=reduce_max,
-    reduce_min=reduce_min, reduce_prod=reduce_prod,
+    reduce_min=reduce_min, reduce_prod=reduce_prod, add_n=add_n,
     softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
     argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
 from . import data, keras, train  # noqa: E402 (they import the names defined above)
+from . import distribute, experimental  # noqa: E402
 from .train import Checkpoint, CheckpointManager  # noqa: E402

@@ -6,16 +6,25 @@
 
 #include "dtensor.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <string.h>
 
 static PyObject *DTensorError;
+/* "DT_ERR_..." -> the exception class raised for that status (TensorFlow's error classes, all
+ * subclasses of DTensorError); the package fills it, a status missing from it raises
+ * DTensorError itself. */
+static PyObject *error_classes;
 
-/* Raise DTensorError(message) with .status = "DT_ERR_..." and .code = int. */
+/* Raise the status's class (DTensorError or a subclass) with the message, .status =
+ * "DT_ERR_..." and .code = int. */
 static PyObject *raise_status(dt_status s)
 {
+    PyObject *cls = error_classes ? PyDict_GetItemString(error_classes, dt_status_name(s)) : NULL;
+    if (!cls)
+        cls = DTensorError;
     PyObject *args = Py_BuildValue("(s)", dt_last_error());
-    PyObject *exc = args ? PyObject_Call(DTensorError, args, NULL) : NULL;
+    PyObject *exc = args ? PyObject_Call(cls, args, NULL) : NULL;
     Py_XDECREF(args);
     if (!exc)
         return NULL;
@@ -27,7 +36,7 @@ static PyObject *raise_status(dt_status s)
     }
     Py_XDECREF(name);
     Py_XDECREF(code);
-    PyErr_SetObject(DTensorError, exc);
+    PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
     return NULL;
 }
@@ -1190,9 +1199,23 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
             }
             k++;
         } else {
-            long long x = PyLong_AsLongLong(v);
-            if (PyErr_Occurred())
+            int overflow = 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (x == -1 && PyErr_Occurred())
                 return NULL;
+            /* one_hot's depth and unsorted_segment_sum's num_segments (the first integer) are
+             * 64-bit; every other integer attribute is an int of the C call (an op code, an
+             * axis, a dtype, flags), never truncated */
+            bool wide =
+                i == 5 && (strcmp(op, "one_hot") == 0 || strcmp(op, "unsorted_segment_sum") == 0);
+            if (overflow || (!wide && (x < INT_MIN || x > INT_MAX))) {
+                PyObject *r = PyObject_Repr(v);
+                PyErr_Format(PyExc_ValueError, "%s: integer attribute %zd is %s, outside %s", op,
+                             i - 5, r ? PyUnicode_AsUTF8(r) : "?",
+                             wide ? "64 bits" : "the range of a C int");
+                Py_XDECREF(r);
+                return NULL;
+            }
             if (i == 5)
                 code = (int)x;
             else
@@ -1238,6 +1261,17 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "einsum: no equation");
         return NULL;
     }
+    /* axes and perm entries are ints of the C calls, never truncated */
+    bool int_list = strcmp(op, "reduce") == 0 || strcmp(op, "transpose") == 0 ||
+                    strcmp(op, "softmax") == 0 || strcmp(op, "arg_reduce") == 0 ||
+                    strcmp(op, "squeeze") == 0;
+    for (int i = 0; int_list && i < atn[0]; i++)
+        if (at[0][i] < INT_MIN || at[0][i] > INT_MAX) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: list entry %d is %lld, outside the range of a C int", op, i,
+                         (long long)at[0][i]);
+            return NULL;
+        }
     op_ctx c;
     if (ctx_open(&c, mesh_o, text, program) < 0)
         return NULL;
@@ -2178,6 +2212,35 @@ static PyObject *py_ps_variable_io(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ps_variable_fetch_add(variable, delta, old): add delta, the value before it into old. */
+static PyObject *py_ps_variable_fetch_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *v_o;
+    Py_buffer delta, old;
+    if (!PyArg_ParseTuple(args, "Oy*w*", &v_o, &delta, &old))
+        return NULL;
+    const dt_ps_variable *v = unwrap(v_o, KIND_PS_VARIABLE);
+    dt_status s = DT_OK;
+    if (v && delta.len != old.len) {
+        PyErr_Format(PyExc_ValueError, "ps_variable_fetch_add: delta has %zd bytes, old %zd",
+                     delta.len, old.len);
+        v = NULL;
+    }
+    if (v) {
+        Py_BEGIN_ALLOW_THREADS;
+        s = dt_ps_variable_fetch_add(v, delta.buf, old.buf, (size_t)old.len);
+        Py_END_ALLOW_THREADS;
+    }
+    PyBuffer_Release(&delta);
+    PyBuffer_Release(&old);
+    if (!v)
+        return NULL;
+    if (s != DT_OK)
+        return raise_status(s);
+    Py_RETURN_NONE;
+}
+
 /* ps_variable_shards(variable) -> [(ps task, row0, rows), ...] */
 static PyObject *py_ps_variable_shards(PyObject *self, PyObject *arg)
 {
@@ -2289,6 +2352,8 @@ static PyMethodDef methods[] = {
     {"ps_variable_create", py_ps_variable_create, METH_VARARGS,
      "A variable on the ps tasks. Collective."},
     {"ps_variable_io", py_ps_variable_io, METH_VARARGS, "Read or add, one-sided."},
+    {"ps_variable_fetch_add", py_ps_variable_fetch_add, METH_VARARGS,
+     "Add, getting the value before, atomically per element; one-sided."},
     {"ps_variable_shards", py_ps_variable_shards, METH_O, "(ps task, row0, rows) per shard."},
     {"ps_shutdown", py_ps_shutdown, METH_O, "Release workers and ps tasks. Collective."},
     {"ps_pull", py_ps_pull, METH_VARARGS, "Copy the ps tasks' values into a model."},
@@ -2336,6 +2401,12 @@ PyMODINIT_FUNC PyInit__dtensor(void)
         return NULL;
     }
     Py_INCREF(DTensorError);
+    error_classes = PyDict_New();
+    if (!error_classes || PyModule_AddObject(m, "error_classes", error_classes) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(error_classes);
 #define ADD_DTYPE(NAME, name, ctype) PyModule_AddIntConstant(m, "DTYPE_" #NAME, DT_DTYPE_##NAME);
     DT_DTYPE_LIST(ADD_DTYPE)
 #undef ADD_DTYPE
@@ -2363,6 +2434,7 @@ PyMODINIT_FUNC PyInit__dtensor(void)
 #define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "OPTIMIZER_" #NAME, DT_OPTIMIZER_##NAME);
     DT_OPTIMIZER_LIST(ADD_ENUM)
 #undef ADD_ENUM
+    PyModule_AddStringConstant(m, "VERSION", dt_version());
     PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);
     PyModule_AddIntConstant(m, "DEVICE_CUDA", DT_DEVICE_CUDA);
     return m;

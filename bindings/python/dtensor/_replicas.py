@@ -21,6 +21,8 @@ import threading
 
 import numpy as np
 
+from . import errors
+
 _local = threading.local()
 _MAIN = -1
 
@@ -243,7 +245,7 @@ class _Baton:
             kinds = {repr(w[0]) for w in waiting.values()}
             answers = {}
             if len(waiting) != self.n - sum(self.done) or any(self.done) or len(kinds) > 1:
-                error = RuntimeError(
+                error = errors.FailedPreconditionError(
                     "strategy.run: the replicas reached different synchronisation points ("
                     + ", ".join(f"replica {i}: {waiting[i][0][0]}" if i in waiting else
                                 f"replica {i}: returned" for i in range(self.n))
@@ -264,9 +266,33 @@ class _Baton:
                 self.cond.notify_all()
 
 
+class DefaultReplicaContext:
+    """The replica context outside any strategy's scope, and inside the default strategy's
+    run (TensorFlow's default replica context): one replica; all_reduce gives the value back,
+    merge_call calls merge_fn with the arguments as they are."""
+
+    num_replicas_in_sync = 1
+    replica_id_in_sync_group = 0
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def all_reduce(self, reduce_op, value):
+        _reduce_op(reduce_op)
+        return value
+
+    def merge_call(self, merge_fn, args=(), kwargs=None):
+        return merge_fn(self.strategy, *args, **(kwargs or {}))
+
+
 def run(strategy, fn, args, kwargs):
-    """strategy.run: fn once per local replica (see the module's doc)."""
-    from . import DTensorError, _state, num_clients
+    """strategy.run: fn once per local replica (see the module's doc); the default strategy
+    calls fn itself and gives its result back as it is, as TensorFlow's."""
+    from . import DTensorError, _c, _state, num_clients
+    if strategy._kind == _c.STRATEGY_DEFAULT:
+        def unwrap(v):
+            return v.values[0] if isinstance(v, PerReplica) else v
+        return fn(*_map(unwrap, tuple(args)), **_map(unwrap, dict(kwargs or {})))
     if strategy._run_refusal:
         raise DTensorError(f"strategy.run: {strategy._run_refusal}; use the SPMD form (ops on "
                            f"the global batch, Model.fit) with {num_clients()} clients")
@@ -380,6 +406,10 @@ class DistributedDataset:
 
     def __iter__(self):
         s = self._strategy
+        if s._kind == _default_kind():  # no distribution: the batches as regular tensors
+            for batch in self._dataset:
+                yield _map_arrays(batch, _regular)
+            return
         for batch in self._dataset:
             flat = _flat_arrays(batch)
             n = {a.shape[0] if a.ndim else None for a in flat}
@@ -404,6 +434,10 @@ class DistributedDatasetFromFunction:
 
     def __iter__(self):
         s = self._strategy
+        if s._kind == _default_kind():
+            for element in self._dataset:
+                yield _map_arrays(element, _regular)
+            return
         it = iter(self._dataset)
         while True:
             elements = []
@@ -417,6 +451,17 @@ class DistributedDatasetFromFunction:
             while len(elements) < s._local_replicas:  # the last step: empty batches
                 elements.append(_map_arrays(elements[0], lambda a: a[:0]))
             yield _zip_replicas(s, elements)
+
+
+def _default_kind():
+    from . import _c
+    return _c.STRATEGY_DEFAULT
+
+
+def _regular(a):
+    """A regular tensor (on the default mesh) of an array."""
+    from . import _as_tensor
+    return _as_tensor(a)
 
 
 def _zip_replicas(strategy, elements):

@@ -15,6 +15,7 @@ shapes, dtypes and wiring), so a training step that repeats records, but never r
 import threading
 
 from . import _dtensor as _c
+from . import errors
 
 _local = threading.local()
 _cache = {}  # structure signature -> (forward function, gradient function)
@@ -117,8 +118,9 @@ class GradientTape:
         weighting target's elements (the vector of a vector-Jacobian product)."""
         from . import DTensor, DVariable, zeros_like
         if self._used and not self._persistent:
-            raise RuntimeError("GradientTape.gradient can only be called once on a "
-                               "non-persistent tape (create it with persistent=True)")
+            raise errors.FailedPreconditionError(
+                "GradientTape.gradient can only be called once on a non-persistent tape "
+                "(create it with persistent=True)")
         self._used = True
         mode = str(getattr(unconnected_gradients, "value", unconnected_gradients)).lower()
         if mode not in ("none", "zero"):

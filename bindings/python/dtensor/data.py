@@ -1,8 +1,11 @@
 """Input pipelines over numpy arrays, with tf.data.Dataset's names and semantics.
 
-Elements are numpy arrays or (nested) tuples and dicts of them. A dataset is a recipe: each
+Elements are numpy arrays or (nested) tuples and dicts of them. Values are converted as
+TensorFlow converts them: a tuple or a dict is a structure, a list is a tensor; Python floats
+become float32, Python ints int32, numpy arrays keep their dtype. A dataset is a recipe: each
 iteration starts it anew (so ``shuffle`` reshuffles every epoch, as TensorFlow's does by
-default). ``strategy.experimental_distribute_dataset`` splits each batch over the replicas.
+default). ``map`` functions may call dtensor ops on the elements (their results come back as
+arrays). ``strategy.experimental_distribute_dataset`` splits each batch over the replicas.
 """
 
 import itertools
@@ -13,21 +16,27 @@ __all__ = ["Dataset"]
 
 
 def _map_structure(fn, x):
+    """fn on each leaf of a structure: tuples and dicts are structures, anything else (a
+    list included, as in tf.data) is a leaf."""
     if isinstance(x, tuple):
         return tuple(_map_structure(fn, v) for v in x)
-    if isinstance(x, list):
-        return [_map_structure(fn, v) for v in x]
     if isinstance(x, dict):
         return {k: _map_structure(fn, v) for k, v in x.items()}
     return fn(x)
 
 
 def _leaves(x):
-    if isinstance(x, (tuple, list)):
+    if isinstance(x, tuple):
         return [a for v in x for a in _leaves(v)]
     if isinstance(x, dict):
         return [a for k in x for a in _leaves(x[k])]
     return [x]
+
+
+def _array(x):
+    """A leaf as an array, converted as TensorFlow converts it (DTensors read back)."""
+    from . import _host_array
+    return _host_array(x, what="dataset element")
 
 
 class Dataset:
@@ -43,7 +52,7 @@ class Dataset:
     @staticmethod
     def from_tensor_slices(tensors):
         """The rows of arrays (a tuple or dict of arrays gives tuples or dicts of rows)."""
-        values = _map_structure(np.asarray, tensors)
+        values = _map_structure(_array, tensors)
         lengths = {a.shape[0] if a.ndim else None for a in _leaves(values)}
         if len(lengths) != 1 or None in lengths:
             raise ValueError(f"from_tensor_slices: the arrays' leading extents differ or are "
@@ -54,13 +63,17 @@ class Dataset:
     @staticmethod
     def from_tensors(tensors):
         """One element: the value itself."""
-        values = _map_structure(np.asarray, tensors)
+        values = _map_structure(_array, tensors)
         return Dataset(lambda: iter([values]), 1)
 
     @staticmethod
     def range(*args, dtype=np.int64):
+        """tf.data.Dataset.range: int64 elements by default, as TensorFlow's."""
         r = range(*args)
-        return Dataset(lambda: (np.asarray(i, dtype=dtype) for i in r), len(r))
+        if not -2**63 <= r.start < 2**63 or not -2**63 <= r.stop < 2**63:
+            raise ValueError(f"range{args}: the bounds must fit in 64 bits")
+        n = max(0, -((r.start - r.stop) // r.step))  # len(r) overflows past 2^63
+        return Dataset(lambda: (np.asarray(i, dtype=dtype) for i in r), n)
 
     # ---- transformations ----
 
@@ -136,13 +149,21 @@ class Dataset:
         n = None if self._length is None else max(0, self._length - count)
         return Dataset(lambda: itertools.islice(self._make(), count, None), n)
 
-    def map(self, map_func):
-        """map_func(element) (a tuple element is passed as positional arguments)."""
+    def map(self, map_func, num_parallel_calls=None, deterministic=None):
+        """map_func(element) (a tuple element is passed as positional arguments); dtensor ops
+        on the elements run on the default mesh and their results come back as arrays."""
+        if not callable(map_func):
+            raise TypeError(f"map: map_func must be callable, got {type(map_func).__name__}")
+
         def call(e):
-            return map_func(*e) if isinstance(e, tuple) else map_func(e)
+            out = map_func(*e) if isinstance(e, tuple) else map_func(e)
+            return _map_structure(_array, out)
         return Dataset(lambda: (call(e) for e in self._make()), self._length)
 
     def filter(self, predicate):
+        if not callable(predicate):
+            raise TypeError(f"filter: predicate must be callable, got {type(predicate).__name__}")
+
         def keep(e):
             return bool(predicate(*e) if isinstance(e, tuple) else predicate(e))
         return Dataset(lambda: (e for e in self._make() if keep(e)))
@@ -165,7 +186,7 @@ class Dataset:
     # ---- iteration ----
 
     def __iter__(self):
-        return iter(self._make())
+        return DatasetIterator(self)
 
     def cardinality(self):
         """The number of elements, or -1 (infinite) / -2 (unknown) as TensorFlow's."""
@@ -182,10 +203,29 @@ class Dataset:
         return iter(self)
 
 
+class DatasetIterator:
+    """What iter(dataset) gives (an iterator over its elements). Passed to a scheduled function
+    of a parameter-server coordinator, it becomes one iterator for the whole cluster: each
+    element goes to one function call, whichever worker runs it."""
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+        self._it = dataset._make()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def get_next(self):
+        return next(self)
+
+
 def _stack(elements):
     first = elements[0]
-    if isinstance(first, (tuple, list)):
-        return type(first)(_stack([e[k] for e in elements]) for k in range(len(first)))
+    if isinstance(first, tuple):
+        return tuple(_stack([e[k] for e in elements]) for k in range(len(first)))
     if isinstance(first, dict):
         return {k: _stack([e[k] for e in elements]) for k in first}
     return np.stack([np.asarray(e) for e in elements])

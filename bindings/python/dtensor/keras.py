@@ -12,6 +12,7 @@ Every method that computes is collective: every client calls it with the same da
 """
 
 import csv as _csv
+import inspect as _inspect
 import os as _os
 import time as _time
 import types as _types
@@ -117,6 +118,9 @@ class Loss:
         d = _d()
         y_pred = _value(y_pred)
         y_true = _as_like(y_true, y_pred)
+        if isinstance(y_true, DTensor) and np.issubdtype(y_pred.dtype, np.floating) and \
+                y_true.dtype != y_pred.dtype:
+            y_true = d.cast(y_true, y_pred.dtype)  # as Keras casts the targets
         losses = self.per_example(y_true, y_pred)
         if sample_weight is not None:
             losses = losses * _as_like(sample_weight, losses)
@@ -400,27 +404,62 @@ class Layer:
         self.dtype = np.dtype(dtype)
         self.built = False
         self._variables = []
+        self._regularized = []  # (regularizer, variable)
         self._seed = 0
         self._strategy = get_strategy()  # the scope the layer was made in places its weights
 
-    def add_weight(self, name, shape, initializer="glorot_uniform", trainable=True):
-        """A DVariable in the variable layout of the strategy in scope (or the default's)."""
-        if initializer not in _INITIALIZERS:
+    def add_weight(self, name, shape, initializer="glorot_uniform", trainable=True,
+                   regularizer=None):
+        """A DVariable in the variable layout of the strategy in scope (or the default's);
+        ``regularizer(variable)`` adds to ``losses``."""
+        if not isinstance(initializer, str) or initializer not in _INITIALIZERS:
             raise ValueError(f"unknown initializer {initializer!r}; one of "
                              f"{sorted(_INITIALIZERS)}")
+        shape = _d()._shape_arg(shape, f"{self.name}.add_weight")
+        if initializer == "glorot_uniform" and not shape:
+            raise ValueError(f"{self.name}.add_weight: glorot_uniform needs a weight of rank "
+                             f">= 1, the shape is {shape}")
         rng = np.random.default_rng([self._seed, len(self._variables), self._index])
         value = _INITIALIZERS[initializer](tuple(shape), rng, self.dtype)
         v = DVariable(value, trainable=trainable, name=f"{self.name}/{name}",
                       layout=self._strategy.variable_layout(len(shape)))
+        v._strategy = self._strategy  # a mirrored strategy's variables print per replica
         self._variables.append(v)
+        if regularizer is not None:
+            self._regularized.append((regularizer, v))
         return v
 
-    def __call__(self, x):
+    @property
+    def losses(self):
+        """The regularization losses of the layer's weights (``regularizer(weight)`` each),
+        computed from the weights' current values when asked for, as Keras does; inside
+        strategy.run from the replica's copies, and recorded by an active GradientTape."""
+        return [r(v.read_value()) for r, v in self._regularized]
+
+    def _input(self, x):
+        """x as a DTensor this layer computes on: an array or Python value is the global batch
+        (split over the strategy's replicas, or on the replica's device inside strategy.run);
+        floating inputs are cast to the layer's dtype, as Keras casts them."""
+        if not isinstance(x, (DTensor, DVariable)):
+            a = _d()._host_array(x, what=f"{self.name}: inputs")
+            ctx = _replicas.current()
+            x = _d()._as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
         x = _value(x)
+        if np.issubdtype(x.dtype, np.floating) and np.issubdtype(self.dtype, np.floating) and \
+                x.dtype != self.dtype:
+            x = _d().cast(x, self.dtype)
+        return x
+
+    def __call__(self, x, training=None, mask=None, **kwargs):
+        """The layer on x. ``training`` goes to a ``call`` that takes it, as Keras passes it
+        (no built-in layer here behaves differently in training); ``mask`` is accepted."""
+        x = self._input(x)
         if not self.built:
             self.build(x.shape)
             self.built = True
-        return self.call(x)
+        if training is not None and "training" in _inspect.signature(self.call).parameters:
+            return self.call(x, training=training, **kwargs)
+        return self.call(x, **kwargs)
 
     @property
     def variables(self):
@@ -438,13 +477,71 @@ class Layer:
         return int(sum(np.prod(v.shape) for v in self._variables))
 
 
+class Regularizer:
+    """A weight regularizer (keras.regularizers): ``regularizer(weight)`` is a scalar loss."""
+
+    def __call__(self, x):
+        raise NotImplementedError
+
+
+class L1L2(Regularizer):
+    """keras.regularizers.L1L2: l1 * sum(|x|) + l2 * sum(x^2)."""
+
+    def __init__(self, l1=0.0, l2=0.0):
+        self.l1, self.l2 = float(l1), float(l2)
+        if self.l1 < 0 or self.l2 < 0:
+            raise ValueError(f"regularization factors must be non-negative, got l1={l1}, "
+                             f"l2={l2}")
+
+    def __call__(self, x):
+        d = _d()
+        x = _value(x)
+        loss = None
+        if self.l1:
+            loss = d.reduce_sum(d.abs(x)) * self.l1
+        if self.l2:
+            term = d.reduce_sum(d.square(x)) * self.l2
+            loss = term if loss is None else loss + term
+        return loss if loss is not None else d.reduce_sum(x * 0.0)
+
+    def get_config(self):
+        return {"l1": self.l1, "l2": self.l2}
+
+
+class L1(L1L2):
+    """keras.regularizers.L1: l1 * sum(|x|) (Keras's default factor 0.01)."""
+
+    def __init__(self, l1=0.01):
+        super().__init__(l1=l1)
+
+
+class L2(L1L2):
+    """keras.regularizers.L2: l2 * sum(x^2) (Keras's default factor 0.01)."""
+
+    def __init__(self, l2=0.01):
+        super().__init__(l2=l2)
+
+
+def _regularizer(r):
+    if r is None or isinstance(r, Regularizer) or (callable(r) and not isinstance(r, str)):
+        return r
+    table = {"l1": L1, "l2": L2, "l1_l2": lambda: L1L2(0.01, 0.01)}
+    if r not in table:
+        raise ValueError(f"unknown regularizer {r!r}; one of {sorted(table)}")
+    return table[r]()
+
+
+regularizers = _types.SimpleNamespace(Regularizer=Regularizer, L1=L1, L2=L2, L1L2=L1L2, l1=L1,
+                                      l2=L2, l1_l2=L1L2, get=_regularizer)
+
+
 def _beside(variable, x):
     """A variable's value on x's mesh: central storage keeps variables on a mesh of their own,
     copied (replicated) to the computation's mesh for each use, and the tape sends their
     gradients back the same way."""
     v = _value(variable)
-    if v.layout.mesh is x.layout.mesh:
-        return v
+    if v.layout.mesh is x.layout.mesh or x.layout.mesh._local:
+        return v  # x a regular tensor: the op brings it to the variable's mesh
     return _d().copy_to_mesh(v, Layout.replicated(x.layout.mesh, v.ndim))
 
 
@@ -452,20 +549,27 @@ class Dense(Layer):
     """activation(x @ kernel + bias), x of shape [batch, features]."""
 
     def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", input_shape=None, name=None, dtype=np.float32):
+                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None,
+                 input_shape=None, name=None, dtype=np.float32):
         super().__init__(name, dtype)
+        if isinstance(units, bool) or not isinstance(units, (int, np.integer)):
+            raise TypeError(f"Dense: units must be an integer, got {units!r}")
         self.units = int(units)
         if self.units < 1:
             raise ValueError(f"Dense: units {units} must be at least 1")
         self.activation = _activation(activation)
         self.use_bias = use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+        self.kernel_regularizer = _regularizer(kernel_regularizer)
+        self.bias_regularizer = _regularizer(bias_regularizer)
         self.input_shape = None if input_shape is None else tuple(input_shape)
 
     def build(self, input_shape):
         self.kernel = self.add_weight("kernel", [input_shape[-1], self.units],
-                                      self.kernel_initializer)
-        self.bias = self.add_weight("bias", [self.units], self.bias_initializer) \
+                                      self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer)
+        self.bias = self.add_weight("bias", [self.units], self.bias_initializer,
+                                    regularizer=self.bias_regularizer) \
             if self.use_bias else None
 
     def call(self, x):
@@ -706,6 +810,20 @@ class Model(Layer):
     def trainable_variables(self):
         return [v for v in self.variables if v.trainable]
 
+    @property
+    def losses(self):
+        """The regularization losses of every layer's weights (see Layer.losses)."""
+        out = list(Layer.losses.fget(self))
+        for layer in self._layers():
+            out.extend(layer.losses)
+        return out
+
+    def _total_loss(self, y, pred):
+        """The compiled loss plus the regularization losses, as Keras's compiled loss."""
+        loss = self.loss(y, pred)
+        reg = self.losses
+        return loss + _d().add_n(reg) if reg else loss
+
     def compile(self, optimizer="sgd", loss=None, metrics=None):
         self.optimizer = _get_optimizer(optimizer)
         self.loss = _get_loss(loss) if loss is not None else None
@@ -718,8 +836,8 @@ class Model(Layer):
     def train_step(self, data):
         x, y = data
         with GradientTape() as tape:
-            pred = self(x)
-            loss = self.loss(y, pred)
+            pred = self(x, training=True)
+            loss = self._total_loss(y, pred)
         grads = tape.gradient(loss, self.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
         for m in self.compiled_metrics:
@@ -729,7 +847,7 @@ class Model(Layer):
     def test_step(self, data):
         x, y = data
         pred = self(x)
-        loss = self.loss(y, pred)
+        loss = self._total_loss(y, pred)
         for m in self.compiled_metrics:
             m.update_state(y, pred)
         return loss
@@ -758,7 +876,8 @@ class Model(Layer):
 
     def _require_compiled(self, what):
         if self.optimizer is None or self.loss is None:
-            raise RuntimeError(f"{what}: call compile(optimizer, loss) first")
+            raise _d().errors.FailedPreconditionError(
+                f"{what}: call compile(optimizer, loss) first")
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose=1, callbacks=None,
             shuffle=True, steps_per_epoch=None, initial_epoch=0, validation_data=None,
@@ -767,8 +886,8 @@ class Model(Layer):
         default; a dataset that runs out is restarted). Returns a History. Collective."""
         self._require_compiled("fit")
         if _replicas.current() is not None:
-            raise RuntimeError("fit: call it in cross-replica context, not inside "
-                               "strategy.run")
+            raise _d().errors.FailedPreconditionError(
+                "fit: call it in cross-replica context, not inside strategy.run")
         data = self._batches(x, y, batch_size, shuffle, seed)
         history = History()
         cbs = [history] + list(callbacks or [])
@@ -894,14 +1013,21 @@ class Model(Layer):
         Keras's ``.h5`` weights, that h5py reads (``variables/model/layer_with_weights-0/
         kernel`` ...). Nothing is gathered: each client writes the blocks of its own devices.
         Collective."""
+        if not isinstance(filepath, (str, _os.PathLike)):
+            raise TypeError(f"save_weights: expected a path, got {type(filepath).__name__}")
         if not overwrite and _os.path.exists(filepath):
-            raise FileExistsError(f"save_weights: {filepath} exists (overwrite=False)")
+            raise _d().errors.AlreadyExistsError(
+                f"save_weights: {filepath} exists (overwrite=False)")
         _train().Checkpoint(model=self).write(filepath)
 
     def load_weights(self, filepath):
         """Weights written by save_weights, read into the variables' layouts (any mesh or
         client count); a variable of another shape or dtype raises naming it. Files of the
         earlier .npz form are still read. Collective."""
+        if not isinstance(filepath, (str, _os.PathLike)):
+            raise TypeError(f"load_weights: expected a path, got {type(filepath).__name__}")
+        if not _os.path.isfile(filepath):
+            raise _d().errors.NotFoundError(f"load_weights: no weights file {filepath!r}")
         with open(filepath, "rb") as f:
             legacy = f.read(2) == b"PK"
         if not legacy:
@@ -952,4 +1078,4 @@ class Sequential(Model):
 
 
 __all__ = ["Model", "Sequential", "layers", "losses", "metrics", "optimizers", "callbacks",
-           "stop_gradient", "softmax"]
+           "regularizers", "stop_gradient", "softmax"]

@@ -21,19 +21,27 @@ variables), ``dtensor.random.Generator`` (seed and counter). Every call is colle
 import os as _os
 import re as _re
 
-from . import (DTensorError, DVariable, Layout, Optimizer, PSVariable, Sequential,
-               _allgather_json, _c, _result, barrier, client_id)
+from . import (ClusterSpec, DTensorError, DVariable, Layout, Optimizer, PSVariable, Sequential,
+               _allgather_json, _c, _result, barrier, client_id, errors)
 from . import random as _random
 
 __all__ = ["Checkpoint", "CheckpointManager", "latest_checkpoint", "list_variables",
-           "load_variable"]
+           "load_variable", "ClusterSpec"]
 
 _CKPT = _re.compile(r"^ckpt-(\d+)\.h5$")
+
+
+def _path_arg(path, what):
+    """A file system path (str or os.PathLike); TypeError otherwise."""
+    if not isinstance(path, (str, _os.PathLike)):
+        raise TypeError(f"{what}: expected a path, got {type(path).__name__}")
+    return path
 
 
 def latest_checkpoint(checkpoint_dir):
     """The newest ``ckpt-N.h5`` in the directory (highest N), or None (tf.train.
     latest_checkpoint). Not collective."""
+    _path_arg(checkpoint_dir, "latest_checkpoint")
     if not _os.path.isdir(checkpoint_dir):
         return None
     return _c.checkpoint_latest(str(checkpoint_dir))
@@ -44,6 +52,8 @@ def list_variables(ckpt_path):
     ("variables/model/layer_with_weights-0/kernel"). Not collective."""
     import h5py  # noqa: PLC0415 (optional: the library itself does not need h5py)
 
+    if not _os.path.isfile(_path_arg(ckpt_path, "list_variables")):
+        raise errors.NotFoundError(f"list_variables: no checkpoint file {ckpt_path!r}")
     out = []
     with h5py.File(ckpt_path, "r") as f:
         f.visititems(lambda name, obj: out.append((name, tuple(obj.shape)))
@@ -103,7 +113,8 @@ class Checkpoint:
 
     def _io(self, write, path):
         md = {str(k): str(v) for k, v in self.metadata.items()}
-        counter, md = _c.checkpoint_io(write, str(path), self._entries(), md,
+        path = _os.fspath(_path_arg(path, "Checkpoint.write" if write else "Checkpoint.read"))
+        counter, md = _c.checkpoint_io(write, path, self._entries(), md,
                                        int(self.save_counter))
         return counter, md
 
@@ -117,6 +128,7 @@ class Checkpoint:
     def save(self, file_prefix):
         """Increment ``save_counter`` and write ``f"{file_prefix}-{save_counter}.h5"``;
         returns that path."""
+        _path_arg(file_prefix, "Checkpoint.save")
         self.save_counter += 1
         path = f"{file_prefix}-{self.save_counter}.h5"
         try:
@@ -224,8 +236,11 @@ class CheckpointManager:
         if checkpoint_name != "ckpt":
             raise ValueError("CheckpointManager: checkpoint_name must be 'ckpt' (files are "
                              "ckpt-N.h5)")
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"CheckpointManager: checkpoint must be a Checkpoint, got "
+                            f"{type(checkpoint).__name__}")
         self._checkpoint = checkpoint
-        self.directory = str(directory)
+        self.directory = _os.fspath(_path_arg(directory, "CheckpointManager"))
         self.max_to_keep = max_to_keep
         error = None
         if client_id() == 0:

@@ -48,7 +48,11 @@ def test_run_calls_fn_once_per_replica_with_its_rows():
     for k, v in zip(mine, out.values):
         np.testing.assert_array_equal(v.numpy(), 2 * x[starts[k]:starts[k + 1]])
     assert [v.shape[0] for v in s.experimental_local_results(out)] == [sizes[k] for k in mine]
-    assert dtensor.in_cross_replica_context()
+    # TensorFlow's contexts: the default replica context outside any scope, cross-replica
+    # context in a strategy's scope outside run
+    assert not dtensor.in_cross_replica_context()
+    with s.scope():
+        assert dtensor.in_cross_replica_context()
 
 
 def test_reduce_per_replica_values_scalars_and_axis():
@@ -186,7 +190,8 @@ def custom_loop(strategy, x, y, global_batch, epochs):
         features, labels = inputs
         with dtensor.GradientTape() as tape:
             logits = model(features)
-            loss = dtensor.compute_average_loss(loss_object(labels, logits), global_batch)
+            loss = dtensor.compute_average_loss(loss_object(labels, logits),
+                                                global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -433,8 +438,10 @@ def test_placement_arguments():
         _, got = custom_loop(s, x, y, 5, 2)
         ref = got if ref is None else ref
         np.testing.assert_allclose(got, ref, rtol=2e-5)
+    # NCCL is a hint, as TensorFlow takes it: CPU devices exchange by the ring instead
+    s = dtensor.MirroredStrategy(cross_device_ops=dtensor.NcclAllReduce())
     with pytest.raises(dtensor.DTensorError, match="nccl needs CUDA"):
-        dtensor.MirroredStrategy(cross_device_ops=dtensor.NcclAllReduce())
+        dtensor.set_collective_algorithm(s.mesh, "nccl")
     with pytest.raises(ValueError, match="consecutive"):
         dtensor.MirroredStrategy(devices=["/cpu:0", "/gpu:0"])
     with pytest.raises(ValueError, match="implementation"):

@@ -78,7 +78,7 @@ def test_where_broadcasts_and_promotes(mesh_2d):
     assert r.dtype == np.float32
     assert np.array_equal(dtensor.gather(r), np.where(c, x, y.astype(np.float32)))
     assert np.array_equal(dtensor.gather(dtensor.where(tc, tx, 0.5)), np.where(c, x, 0.5))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(dtensor.errors.UnimplementedError):
         dtensor.where(tc)
 
 

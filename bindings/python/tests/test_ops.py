@@ -58,8 +58,11 @@ def test_creation_with_layout(mesh_2d):
     np.testing.assert_array_equal(dtensor.gather(z), np.zeros((5, 3)))
     r = dtensor.call_with_layout(dtensor.range, L(mesh_2d, "x"), 2, 17, 3)
     np.testing.assert_array_equal(dtensor.gather(r), np.arange(2, 17, 3))
-    with pytest.raises(ValueError):
-        dtensor.ones((2, 2))  # no layout: no mesh to put it on
+    # no layout: replicated on the default mesh (this client's first device), as TensorFlow
+    # places a regular tensor
+    o = dtensor.ones((2, 2))
+    assert o.layout.is_fully_replicated() and o.layout.mesh.size == 1
+    np.testing.assert_array_equal(o.numpy(), np.ones((2, 2), np.float32))
 
 
 def test_random_is_layout_invariant(mesh_2d, mesh_1d):

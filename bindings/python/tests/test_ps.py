@@ -69,6 +69,59 @@ def test_talk_example_gives_15_on_every_task(strategy):
 
 
 @needs_3
+def test_talk_example_with_a_per_worker_dataset_20_times(strategy):
+    """The talk's program: worker_fn adds the next element of a per-worker iterator over
+    [1, 2, 3, 4, 5], scheduled five times, then join: 15 on every task, 20 rounds of 20 (each
+    element goes to one call, whichever worker runs it). (The talk's worker_fn adds inside
+    strategy.run, which runs once per local device: the clients here have two devices each, so
+    it adds directly; examples/guide_parameter_server.py runs the talk's own code.)"""
+    coordinator = dtensor.ClusterCoordinator(strategy)
+
+    def dataset_fn():
+        return dtensor.data.Dataset.from_tensor_slices([1, 2, 3, 4, 5])
+
+    for _ in range(20):
+        with strategy.scope():
+            v = dtensor.Variable(initial_value=0)
+        assert v.dtype == np.int32  # a Python int, as TensorFlow converts it
+
+        def worker_fn(iterator):
+            v.assign_add(next(iterator))
+
+        per_worker_iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+        for _ in range(5):
+            coordinator.schedule(worker_fn, args=(per_worker_iterator,))
+        coordinator.join()
+        assert v.read_value() == 15  # == compares values; the result works in assert
+    coordinator.shutdown()
+
+
+@needs_3
+def test_local_iterator_passed_to_schedule_is_shared(strategy):
+    """An iterator made on the coordinator (iter(dataset)) and passed to scheduled functions
+    yields each element once across the cluster too; a sixth call finds it exhausted and
+    fails (rescheduled, then reported on the chief)."""
+    coordinator = dtensor.ClusterCoordinator(strategy)
+    with strategy.scope():
+        v = dtensor.Variable(0.0)
+    iterator = iter(dtensor.data.Dataset.from_tensor_slices([1.0, 2.0, 3.0, 4.0, 5.0]))
+
+    def worker_fn(it):
+        x = next(it)
+        v.assign_add(x)
+        return x
+
+    results = [coordinator.schedule(worker_fn, args=(iterator,)) for _ in range(6)]
+    coordinator.join()
+    assert v.read_value() == 15.0
+    if dtensor.client_id() == 0:
+        assert sorted(r.fetch() for r in results[:5]) == [1.0, 2.0, 3.0, 4.0, 5.0]
+        with pytest.raises(dtensor.DTensorError):
+            results[5].fetch()
+    coordinator.shutdown()
+
+
+@needs_3
 def test_sharded_variable_and_asynchronous_training(strategy):
     """A [6, 2] weight in two shards; workers fit y = x @ w by SGD steps on their own
     per-worker dataset; the loss falls and the shards cover the rows."""
@@ -180,3 +233,22 @@ def test_parameter_server_example():
     assert "w shards [(2, 1), (2, 1)]" in out, out
     loss = out.split("loss ")[1].split(" ")
     assert float(loss[2]) < 0.01 * float(loss[0]), out
+
+
+def test_strategy_without_arguments_reads_tf_config(monkeypatch):
+    """ParameterServerStrategy() takes the cluster from TF_CONFIG, as TensorFlow's; a variable
+    in its scope names its ps task's device and prints its value."""
+    rank = dtensor.client_id()
+    roles = ["worker", "ps"] if CLIENTS == 2 else ["chief", "worker", "ps"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {r: [f"localhost:{2300 + i}"] for i, r in enumerate(roles)},
+        "task": {"type": roles[rank], "index": 0}}))
+    monkeypatch.delenv("DTENSOR_CLUSTER", raising=False)
+    s = dtensor.ParameterServerStrategy()
+    assert (s.task_type, s.task_index) == (roles[rank], 0)
+    with s.scope():
+        v = dtensor.Variable(2.5)
+    assert isinstance(v, dtensor.PSVariable) and v.dtype == np.float32
+    assert v.device == "/job:ps/replica:0/task:0/device:CPU:0"
+    assert repr(v) == "<dtensor.Variable 'Variable:0' shape=() dtype=float32, numpy=2.5>"
+    assert v == 2.5
