@@ -68,8 +68,8 @@ __all__ = [
     "softmax", "log_softmax", "reduce_logsumexp", "layer_norm", "rms_norm", "argmax", "argmin",
     "cumsum",
     # TensorFlow's names for what TensorFlow programs do around the ops
-    "constant", "convert_to_tensor", "identity", "TensorShape", "LocalTensor", "add_n",
-    "scale_regularization_loss", "softmax_cross_entropy_with_logits",
+    "constant", "convert_to_tensor", "identity", "stop_gradient", "TensorShape", "LocalTensor",
+    "add_n", "scale_regularization_loss", "softmax_cross_entropy_with_logits",
     "sparse_softmax_cross_entropy_with_logits", "ClusterSpec", "CollectiveCommunication",
     "errors", "config", "distribute", "experimental", "list_physical_devices",
     "list_logical_devices", "set_logical_device_configuration", "LogicalDeviceConfiguration",
@@ -3570,4 +3570,6 @@ math = _types.SimpleNamespace(
 
 from . import data, keras, train  # noqa: E402 (they import the names defined above)
 from . import distribute, experimental  # noqa: E402
+
+stop_gradient = keras.stop_gradient  # tf.stop_gradient
 from .train import Checkpoint, CheckpointManager  # noqa: E402

@@ -140,7 +140,7 @@ def test_distributed_training_guide(tmp_path, clients):
             "ps": ["host4:port", "host5:port"]}
 
 
-# ---- the Strategy API ----------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("clients", [1, 2])
 def test_strategy_api(tmp_path, clients):
@@ -160,7 +160,7 @@ def test_strategy_api(tmp_path, clients):
         assert got["sum over the global batch"].startswith("DTensor(4., ")
 
 
-# ---- the parameter-server talk ---------------------------------------------------------------------
+# ---- the parameter-server talk -------------------------------------------------------------------
 
 def tf_configs(cluster):
     spec = {job: [f"localhost:{2222 + 10 * j + i}" for i in range(n)]

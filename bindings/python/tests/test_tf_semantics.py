@@ -276,7 +276,8 @@ def test_config_devices_and_handle(mesh_1d):
     with pytest.raises(RuntimeError, match="cannot be modified after being initialized"):
         dtensor.config.set_logical_device_configuration(
             cpu, [dtensor.config.LogicalDeviceConfiguration()] * (PER_CLIENT + 1))
-    v = dtensor.DVariable(np.zeros((2, 2), np.float32), layout=dtensor.Layout.replicated(mesh_1d, 2))
+    v = dtensor.DVariable(np.zeros((2, 2), np.float32),
+                          layout=dtensor.Layout.replicated(mesh_1d, 2))
     assert "handle 'Variable' shape=(2, 2)" in repr(v.handle)
     assert dtensor.fetch_layout(v) == v.layout
     assert dtensor.__version__ == "0.1.0"
