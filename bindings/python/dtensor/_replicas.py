@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from . import _dtensor as _c
 from . import errors
 
 _local = threading.local()
@@ -288,7 +289,7 @@ class DefaultReplicaContext:
 def run(strategy, fn, args, kwargs):
     """strategy.run: fn once per local replica (see the module's doc); the default strategy
     calls fn itself and gives its result back as it is, as TensorFlow's."""
-    from . import DTensorError, _c, _state, num_clients
+    from . import DTensorError, _state, num_clients
     if strategy._kind == _c.STRATEGY_DEFAULT:
         def unwrap(v):
             return v.values[0] if isinstance(v, PerReplica) else v
@@ -406,7 +407,7 @@ class DistributedDataset:
 
     def __iter__(self):
         s = self._strategy
-        if s._kind == _default_kind():  # no distribution: the batches as regular tensors
+        if s._kind == _c.STRATEGY_DEFAULT:  # no distribution: the batches as regular tensors
             for batch in self._dataset:
                 yield _map_arrays(batch, _regular)
             return
@@ -434,7 +435,7 @@ class DistributedDatasetFromFunction:
 
     def __iter__(self):
         s = self._strategy
-        if s._kind == _default_kind():
+        if s._kind == _c.STRATEGY_DEFAULT:
             for element in self._dataset:
                 yield _map_arrays(element, _regular)
             return
@@ -451,11 +452,6 @@ class DistributedDatasetFromFunction:
             while len(elements) < s._local_replicas:  # the last step: empty batches
                 elements.append(_map_arrays(elements[0], lambda a: a[:0]))
             yield _zip_replicas(s, elements)
-
-
-def _default_kind():
-    from . import _c
-    return _c.STRATEGY_DEFAULT
 
 
 def _regular(a):

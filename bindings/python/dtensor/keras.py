@@ -821,7 +821,9 @@ class Model(Layer):
     def _total_loss(self, y, pred):
         """The compiled loss plus the regularization losses, as Keras's compiled loss."""
         loss = self.loss(y, pred)
-        reg = self.losses
+        mesh = loss.layout.mesh
+        reg = [r if r.layout.mesh is mesh else  # central storage: from the variables' device
+               _d().copy_to_mesh(r, Layout.replicated(mesh, r.ndim)) for r in self.losses]
         return loss + _d().add_n(reg) if reg else loss
 
     def compile(self, optimizer="sgd", loss=None, metrics=None):

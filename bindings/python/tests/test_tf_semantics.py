@@ -178,6 +178,31 @@ def test_regularization_losses_and_training_argument():
                                0.5 * (kernel ** 2).sum() + 0.25 * np.abs(bias).sum(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("make", [dtensor.MirroredStrategy, dtensor.CentralStorageStrategy,
+                                  dtensor.MultiWorkerMirroredStrategy, dtensor.get_strategy])
+def test_fit_adds_the_regularization_losses(make):
+    """The guide's model (Dense(1), kernel_regularizer=L2) fit on ones: every strategy gives
+    Keras's losses, recomputed here (MSE + l2 w^2, SGD 0.01, each batch's loss before its
+    update, an epoch's loss their mean)."""
+    keras.Layer._count = 0
+    with make().scope():
+        model = keras.Sequential([keras.layers.Dense(
+            1, input_shape=(1,), kernel_regularizer=keras.regularizers.L2(0.1))])
+        model.compile(loss="mse", optimizer="sgd")
+    (kernel, bias) = model.get_weights()
+    w, b = float(kernel[0, 0]), float(bias[0])
+    want = []
+    for _ in range(2):
+        losses = []
+        for _ in range(3):  # 12 rows, batches of 4
+            err = w + b - 1.0
+            losses.append(err * err + 0.1 * w * w)
+            w, b = w - 0.01 * (2 * err + 0.2 * w), b - 0.01 * 2 * err
+        want.append(np.mean(losses))
+    history = model.fit(np.ones((12, 1)), np.ones((12, 1)), epochs=2, batch_size=4, verbose=0)
+    np.testing.assert_allclose(history.history["loss"], want, rtol=1e-5)
+
+
 def test_compute_average_loss_defaults_to_the_global_batch():
     """Inside strategy.run the per-replica batch times the replicas in sync; outside, the
     batch itself (TensorFlow's default); scale_regularization_loss divides by the replicas."""
