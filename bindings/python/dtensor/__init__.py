@@ -1435,6 +1435,13 @@ def _operands(tensors, what):
         raise TypeError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
     if not tensors:
         raise ValueError(f"{what}: no operands")
+    if type(tensors[0]) is DTensor:  # the common case: DTensors of one mesh, as they are
+        mesh = tensors[0]._layout._mesh
+        for t in tensors:
+            if type(t) is not DTensor or t._layout._mesh is not mesh:
+                break
+        else:
+            return tensors
     like = next((t for t in tensors if isinstance(t, (DTensor, DVariable))), None)
     out = [_value(t) if isinstance(t, (DTensor, DVariable)) else
            _as_dtensor(t, like, f"{what}: operand {i}") if like is not None else
