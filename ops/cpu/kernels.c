@@ -11,6 +11,7 @@
 #include "dt.h"
 #include "philox.h"
 #include "unary.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -163,6 +164,61 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
     return o;
 }
 
+/* ---- float functions, a block at a time ---------------------------------------------------- */
+
+enum { FLOAT_BLOCK = 256 };
+
+/* The float functions of the unary op on f32, bf16 and f16 elements (common/unary.h): blocks
+ * of up to FLOAT_BLOCK elements widened to f32 (the 16-bit floats), computed by the vector
+ * functions where the CPU has AVX2 and FMA (ops/cpu/vmath.c; else element by element, the
+ * same definitions), rounded back to the element's dtype. False for any other dtype. */
+static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
+{
+    if (dt != DT_DTYPE_F32 && dt != DT_DTYPE_BF16 && dt != DT_DTYPE_F16)
+        return false;
+    bool vec = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    float in[FLOAT_BLOCK], out[FLOAT_BLOCK];
+    for (int64_t at = 0; at < n; at += FLOAT_BLOCK) {
+        int64_t m = n - at < FLOAT_BLOCK ? n - at : FLOAT_BLOCK;
+        const uint16_t *h = (const uint16_t *)x + at;
+        const float *xi = dt == DT_DTYPE_F32 ? (const float *)x + at : in;
+        float *yo = dt == DT_DTYPE_F32 ? (float *)y + at : out;
+        if (dt == DT_DTYPE_BF16)
+            for (int64_t j = 0; j < m; j++)
+                in[j] = dt__bf16_to_f32(h[j]);
+        else if (dt == DT_DTYPE_F16)
+            for (int64_t j = 0; j < m; j++)
+                in[j] = dt__f16_to_f32(h[j]);
+        if (vec)
+            dt__vmath_unary_f32(op, xi, yo, m);
+        else if (dt__unary_in_float(op))
+            for (int64_t j = 0; j < m; j++)
+                yo[j] = dt__unary_float(op, xi[j]);
+        else
+            for (int64_t j = 0; j < m; j++)
+                yo[j] = (float)dt__unary_f(op, (double)xi[j]);
+        uint16_t *o = (uint16_t *)y + at;
+        if (dt == DT_DTYPE_BF16)
+            for (int64_t j = 0; j < m; j++)
+                o[j] = dt__f32_to_bf16(out[j]);
+        else if (dt == DT_DTYPE_F16)
+            for (int64_t j = 0; j < m; j++)
+                o[j] = dt__f32_to_f16(out[j]);
+    }
+    return true;
+}
+
+/* The dtype of a kernel name, where the float functions above take it. */
+#define FLOATS_f32 DT_DTYPE_F32
+#define FLOATS_bf16 DT_DTYPE_BF16
+#define FLOATS_f16 DT_DTYPE_F16
+#define FLOATS_f64 DT_DTYPE_COUNT
+#define FLOATS_i32 DT_DTYPE_COUNT
+#define FLOATS_i64 DT_DTYPE_COUNT
+#define FLOATS_boolean DT_DTYPE_COUNT
+#define FLOATS_u8 DT_DTYPE_COUNT
+#define FLOATS_i8 DT_DTYPE_COUNT
+
 /* ---- typed kernels ----------------------------------------------------------------------- */
 
 #define DEFINE_KERNELS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                           \
@@ -210,6 +266,8 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
             }                                                                                      \
             break;                                                                                 \
         default:                                                                                   \
+            if (unary_floats(FLOATS_##NAME, k->op, x, o, n))                                       \
+                break;                                                                             \
             for (int64_t i = 0; i < n; i++)                                                        \
                 o[i] = STD_##NAME(dt__unary_f(k->op, (double)LD_##NAME(x[i])));                    \
         }                                                                                          \
