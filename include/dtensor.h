@@ -648,6 +648,17 @@ dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts
 dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                        const dt_op_options *opts, dt_tensor **out);
 
+/* torch.nn.functional.scaled_dot_product_attention without dropout: y = softmax(scale q k^T)
+ * v, causal (query i sees keys 0..i) or not, for q, k, v of one shape and floating dtype
+ * [..., T, E] (the leading axes, e.g. batch and heads, independent); scale <= 0 means
+ * 1 / sqrt(E). Fused and tiled as FlashAttention: blocks of queries and keys with an online
+ * softmax, so memory grows with T (no [T, T] scores are held), and its gradient is one fused
+ * kernel too. The leading axes may be sharded: each device computes its own slices with no
+ * collective (a split T or E axis is gathered first). bf16 and f16 compute in f32 and round
+ * once. CPU devices (on CUDA meshes DT_ERR_UNSUPPORTED for now). */
+dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v, int causal,
+                       double scale, const dt_op_options *opts, dt_tensor **out);
+
 /* Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta with
  * the mean and the biased variance of each row; rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma.
  * x floating of rank >= 1; gamma and beta of shape [last extent] and x's dtype, each may be NULL

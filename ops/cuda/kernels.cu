@@ -189,6 +189,7 @@ extern "C" {
 #define ROW_NORM FLOATS(norm)
 #define ROW_SCAN NUMERIC(scan)
 #define ROW_ARG_REDUCE ALL(arg_reduce)
+#define ROW_ATTENTION {} /* not yet on CUDA: the op says so (DT_ERR_UNSUPPORTED) */
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)
