@@ -15,14 +15,17 @@
  * vocabulary (sequences of a fixed random permutation), or the tokens of a file: --tokens FILE
  * (uint16 GPT-2 token ids, nanoGPT's train.bin) or --text FILE (its bytes as tokens).
  *
- *   gpt2 [--preset one|data|fsdp|tensor|2d] [--steps N] [--warmup N] [options]
+ *   gpt2 [--preset one|one-unfused|data|fsdp|tensor|2d] [--steps N] [--warmup N] [options]
  *        train, print each step's loss and, at the end, one CSV line:
  *        preset,devices,clients,tokens_per_second,peak_rss_mib,state_bytes,peak_bytes,losses...
- *   gpt2 --compare [options]   every preset the devices allow, and one device: the same loss
- *        curve (within --tol), and the fully sharded memory bound; exit 1 when one fails
+ *   gpt2 --compare [options]   every preset the devices allow, and one device with the fused
+ *        attention and without it: the same loss curve (within --tol), and the fully sharded
+ *        memory bound; exit 1 when one fails
  * Options: --layers --d-model --heads --vocab --seq --batch (global), --lr, --clip, --seed,
  * --dtype f32|bf16, --save-init PATH (the initial parameters as a dtensor checkpoint, which
- * benchmarks/gpt2_torch.py reads), --model-size N (the 2d preset's model axis, default 2). */
+ * benchmarks/gpt2_torch.py reads), --model-size N (the 2d preset's model axis, default 2),
+ * --unfused (attention written as einsums, a causal mask and a softmax instead of the fused
+ * dt_attention). */
 #include <dtensor.h>
 
 #include <getopt.h>
@@ -50,6 +53,7 @@ typedef struct config {
     int vocab; /* the tokens' range */
     int vpad;  /* the embedding's rows: vocab rounded up to a multiple of 64 */
     int steps, warmup;
+    bool unfused; /* attention as einsums, a mask and a softmax instead of dt_attention */
     double lr, clip, tol;
     uint64_t seed;
     dt_dtype dtype;
@@ -74,9 +78,9 @@ static config cfg = {.layers = 12,
 /* ---- parameters -------------------------------------------------------------------------- */
 
 /* Per block: ln1 (g, b); wq, wk, wv [D, H, E] (column-parallel over the heads) and their biases
- * [H, E]; wo [H, E, D] (row-parallel) and bo [D]; ln2; w1 [D, F] (column) and b1 [F]; w2 [F, D]
- * (row) and b2 [D]. Before the blocks wte [Vpad, D] (vocabulary-parallel, tied with the output
- * projection) and wpe [T, D]; after them lnf. */
+ * [H, 1, E] (they broadcast over [B, H, T, E]); wo [H, E, D] (row-parallel) and bo [D]; ln2; w1 [D,
+ * F] (column) and b1 [F]; w2 [F, D] (row) and b2 [D]. Before the blocks wte [Vpad, D]
+ * (vocabulary-parallel, tied with the output projection) and wpe [T, D]; after them lnf. */
 enum {
     B_LN1_G,
     B_LN1_B,
@@ -143,9 +147,9 @@ static void describe_params(void)
         set(b + B_WQ, NAME("attn.wq"), 3, D, H, E, DT_PARAM_COLUMN, s);
         set(b + B_WK, NAME("attn.wk"), 3, D, H, E, DT_PARAM_COLUMN, s);
         set(b + B_WV, NAME("attn.wv"), 3, D, H, E, DT_PARAM_COLUMN, s);
-        set(b + B_BQ, NAME("attn.bq"), 2, H, E, 0, DT_PARAM_COLUMN_BIAS, 0);
-        set(b + B_BK, NAME("attn.bk"), 2, H, E, 0, DT_PARAM_COLUMN_BIAS, 0);
-        set(b + B_BV, NAME("attn.bv"), 2, H, E, 0, DT_PARAM_COLUMN_BIAS, 0);
+        set(b + B_BQ, NAME("attn.bq"), 3, H, 1, E, DT_PARAM_COLUMN_BIAS, 0);
+        set(b + B_BK, NAME("attn.bk"), 3, H, 1, E, DT_PARAM_COLUMN_BIAS, 0);
+        set(b + B_BV, NAME("attn.bv"), 3, H, 1, E, DT_PARAM_COLUMN_BIAS, 0);
         set(b + B_WO, NAME("attn.wo"), 3, H, E, D, DT_PARAM_ROW, out);
         set(b + B_BO, NAME("attn.bo"), 1, D, 0, 0, DT_PARAM_REPLICATED, 0);
         set(b + B_LN2_G, NAME("ln_2.weight"), 1, D, 0, 0, DT_PARAM_REPLICATED, -1);
@@ -281,21 +285,27 @@ static dt_tensor *forward(const run *r, dt_tensor *const p[], const dt_tensor *t
     dt_tensor *minus_inf = scalar(m, cfg.dtype, -1e9);
     for (int l = 0; l < cfg.layers; l++) {
         int b = P_FIRST_BLOCK + l * PER_BLOCK;
-        /* attention: q, k, v [B, T, H, E] with the heads on "model"; scores [B, H, T, T] */
+        /* attention: q, k, v [B, H, T, E] with the heads on "model", fused causal attention
+         * (no [B, H, T, T] scores), or the scores written out (--unfused) */
         dt_tensor *h = whole(m, norm(r, x, p, b + B_LN1_G));
-        dt_tensor *q = op2(DT_BINARY_ADD, einsum("btd,dhe->bthe", h, use(r, p, b + B_WQ), NULL),
+        dt_tensor *q = op2(DT_BINARY_ADD, einsum("btd,dhe->bhte", h, use(r, p, b + B_WQ), NULL),
                            use(r, p, b + B_BQ));
-        dt_tensor *k = op2(DT_BINARY_ADD, einsum("btd,dhe->bthe", h, use(r, p, b + B_WK), NULL),
+        dt_tensor *k = op2(DT_BINARY_ADD, einsum("btd,dhe->bhte", h, use(r, p, b + B_WK), NULL),
                            use(r, p, b + B_BK));
-        dt_tensor *v = op2(DT_BINARY_ADD, einsum("btd,dhe->bthe", h, use(r, p, b + B_WV), NULL),
+        dt_tensor *v = op2(DT_BINARY_ADD, einsum("btd,dhe->bhte", h, use(r, p, b + B_WV), NULL),
                            use(r, p, b + B_BV));
-        dt_tensor *s = op2(DT_BINARY_MUL, einsum("bthe,bshe->bhts", q, k, NULL), inv_sqrt_e);
-        CHECK(dt_where(causal, s, minus_inf, NULL, &t));
-        CHECK(dt_softmax(keep(t), -1, NULL, &t));
-        dt_tensor *c = einsum("bhts,bshe->bthe", keep(t), v, NULL);
+        if (cfg.unfused) {
+            dt_tensor *s = op2(DT_BINARY_MUL, einsum("bhte,bhse->bhts", q, k, NULL), inv_sqrt_e);
+            CHECK(dt_where(causal, s, minus_inf, NULL, &t));
+            CHECK(dt_softmax(keep(t), -1, NULL, &t));
+            t = einsum("bhts,bhse->bhte", keep(t), v, NULL);
+        } else {
+            CHECK(dt_attention(q, k, v, 1, 0, NULL, &t));
+            keep(t);
+        }
         /* row-parallel output projection: partial over "model", reduce-scattered onto the
          * sequence once */
-        dt_tensor *o = einsum("bthe,hed->btd", c, use(r, p, b + B_WO), &seq);
+        dt_tensor *o = einsum("bhte,hed->btd", t, use(r, p, b + B_WO), &seq);
         x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, o, use(r, p, b + B_BO)));
         /* MLP: [B, T, F] with F on "model", GELU (tanh), then row-parallel into the sequence */
         h = whole(m, norm(r, x, p, b + B_LN2_G));
@@ -681,14 +691,16 @@ typedef struct preset_name {
     const char *name;
     dt_strategy_preset preset;
     bool one;
+    bool unfused; /* the attention written out (as --unfused) */
 } preset_name;
 
 static const preset_name presets[] = {
-    {"one", DT_STRATEGY_PRESET_DATA_PARALLEL, true},
-    {"data", DT_STRATEGY_PRESET_DATA_PARALLEL, false},
-    {"fsdp", DT_STRATEGY_PRESET_FULLY_SHARDED, false},
-    {"tensor", DT_STRATEGY_PRESET_TENSOR_PARALLEL, false},
-    {"2d", DT_STRATEGY_PRESET_FULLY_SHARDED_TENSOR_PARALLEL, false},
+    {"one", DT_STRATEGY_PRESET_DATA_PARALLEL, true, false},
+    {"one-unfused", DT_STRATEGY_PRESET_DATA_PARALLEL, true, true},
+    {"data", DT_STRATEGY_PRESET_DATA_PARALLEL, false, false},
+    {"fsdp", DT_STRATEGY_PRESET_FULLY_SHARDED, false, false},
+    {"tensor", DT_STRATEGY_PRESET_TENSOR_PARALLEL, false, false},
+    {"2d", DT_STRATEGY_PRESET_FULLY_SHARDED_TENSOR_PARALLEL, false, false},
 };
 enum { NPRESETS = sizeof presets / sizeof presets[0] };
 
@@ -743,7 +755,10 @@ static bool compare(const dt_mesh *all)
         runs[k].name = presets[k].name;
         runs[k].preset = presets[k].preset;
         runs[k].one = presets[k].one;
+        bool unfused = cfg.unfused;
+        cfg.unfused = unfused || presets[k].unfused;
         make_run(&runs[k]);
+        cfg.unfused = unfused;
         train(&runs[k], all, false);
         free_run(&runs[k]); /* before the next, whose memory is measured alone */
     }
@@ -767,7 +782,7 @@ static bool compare(const dt_mesh *all)
                "from %.6f to %.6f\n",
                worst, cfg.tol, worst <= cfg.tol ? "yes" : "NO", runs[0].losses[0],
                runs[0].losses[steps - 1]);
-    run *dp = &runs[1], *fs = &runs[2];
+    run *dp = &runs[2], *fs = &runs[3];
     if (dp->name && fs->name) {
         int data = dt_num_global_devices(DT_DEVICE_CPU);
         /* one block's parameters, gathered, and their gradients */
@@ -797,25 +812,36 @@ static bool compare(const dt_mesh *all)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: gpt2 [--preset one|data|fsdp|tensor|2d | --compare] [--steps N] [--warmup N]\n"
+            "usage: gpt2 [--preset one|one-unfused|data|fsdp|tensor|2d | --compare] [--steps N] "
+            "[--warmup N]\n"
             "            [--layers N] [--d-model N] [--heads N] [--vocab N] [--seq N] [--batch N]\n"
             "            [--lr X] [--clip X] [--seed N] [--dtype f32|bf16] [--model-size N]\n"
-            "            [--tol X] [--tokens FILE | --text FILE] [--save-init PATH]\n");
+            "            [--tol X] [--tokens FILE | --text FILE] [--save-init PATH] [--unfused]\n");
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'},    {"compare", no_argument, 0, 'c'},
-        {"steps", required_argument, 0, 's'},     {"warmup", required_argument, 0, 'w'},
-        {"layers", required_argument, 0, 'L'},    {"d-model", required_argument, 0, 'D'},
-        {"heads", required_argument, 0, 'H'},     {"vocab", required_argument, 0, 'V'},
-        {"seq", required_argument, 0, 'T'},       {"batch", required_argument, 0, 'B'},
-        {"lr", required_argument, 0, 'l'},        {"clip", required_argument, 0, 'g'},
-        {"seed", required_argument, 0, 'S'},      {"dtype", required_argument, 0, 'd'},
-        {"tokens", required_argument, 0, 't'},    {"text", required_argument, 0, 'x'},
-        {"save-init", required_argument, 0, 'i'}, {"model-size", required_argument, 0, 'm'},
-        {"tol", required_argument, 0, 'o'},       {0, 0, 0, 0}};
+    static const struct option opts[] = {{"preset", required_argument, 0, 'p'},
+                                         {"compare", no_argument, 0, 'c'},
+                                         {"steps", required_argument, 0, 's'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"layers", required_argument, 0, 'L'},
+                                         {"d-model", required_argument, 0, 'D'},
+                                         {"heads", required_argument, 0, 'H'},
+                                         {"vocab", required_argument, 0, 'V'},
+                                         {"seq", required_argument, 0, 'T'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {"lr", required_argument, 0, 'l'},
+                                         {"clip", required_argument, 0, 'g'},
+                                         {"seed", required_argument, 0, 'S'},
+                                         {"dtype", required_argument, 0, 'd'},
+                                         {"tokens", required_argument, 0, 't'},
+                                         {"text", required_argument, 0, 'x'},
+                                         {"save-init", required_argument, 0, 'i'},
+                                         {"model-size", required_argument, 0, 'm'},
+                                         {"tol", required_argument, 0, 'o'},
+                                         {"unfused", no_argument, 0, 'u'},
+                                         {0, 0, 0, 0}};
     const char *preset = "one";
     bool cmp = false;
     int c;
@@ -882,6 +908,9 @@ int main(int argc, char **argv)
         case 'o':
             cfg.tol = atof(optarg);
             break;
+        case 'u':
+            cfg.unfused = true;
+            break;
         default:
             usage();
             return 2;
@@ -925,6 +954,7 @@ int main(int argc, char **argv)
         rc = 2;
     } else {
         run r = {.name = presets[k].name, .preset = presets[k].preset, .one = presets[k].one};
+        cfg.unfused = cfg.unfused || presets[k].unfused;
         make_run(&r);
         if (cfg.save_init)
             save_init(&r);
