@@ -35,6 +35,7 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(NORM, norm)                     \
     X(SCAN, scan)                     \
     X(ARG_REDUCE, arg_reduce)         \
+    X(ATTENTION, attention)           \
     DT__KERNEL_LIST_SHAPE(X)
 
 /* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
@@ -135,7 +136,13 @@ typedef struct dt__kargs {
  *                extremum's bits (its storage, zero-extended) and its global index (k->start
  *                added; -1 for an empty shard)
  *   MERGE        in records of g shards (in_shape[0]: axis of extent 2g, in shard order)
- *                                           out the winner's global index (k->to) */
+ *                                           out the winner's global index (k->to)
+ * ATTENTION (f32, f64; q, k, v of one local shape in_shape[0] = [..., T, E], the leading axes
+ * independent slices; k->a: the scale; | DT__ATTN_CAUSAL: key j only for queries i >= j):
+ *   FORWARD      in q, k, v                 out y = softmax(a q k^T) v, [..., T, E]
+ *   GRAD         in q, k, v, dy             out [3, ..., T, E]: dq, dk, dv
+ *   Tiled with an online softmax (blocks of queries and keys): scratch of a block, never
+ *   [T, T]. */
 enum {
     DT__SOFTMAX_SUMEXP,
     DT__SOFTMAX_SOFTMAX,
@@ -157,6 +164,9 @@ enum {
     DT__ARG_INDEX = 0,
     DT__ARG_RECORDS,
     DT__ARG_MERGE,
+    DT__ATTN_FORWARD = 0,
+    DT__ATTN_GRAD,
+    DT__ATTN_CAUSAL = 16,
 };
 /* The kernel's mode without its flags. */
 #define DT__MODE_KIND(m) ((m)&15u)

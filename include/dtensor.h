@@ -648,6 +648,17 @@ dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts
 dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                        const dt_op_options *opts, dt_tensor **out);
 
+/* torch.nn.functional.scaled_dot_product_attention without dropout: y = softmax(scale q k^T)
+ * v, causal (query i sees keys 0..i) or not, for q, k, v of one shape and floating dtype
+ * [..., T, E] (the leading axes, e.g. batch and heads, independent); scale <= 0 means
+ * 1 / sqrt(E). Fused and tiled as FlashAttention: blocks of queries and keys with an online
+ * softmax, so memory grows with T (no [T, T] scores are held), and its gradient is one fused
+ * kernel too. The leading axes may be sharded: each device computes its own slices with no
+ * collective (a split T or E axis is gathered first). bf16 and f16 compute in f32 and round
+ * once. CPU devices (on CUDA meshes DT_ERR_UNSUPPORTED for now). */
+dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v, int causal,
+                       double scale, const dt_op_options *opts, dt_tensor **out);
+
 /* Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta with
  * the mean and the biased variance of each row; rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma.
  * x floating of rank >= 1; gamma and beta of shape [last extent] and x's dtype, each may be NULL
@@ -1331,6 +1342,84 @@ dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value,
 /* Read a replicated (or any) scalar tensor of s's meshes into a double, on every client
  * (gathered, so clients owning no device of the mesh get it too). Collective over s's mesh. */
 dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, double *value);
+
+/* ---- sharding presets for transformers ------------------------------------------------- */
+/*
+ * How a model whose parameters play Megatron-LM's roles is laid out on a 2-D mesh "batch" x
+ * "model" over every device (layout/strategy.c). One model code serves every preset: it keeps
+ * each parameter in its stored layout, brings it to its used layout where it is read
+ * (dt_relayout, marked recompute: a no-op when the two are equal), and lays its inputs and its
+ * residual stream out as the preset says. PyTorch's counterparts:
+ *   DATA_PARALLEL      DistributedDataParallel: parameters replicated, the batch split over
+ *                      "batch"; gradients come out partial and are all-reduced.
+ *   FULLY_SHARDED      FSDP2's fully_shard (ZeRO-3): every parameter, its gradient and its
+ *                      optimizer slots stored split on their first axis over "batch"; each
+ *                      parameter is all-gathered where it is used and freed after its last
+ *                      forward use, gathered again in the backward pass (the recompute
+ *                      mark), and its gradient is reduce-scattered into the stored shards.
+ *   TENSOR_PARALLEL    parallelize_module with ColwiseParallel / RowwiseParallel and
+ *                      SequenceParallel: column-parallel weights split on their output axis,
+ *                      row-parallel ones on their input axis, the vocabulary split, the
+ *                      residual stream split along the sequence between the regions.
+ *   FULLY_SHARDED_TENSOR_PARALLEL  2-D: tensor parallel over "model" and fully sharded over
+ *                      "batch" (fully_shard on a 2-D DeviceMesh after parallelize_module).
+ */
+#define DT_STRATEGY_PRESET_LIST(X)      \
+    X(DATA_PARALLEL, data_parallel)     \
+    X(FULLY_SHARDED, fully_sharded)     \
+    X(TENSOR_PARALLEL, tensor_parallel) \
+    X(FULLY_SHARDED_TENSOR_PARALLEL, fully_sharded_tensor_parallel)
+
+typedef enum dt_strategy_preset {
+#define DT__PRESET_ENUM(NAME, name) DT_STRATEGY_PRESET_##NAME,
+    DT_STRATEGY_PRESET_LIST(DT__PRESET_ENUM)
+#undef DT__PRESET_ENUM
+        DT_STRATEGY_PRESET_COUNT
+} dt_strategy_preset;
+
+/* X(NAME, name): what a parameter does, as Megatron-LM splits it. COLUMN: a weight whose axis 1
+ * (the output features, or heads) splits over "model" (ColwiseParallel); COLUMN_BIAS: its bias,
+ * axis 0; ROW: a weight whose axis 0 (the input features) splits (RowwiseParallel); VOCAB: an
+ * embedding [vocabulary, ...] split over the vocabulary (tied with the output projection);
+ * REPLICATED: the rest (layer norms, row-parallel biases, position embeddings). */
+#define DT_PARAM_ROLE_LIST(X)   \
+    X(REPLICATED, replicated)   \
+    X(COLUMN, column)           \
+    X(COLUMN_BIAS, column_bias) \
+    X(ROW, row)                 \
+    X(VOCAB, vocab)
+
+typedef enum dt_param_role {
+#define DT__ROLE_ENUM(NAME, name) DT_PARAM_##NAME,
+    DT_PARAM_ROLE_LIST(DT__ROLE_ENUM)
+#undef DT__ROLE_ENUM
+        DT_PARAM_ROLE_COUNT
+} dt_param_role;
+
+/* "fully_sharded"; "?" outside the list. */
+const char *dt_strategy_preset_name(dt_strategy_preset p);
+const char *dt_param_role_name(dt_param_role r);
+
+/* The mesh "batch" x "model" of a preset over every device of `type`: DATA_PARALLEL and
+ * FULLY_SHARDED N x 1, TENSOR_PARALLEL 1 x N, FULLY_SHARDED_TENSOR_PARALLEL N / model_size x
+ * model_size (model_size 0: 2). DT_ERR_MESH when model_size does not divide the devices.
+ * Collective. */
+dt_status dt_strategy_preset_mesh(dt_strategy_preset p, int model_size, dt_device_type type,
+                                  dt_mesh **out);
+/* A parameter of role `role` and `shape` on m (a mesh with axes "batch" and "model"): `stored`
+ * is where it, its gradient and its optimizer slots live, `used` where it is read. Its used
+ * layout follows its role over "model" (replicated for DATA_PARALLEL and FULLY_SHARDED, whose
+ * "model" axis has size 1); the fully sharded presets store it with the first axis the used
+ * layout leaves unsharded, of extent at least the "batch" axis's size, split over "batch" (as
+ * used when there is none). Either pointer may be NULL. Pure. */
+dt_status dt_strategy_preset_parameter_layout(dt_strategy_preset p, const dt_mesh *m,
+                                              dt_param_role role, int rank, const int64_t shape[],
+                                              dt_layout *stored, dt_layout *used);
+/* Activations [batch, sequence, ...] of rank >= 2: the batch over "batch" and, between the
+ * tensor-parallel regions (the residual stream, the layer norms), the sequence over "model"
+ * (sequence parallelism; nothing moves while "model" has size 1). Inputs [batch, ...] take
+ * dt_layout_batch_sharded(m, "batch", ...). Pure. */
+dt_status dt_strategy_preset_sequence_layout(const dt_mesh *m, int rank, dt_layout *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Parameter server                                                                         */

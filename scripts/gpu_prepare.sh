@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here (the machine without a GPU), in the project's root, once: fills .device/ (git-ignored)
 # for the GPU machine: the shared Debian packages (../shared/gpu/prepare.sh) plus what this
-# project needs beyond them, parallel HDF5 over MPICH and jansson, and the libraries HDF5
+# project needs beyond them, parallel HDF5 over MPICH, jansson and SLEEF, and the libraries HDF5
 # loads (curl, LDAP, ...), which that machine (Ubuntu 24.04, no network) may lack:
 # scripts/gpu_check.sh links those in only where its system has no library of the same name.
 set -euo pipefail
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 mkdir -p .device/extra/fb
 get() { (cd "$1" && apt-get download "${@:2}" 2>&1 | grep -vE '^(Get|Fetched|W: )' || true); }
 [ -n "$(ls .device/extra/*.deb 2>/dev/null)" ] ||
-    get .device/extra libhdf5-mpich-103-1 libhdf5-mpich-dev libjansson4 libjansson-dev
+    get .device/extra libhdf5-mpich-103-1 libhdf5-mpich-dev libjansson4 libjansson-dev \
+        libsleef3 libsleef-dev
 [ -n "$(ls .device/extra/fb/*.deb 2>/dev/null)" ] ||
     get .device/extra/fb libaec0 libbrotli1 libcurl4 libffi8 libgmp10 libgnutls30 \
         libgssapi-krb5-2 libhogweed6 libidn2-0 libk5crypto3 libkrb5-3 libkrb5support0 \

@@ -3,10 +3,12 @@
  * element as the CPU reference computes (ops/cpu/kernels.c). Queued on the device's stream;
  * nothing here waits, allocates or changes the current GPU.
  *
- * Integer sums, differences and products wrap; the float functions of unary ops and pow are
- * computed in double and rounded once (CUDA's exp, log, tanh, pow may differ from glibc's in the
- * last bit of a double); random numbers come from common/philox.h with nvcc's --fmad=false, so
- * they are bitwise the CPU's. */
+ * Integer sums, differences and products wrap; the elementary functions of unary ops on f32,
+ * bf16 and f16 are CUDA's float functions (within 2 ulps, as the CPU's SLEEF functions are
+ * within 1: the backends agree within a few ulps, common/unary.h), the composite ones and pow
+ * are computed in double and rounded once (CUDA's exp, log, tanh, pow may differ from glibc's
+ * in the last bit of a double); random numbers come from common/philox.h with nvcc's --fmad=false,
+ * so they are bitwise the CPU's. */
 #include "common.cuh"
 #include "unary.h"
 
@@ -104,7 +106,9 @@ template <typename S> __global__ void random_k(S *o, RandArgs r)
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 
-/* NEG, ABS, RELU, SQUARE in the compute type (integers wrap); the rest through double. */
+/* NEG, ABS, RELU, SQUARE in the compute type (integers wrap); the elementary functions of the
+ * f32, bf16 and f16 elements in float, as the CPU computes them (common/unary.h); the rest
+ * through double. */
 template <typename S> HD S unary_one(int op, S s)
 {
     using C = Cof<S>;
@@ -119,6 +123,9 @@ template <typename S> HD S unary_one(int op, S s)
     case DT_UNARY_SQUARE:
         return Ty<S>::st(wmul(x, x));
     default:
+        if constexpr (std::is_same<C, float>::value)
+            if (dt__unary_in_float(op))
+                return Ty<S>::st(dt__unary_float(op, x));
         return Ty<S>::from_d(dt__unary_f(op, (double)x));
     }
 }

@@ -172,6 +172,10 @@ extern "C" {
     {                                                                                       \
         K<float>, K<double>, nullptr, nullptr, K<bf16s>, K<f16s>, nullptr, nullptr, nullptr \
     }
+#define NONE                                                                            \
+    {                                                                                   \
+        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr \
+    }
 #define ROW_FILL ALL(fill)
 #define ROW_ARANGE ALL(arange)
 #define ROW_PHILOX_UNIFORM FLOATS(philox_uniform)
@@ -189,6 +193,8 @@ extern "C" {
 #define ROW_NORM FLOATS(norm)
 #define ROW_SCAN NUMERIC(scan)
 #define ROW_ARG_REDUCE ALL(arg_reduce)
+/* no attention kernel on CUDA yet: the op says so (DT_ERR_UNSUPPORTED) */
+#define ROW_ATTENTION NONE
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)
