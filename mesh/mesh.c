@@ -85,13 +85,16 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
 }
 
 /* The whole description as structure (every name in full, every size, the type, every
- * device id), hashed: what clients compare. Defensive about any input. */
+ * device id), hashed: what clients compare. Defensive about any input: the arrays are read
+ * only when the count is one validate accepts (a count of 9 or INT_MAX says nothing of how
+ * long the caller's arrays are). */
 static uint64_t structure(int num_axes, const char *const names[], const int sizes[],
                           dt_device_type type, int num_devices, const int ids[])
 {
     uint64_t h = dt__hash(DT__HASH_SEED, &num_axes, sizeof num_axes);
     h = dt__hash(h, &type, sizeof type);
-    for (int a = 0; names && sizes && a < num_axes && a <= DT_MAX_MESH_AXES; a++) {
+    bool arrays = names && sizes && num_axes <= DT_MAX_MESH_AXES;
+    for (int a = 0; arrays && a < num_axes; a++) {
         size_t len = names[a] ? strnlen(names[a], 4096) : 0;
         h = dt__hash(h, &len, sizeof len);
         h = names[a] ? dt__hash(h, names[a], len) : h;
