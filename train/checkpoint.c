@@ -1114,8 +1114,9 @@ dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path)
     if (s == DT_OK)
         s = plan_write(c, &items, &n);
     /* the plan is metadata, but a client passing another path or objects must not leave the
-     * others in HDF5's collectives: agree on it, with a fingerprint of what each writes */
-    plan_desc pd = {path, items, s == DT_OK ? n : 0};
+     * others in HDF5's collectives: agree on it, with a fingerprint of what each writes (a
+     * NULL path, refused above, is described, not read) */
+    plan_desc pd = {path ? path : "(null)", items, s == DT_OK ? n : 0};
     s = dt__agree_on(&(dt__agreement){.what = "dt_checkpoint_write",
                                       .fingerprint = plan_hash(&pd),
                                       .fields = plan_fields,
