@@ -138,6 +138,16 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
     dt__val out = {0};
     out.mesh = nin ? ins[0]->mesh : (want ? want->mesh : NULL);
     DT_TRY(def->infer(n, ins, &out));
+    /* every result, whatever its shape rule, has a count of elements and of bytes that fit
+     * (one_hot's depth, tile's multiples, pad's widths can make one that wraps) */
+    int64_t elems = dt__num_elements(out.rank, out.shape);
+    size_t es = dt_dtype_size(out.dtype);
+    if (elems < 0 || (es && (uint64_t)elems > (uint64_t)INT64_MAX / es)) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(
+            DT_ERR_SHAPE, "%s: the result %s %s has a negative extent or more than 2^63 bytes",
+            def->name, dt_dtype_name(out.dtype), dt__shape_str(sb, sizeof sb, out.rank, out.shape));
+    }
     if (op == DT__OP_COPY_TO_MESH && want)
         out.mesh = want->mesh;
     if (want) {

@@ -861,6 +861,18 @@ Test(tensor, sizes_that_overflow_are_errors)
     cr_expect_eq(dt_reshape(x, 2, (int64_t[]){((int64_t)1 << 62) + 1, 4}, NULL, &t), DT_ERR_SHAPE);
     EXPECT_MSG("overflow");
     cr_expect_null(t);
+    /* a result whose size comes from an attribute: one_hot's depth (4 x 2^62 elements wrap;
+     * 4 x 2^61 elements of f32 are 2^65 bytes) */
+    dt_tensor *idx = NULL;
+    cr_assert_eq(dt_zeros(DT_DTYPE_I32, 1, (int64_t[]){4}, &o, &idx), DT_OK);
+    for (int e = 61; e <= 62; e++) {
+        t = (dt_tensor *)&t;
+        cr_expect_eq(dt_one_hot(idx, (int64_t)1 << e, 1, 0, -1, DT_DTYPE_F32, NULL, &t),
+                     DT_ERR_SHAPE, "depth 2^%d: %s", e, dt_last_error());
+        EXPECT_MSG("one_hot: the result f32 [4,");
+        cr_expect_null(t);
+    }
+    dt_tensor_free(idx);
     dt_tensor_free(x);
     teardown(m);
 }
