@@ -35,6 +35,13 @@ bool dt__dtype_valid(dt_dtype d);
 /* DT_OK when d is valid and of one of `kinds`, else DT_ERR_DTYPE naming `what`, d and the
  * dtypes it takes ("matmul: bool, expected f32, f64, i32, i64, bf16, f16, u8 or i8"). */
 dt_status dt__dtype_check(const char *what, dt_dtype d, unsigned kinds);
+/* DT_OK when `value` (an element given as a double: a fill value, one_hot's on and off values)
+ * becomes an element of d without wrapping: any value for the floats; for the integers a finite
+ * value whose integer part is in d's range (the fraction is dropped, as numpy's conversion
+ * does); for bool any value but NaN (nonzero is true). Else DT_ERR_ARG naming `what`, the
+ * value, d and its range ("fill: value 1099511627776 does not fit i32 (-2147483648 to
+ * 2147483647)"). */
+dt_status dt__value_check(const char *what, double value, dt_dtype d);
 
 /* ---- integer arithmetic ------------------------------------------------------------------ */
 
