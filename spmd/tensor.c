@@ -537,7 +537,8 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
     int64_t mine = 0;
     for (int c = 0; s == DT_OK && c < m->num_clients && c < dt__rt.client; c++)
         mine += counts[c];
-    bool shared = counts && m->comm != MPI_COMM_NULL && m->num_clients == dt__rt.num_clients;
+    bool shared = counts && m->comm != MPI_COMM_NULL && m->num_clients == dt__rt.num_clients &&
+                  dt__stage_capacity() > 0; /* no staging across hosts, even for 0 bytes */
     for (int c = 0; shared && c < nc; c++)
         shared = (size_t)counts[c] <= dt__stage_capacity();
     char *to = s != DT_OK ? NULL : shared ? (char *)dt__stage_next() : all + mine;
