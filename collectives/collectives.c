@@ -226,12 +226,6 @@ typedef struct dt__sig {
     } groups[DT__SIG_GROUPS];
 } dt__sig;
 
-static bool check_enabled(void)
-{
-    const char *e = getenv("DTENSOR_CHECK_COLLECTIVES");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 typedef struct sig_ctx {
     const dt_mesh *m;
     const dt__sig *sig;
@@ -436,7 +430,7 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!out)
         return dt__fail(DT_ERR_ARG, "collective: out is NULL");
     dt_status s = validate_header(m, c);
-    bool check = check_enabled();
+    bool check = dt__rt.check_collectives;
     if (s != DT_OK && !(check && m && c))
         return s;
     dt__coll_req *r = calloc(1, sizeof *r);

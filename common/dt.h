@@ -209,8 +209,11 @@ typedef struct dt__runtime {
      * NCCL refuses two ranks on one GPU, so GPUs of different clients exchange through host
      * copies (collectives/staged.c). */
     bool gpus_shared;
-    int blas_threads;       /* threads of one OpenBLAS call */
-    int timeout_s;          /* a wait for other clients gives up after this (dt_init_options) */
+    int blas_threads; /* threads of one OpenBLAS call */
+    int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
+    /* DTENSOR_CHECK_COLLECTIVES: every collective is agreed on first (read and agreed at dt_init,
+     * so that every client checks or none does) */
+    bool check_collectives;
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;

@@ -170,6 +170,7 @@ typedef struct init_cfg {
     int emulate;      /* emulated GPUs where none is visible (DTENSOR_EMULATE_CUDA) */
     bool tf32;
     int timeout_s;
+    int32_t check_collectives; /* DTENSOR_CHECK_COLLECTIVES set and not "0" */
 } init_cfg;
 
 /* An option: `given` when non-zero, else the environment variable `env` when set (an integer
@@ -216,7 +217,22 @@ static dt_status read_options(const dt_init_options *opts, init_cfg *cfg)
     cfg->tf32 = tf32 == 1;
     DT_TRY(option("timeout_seconds", o.timeout_seconds, "DTENSOR_TIMEOUT", 1, 7 * 86400, 600,
                   &cfg->timeout_s));
+    const char *check = getenv("DTENSOR_CHECK_COLLECTIVES");
+    cfg->check_collectives = check && *check && strcmp(check, "0") != 0;
     return DT_OK;
+}
+
+/* The settings every client must share, as the clients compare them at dt_init: a client
+ * checking collectives (DTENSOR_CHECK_COLLECTIVES) agrees on each before it runs, so a client
+ * that does not would leave it waiting in that agreement while it waits in the collective. */
+static int settings_fields(const void *ctx, dt__field out[], int max)
+{
+    const init_cfg *c = ctx;
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "DTENSOR_CHECK_COLLECTIVES", &c->check_collectives,
+                  sizeof c->check_collectives, "%s", c->check_collectives ? "on" : "off");
+    return 1;
 }
 
 static int bind_core_of(const dt__device *d);
@@ -469,7 +485,12 @@ dt_status dt_init(const dt_init_options *opts)
         release_all();
         return s;
     }
-    s = dt__agree(dt__rt.world, local);
+    s = dt__agree_on(&(dt__agreement){.what = "dt_init",
+                                      .fingerprint = dt__hash(DT__HASH_SEED, &cfg.check_collectives,
+                                                              sizeof cfg.check_collectives),
+                                      .fields = settings_fields,
+                                      .ctx = &cfg},
+                     local);
     int gpu_share = 1, gpu_slot = 0;
     bool gpu_shared_here = false;
     if (s == DT_OK) {
@@ -534,6 +555,7 @@ dt_status dt_init(const dt_init_options *opts)
         return s;
     }
     dt__rt.cuda_tf32 = cfg.tf32;
+    dt__rt.check_collectives = cfg.check_collectives;
     dt__rt.initialized = true;
     return DT_OK;
 }
