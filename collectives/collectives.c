@@ -33,6 +33,7 @@ const char *dt_collective_algorithm_name(dt_collective_algorithm a)
 
 dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a)
 {
+    DT__SERIAL();
     if (!m)
         return dt__fail(DT_ERR_ARG, "dt_mesh_set_collective_algorithm: mesh is NULL");
     if ((unsigned)a >= DT_ALGORITHM_COUNT)
@@ -46,6 +47,7 @@ dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a
 
 dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m)
 {
+    DT__SERIAL();
     return m ? m->coll_algorithm : DT_ALGORITHM_AUTO;
 }
 

@@ -17,6 +17,33 @@
 /* Set the message verbatim (used to re-raise a message received from another client). */
 void dt__set_error(const char *msg);
 
+/* ---- the API lock: calls from several threads of one client ----------------------------- */
+
+/* Every public call that agrees with other clients, runs work on devices or touches the
+ * runtime's shared state (meshes' caches, the program cache, the agreement channel, each
+ * device's one task slot) holds one process-wide lock for its whole duration, so calls from
+ * several threads run one after another, each whole: collectives keep one order on every
+ * client as long as each client issues its calls in one order. The lock is recursive (a call
+ * made inside another, or from a callback the library runs under it, such as a strategy's
+ * step, takes it again), and callbacks that may block on the caller's own locks (a tensor's
+ * release function, a parameter-server step) run with it released (dt__api_suspend). Pure
+ * calls (layouts, names, getters of immutable objects, dt_last_error) take no lock.
+ * DT__SERIAL() as a function's first statement holds the lock until the function returns. */
+void dt__api_lock(void);
+void dt__api_unlock(void);
+/* Release every level of the lock this thread holds (around a callback); returns the count
+ * for dt__api_resume. */
+int dt__api_suspend(void);
+void dt__api_resume(int held);
+static inline void dt__api_scope_end(const int *held)
+{
+    (void)held;
+    dt__api_unlock();
+}
+#define DT__SERIAL()                                                              \
+    const int dt__api_scope __attribute__((cleanup(dt__api_scope_end), unused)) = \
+        (dt__api_lock(), 1)
+
 /* "[3,2]" into buf; returns buf. */
 char *dt__shape_str(char *buf, size_t size, int rank, const int64_t shape[]);
 #define DT__SHAPE_STR_MAX (DT_MAX_RANK * 21 + 3)

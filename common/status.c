@@ -9,6 +9,37 @@
 
 static _Thread_local char dt__error[1024];
 
+/* ---- the API lock ------------------------------------------------------------------------- */
+
+static pthread_mutex_t api_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static _Thread_local int api_held; /* levels this thread holds */
+
+void dt__api_lock(void)
+{
+    pthread_mutex_lock(&api_lock);
+    api_held++;
+}
+
+void dt__api_unlock(void)
+{
+    api_held--;
+    pthread_mutex_unlock(&api_lock);
+}
+
+int dt__api_suspend(void)
+{
+    int held = api_held;
+    while (api_held > 0)
+        dt__api_unlock();
+    return held;
+}
+
+void dt__api_resume(int held)
+{
+    for (int i = 0; i < held; i++)
+        dt__api_lock();
+}
+
 dt_status dt__fail(dt_status s, const char *fmt, ...)
 {
     va_list ap;

@@ -354,6 +354,7 @@ static dt_status create(const char *fn, int num_axes, const char *const names[],
 dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
                          dt_device_type type, dt_mesh **out)
 {
+    DT__SERIAL();
     return create("dt_mesh_create", num_axes, names, sizes, type, -1, NULL, out);
 }
 
@@ -361,6 +362,7 @@ dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], con
                                     dt_device_type type, int num_devices, const int device_ids[],
                                     dt_mesh **out)
 {
+    DT__SERIAL();
     return create("dt_mesh_create_on_devices", num_axes, names, sizes, type,
                   num_devices < 0 ? 0 : num_devices, device_ids, out);
 }
@@ -368,6 +370,7 @@ dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], con
 dt_status dt_mesh_create_local(int num_axes, const char *const names[], const int sizes[],
                                dt_device_type type, int first_local, dt_mesh **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_mesh_create_local: out is NULL");
     *out = NULL;
@@ -397,6 +400,7 @@ dt_status dt_mesh_create_local(int num_axes, const char *const names[], const in
 
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)
 {
+    DT__SERIAL();
     if (!out)
         return no_out("dt_mesh_create_from_string");
     *out = NULL;
@@ -449,6 +453,7 @@ dt_mesh *dt__mesh_retain(const dt_mesh *m)
 
 void dt_mesh_free(dt_mesh *m)
 {
+    DT__SERIAL();
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
     dt__program_cache_drop_mesh(m);

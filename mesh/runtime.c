@@ -27,21 +27,25 @@ dt_status dt__require_init(const char *fn)
 
 int dt_is_initialized(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized;
 }
 
 int dt_client_id(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.client : 0;
 }
 
 int dt_num_clients(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.num_clients : 1;
 }
 
 int dt_num_local_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.num_devices[type];
@@ -49,6 +53,7 @@ int dt_num_local_devices(dt_device_type type)
 
 int dt_num_global_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.client_first[type][dt__rt.num_clients];
@@ -56,6 +61,7 @@ int dt_num_global_devices(dt_device_type type)
 
 int dt_global_device_id(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
         local_index >= dt__rt.num_devices[type])
         return -1;
@@ -77,6 +83,7 @@ static dt_status local_device(const char *fn, dt_device_type type, int local_ind
 
 dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_device_memory_stats: out is NULL");
     *out = (dt_memory_stats){0};
@@ -94,6 +101,7 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
 
 dt_status dt_device_release_cache(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     dt__device *d;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_release_cache"));
@@ -108,6 +116,7 @@ dt_status dt_device_release_cache(dt_device_type type, int local_index)
 
 dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     int first = local_index, last = local_index;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_memory_reset_peak"));
@@ -125,6 +134,7 @@ dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
 {
+    DT__SERIAL();
     dt__device *d;
     DT_TRY(local_device("dt_device_memory", type, local_index, &d));
     if (current)
@@ -452,6 +462,7 @@ static void release_all(void)
 
 dt_status dt_init(const dt_init_options *opts)
 {
+    DT__SERIAL();
     if (dt__rt.initialized)
         return dt__fail(DT_ERR_STATE, "dt_init: already initialized (client %d of %d)",
                         dt__rt.client, dt__rt.num_clients);
@@ -562,6 +573,7 @@ dt_status dt_init(const dt_init_options *opts)
 
 dt_status dt_finalize(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_finalize"));
     /* Agreed: if any client still holds a mesh or tensor, every client refuses (and stays
      * usable), rather than the others ending MPI under it. */
@@ -581,6 +593,7 @@ dt_status dt_finalize(void)
 
 dt_status dt_devices_print(FILE *f)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_devices_print"));
     if (!f)
         return dt__fail(DT_ERR_ARG, "dt_devices_print: FILE is NULL");
@@ -633,6 +646,7 @@ dt_status dt_devices_print(FILE *f)
 
 dt_status dt_barrier(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_barrier"));
     return dt__agree(dt__rt.world, DT_OK);
 }
@@ -648,6 +662,7 @@ static int bytes_fields(const void *ctx, dt__field out[], int max)
 
 dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_client_allgather"));
     /* the count is agreed first: a client passing another count (or no buffers) fails every
      * client instead of leaving them in MPI calls that do not match */
@@ -669,6 +684,7 @@ dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 
 dt_status dt_print_ordered(FILE *f, const char *text)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_print_ordered"));
     /* only client 0 writes, but a NULL FILE is an error on every client alike */
     DT_TRY(dt__agree(dt__rt.world,

@@ -196,6 +196,7 @@ static int cluster_fields(const void *ctx, dt__field out[], int max)
 
 dt_status dt_cluster_resolve(dt_cluster *out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_cluster_resolve: out is NULL");
     DT_TRY(dt__require_init("dt_cluster_resolve"));

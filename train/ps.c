@@ -226,6 +226,7 @@ static void rv_release(dt_remote_value *v)
 
 void dt_remote_value_free(dt_remote_value *v)
 {
+    DT__SERIAL();
     rv_release(v);
 }
 
@@ -259,6 +260,7 @@ static dt_status post_ready(dt_ps_coordinator *c, int w)
 dt_status dt_ps_coordinator_create(dt_strategy *s, dt_ps_step_fn fn, void *ctx,
                                    dt_ps_coordinator **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_create: out is NULL");
     *out = NULL;
@@ -420,6 +422,7 @@ static void pause_a_little(long idle_rounds)
 
 dt_status dt_ps_schedule(dt_ps_coordinator *c, int64_t step, dt_remote_value **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_schedule: out is NULL");
     *out = NULL;
@@ -459,6 +462,7 @@ dt_status dt_ps_schedule(dt_ps_coordinator *c, int64_t step, dt_remote_value **o
 
 dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, int *attempts)
 {
+    DT__SERIAL();
     if (!v)
         return dt__fail(DT_ERR_ARG, "dt_remote_value_fetch: value is NULL");
     dt_ps_coordinator *c = v->c;
@@ -489,6 +493,7 @@ dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, 
 
 dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending)
 {
+    DT__SERIAL();
     if (!c || !pending || !is_chief(c))
         return dt__fail(DT_ERR_STATE, "dt_ps_pending: only the chief counts its steps");
     bool moved;
@@ -502,6 +507,7 @@ dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending)
 
 dt_status dt_ps_join(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c || !is_chief(c))
         return dt__fail(DT_ERR_STATE, "dt_ps_join: only the chief joins");
     for (long idle = 0;; idle++) {
@@ -537,7 +543,11 @@ static dt_status worker_loop(dt_ps_coordinator *c)
         memset(&m, 0, sizeof m);
         m.step = step;
         m.has_result = 1;
+        /* the user's step runs without the API lock: it may wait for a lock of the caller's
+         * (a binding's) that a thread waiting for the API lock holds */
+        int held = dt__api_suspend();
         dt_status s = c->fn(c->ctx, step, &m.value);
+        dt__api_resume(held);
         m.status = s;
         if (s != DT_OK)
             snprintf(m.error, sizeof m.error, "%s", dt_last_error());
@@ -606,6 +616,7 @@ static dt_status serve_until(dt_ps_coordinator *c, int why)
 
 dt_status dt_ps_join_all(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c)
         return dt__fail(DT_ERR_ARG, "dt_ps_join_all: coordinator is NULL");
     return dt__agree(c->comm, serve_until(c, RELEASE_JOINED));
@@ -613,6 +624,7 @@ dt_status dt_ps_join_all(dt_ps_coordinator *c)
 
 dt_status dt_ps_coordinator_shutdown(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_shutdown: coordinator is NULL");
     dt_status s = serve_until(c, RELEASE_STOP);
@@ -643,6 +655,7 @@ struct dt_ps_variable {
 
 dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_variable **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_variable_create: out is NULL");
     *out = NULL;
@@ -669,6 +682,7 @@ dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_
 
 void dt_ps_variable_free(dt_ps_variable *v)
 {
+    DT__SERIAL();
     if (!v)
         return;
     dt__ps_var_free(&v->pv);
@@ -687,12 +701,14 @@ static dt_status check_bytes(const char *fn, const dt_ps_variable *v, const void
 
 dt_status dt_ps_variable_read(const dt_ps_variable *v, void *host, size_t bytes)
 {
+    DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_read", v, host, bytes));
     return dt__ps_var_pull(&v->pv, host);
 }
 
 dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t bytes)
 {
+    DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_add", v, delta, bytes));
     return dt__ps_var_push(&v->pv, delta);
 }
