@@ -271,17 +271,34 @@ dt_status dt__require_init(const char *fn);
  * dt__wait_end restores what the wait changed (the thread's timer slack). */
 typedef struct dt__waiter {
     double start, waited; /* seconds: the first pause, and the time waited so far */
+    double watch_at;      /* when the wait next asks whether a client was lost */
     long sleep_ns;
     unsigned polls; /* pauses while spinning */
     int slack;      /* the thread's timer slack before the wait sleeps (-1: untouched) */
     bool spin;
+    bool lost; /* it gave up because a client was lost (dt__watch_poll), not at the timeout */
 } dt__waiter;
 void dt__wait_begin(dt__waiter *w);
 bool dt__wait_pause(dt__waiter *w);
 void dt__wait_end(dt__waiter *w);
 /* DT_ERR_COMM for a wait that gave up: names the call (dt__current_call), where it waited
- * ("in all_reduce over ...") and, when known, the clients not heard from. */
+ * ("in all_reduce over ...") and either the client that was lost (dt__watch_why) or, at the
+ * timeout, the clients not heard from when known. */
 dt_status dt__gave_up(const dt__waiter *w, const char *where, const char *missing);
+
+/* Liveness of the other clients (mesh/watch.c): a wait asks dt__watch_poll once it has lasted
+ * a tenth of a second, then every tenth; a client is lost when its process is gone (clients
+ * of this host), its host's heartbeat stopped (other hosts), or MPI reported it unreachable
+ * (dt__watch_unreachable). A loss is never forgotten: later waits fail at once and dt_finalize
+ * waits for no one. dt__watch_open is collective over the world, with every client alive. */
+dt_status dt__watch_open(MPI_Comm host, const int members[], const int leader_of[],
+                         const int leaders[], int nleaders);
+void dt__watch_close(void);
+bool dt__watch_lost(void);
+bool dt__watch_poll(void);
+void dt__watch_unreachable(int client, const char *mpi_says);
+/* This client's account of the first loss: "client 3 died (its process, pid 812, is gone)". */
+void dt__watch_why(char *buf, size_t size);
 /* The call this thread is making, as the last agreement named it ("matmul"); a timeout names
  * it. dt__set_current_call restores a saved name. */
 const char *dt__current_call(void);

@@ -439,12 +439,15 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     return DT_OK;
 }
 
+/* With a client lost (mesh/watch.c) nothing here waits for it: no MPI call that involves
+ * other clients, and MPI is not finalized (MPI_Finalize waits for every process). */
 static void release_all(void)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
     dt__channel_close();
-    if (dt__rt.world != MPI_COMM_NULL)
+    bool lost = dt__watch_lost();
+    if (dt__rt.world != MPI_COMM_NULL && !lost)
         MPI_Comm_free(&dt__rt.world);
     if (dt__rt.mpi_used)
         dt__coll_shutdown();
@@ -452,7 +455,7 @@ static void release_all(void)
         hwloc_topology_destroy(topology);
         topology = NULL;
     }
-    if (dt__rt.mpi_owned)
+    if (dt__rt.mpi_owned && !lost)
         MPI_Finalize();
     first_core = -1;
     workers_fit = false;
@@ -466,6 +469,14 @@ dt_status dt_init(const dt_init_options *opts)
     if (dt__rt.initialized)
         return dt__fail(DT_ERR_STATE, "dt_init: already initialized (client %d of %d)",
                         dt__rt.client, dt__rt.num_clients);
+    if (dt__watch_lost()) { /* MPI still counts the lost client: an agreement would wait */
+        char why[160];
+        dt__watch_why(why, sizeof why);
+        return dt__fail(DT_ERR_STATE,
+                        "dt_init: a client was lost earlier in this process (%s); "
+                        "start a new job",
+                        why);
+    }
     int mpi_init = 0, mpi_done = 0;
     MPI_Initialized(&mpi_init);
     MPI_Finalized(&mpi_done);
@@ -480,13 +491,19 @@ dt_status dt_init(const dt_init_options *opts)
     if (mpi_init || launched_by_mpi()) {
         if (!mpi_init) {
             int provided;
-            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            /* MULTIPLE: the heartbeat thread of a host's leader (mesh/watch.c) sends while
+             * the client's own calls use MPI; those are serialized by the API lock */
+            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
                 return dt__fail(DT_ERR_COMM, "dt_init: MPI_Init_thread failed");
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
         dt__coll_init();
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
+        /* errors are statuses, never an abort of the job: a message that fails because a client
+         * died must leave the others able to report it (every communicator made from this one
+         * inherits the handler) */
+        MPI_Comm_set_errhandler(dt__rt.world, MPI_ERRORS_RETURN);
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
     }
@@ -584,7 +601,12 @@ dt_status dt_finalize(void)
                          "dt_finalize: client %d still has %d meshes and %d tensors alive; no "
                          "client finalizes",
                          dt__rt.client, meshes, tensors);
-    DT_TRY(dt__agree(dt__rt.world, local));
+    /* after a client was lost, this client releases its own resources at once, agreeing with
+     * no one (release_all makes no call that waits for other clients) */
+    if (dt__watch_lost())
+        DT_TRY(local);
+    else
+        DT_TRY(dt__agree(dt__rt.world, local));
     dt__program_cache_free();
     dt__mesh_all_free();
     release_all();

@@ -16,10 +16,30 @@
 #include <string.h>
 #include <time.h>
 
-/* Complete requests, yielding; after many idle polls, sleep 50 us between polls. */
+/* Complete requests, yielding; after many idle polls, sleep 50 us between polls. No timeout (a
+ * step may be long in coming), but a client that was lost (mesh/watch.c: its process gone, its
+ * host silent) ends the wait within a tenth of a second of being found. */
 static dt_status wait_gently(int n, MPI_Request reqs[])
 {
+    double watch_at = 0;
     for (long spins = 0;; spins++) {
+        if (spins % 256 == 255) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+            if (watch_at == 0)
+                watch_at = now + 0.1;
+            if (now >= watch_at && dt__watch_poll()) {
+                char why[160];
+                dt__watch_why(why, sizeof why);
+                return dt__fail(DT_ERR_COMM,
+                                "parameter server: client %d stopped waiting: %s; "
+                                "stop the program",
+                                dt__rt.client, why);
+            }
+            if (now >= watch_at)
+                watch_at = now + 0.1;
+        }
         int done = 0;
         MPI_Status st[8];
         if (n <= 8 ? MPI_Testall(n, reqs, &done, st) != MPI_SUCCESS : false)

@@ -2033,7 +2033,13 @@ static void diff_one_hot(const dt_mesh *m, const diff_opts *o)
         double hx[15], ref[128];
         for (int64_t i = 0; i < 15; i++) /* -1 .. depth + 1 (u8: 255 for -1) */
             put(it, hx, i, (double)((i * 3 + d) % (depth + 3) - 1));
-        double on = is_bool(dt) ? 1 : is_int(dt) ? 3 : 2.5, off = is_bool(dt) ? 0 : -1;
+        /* off_value -1 where the dtype holds it (u8 does not: one_hot refuses it) */
+        double on = is_bool(dt)  ? 1
+                    : is_int(dt) ? 3
+                                 : 2.5,
+               off = is_bool(dt)         ? 0
+                     : dt == DT_DTYPE_U8 ? 7
+                                         : -1;
         bool ok = true;
         char bad[256] = "";
         for (int axis = -1; axis < 3; axis++) {
