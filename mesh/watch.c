@@ -23,6 +23,7 @@
  * resources without waiting for anyone (no agreement, no collective free, MPI not finalized). */
 #include "dt.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,20 +98,23 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* The state and start time of process pid, from /proc/PID/stat; false when it has none. */
-static bool proc_stat(int64_t pid, char *state, uint64_t *start)
+/* The state and start time of process pid, from /proc/PID/stat: 1, or 0 when there is no such
+ * process, -1 when /proc cannot tell (another error: no verdict). */
+static int proc_stat(int64_t pid, char *state, uint64_t *start)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
     FILE *f = fopen(path, "r");
     if (!f)
-        return false;
+        return errno == ENOENT || errno == ESRCH ? 0 : -1;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (n == 0)
+        return 0; /* it ended while being read */
     if (!p || p[1] != ' ')
-        return false;
+        return -1;
     *state = p[2];
     /* fields after the name: state is field 3, the start time field 22 */
     p += 2;
@@ -120,7 +124,7 @@ static bool proc_stat(int64_t pid, char *state, uint64_t *start)
             p++;
     }
     *start = p ? strtoull(p, NULL, 10) : 0;
-    return true;
+    return 1;
 }
 
 static uint64_t pid_namespace(void)
@@ -148,8 +152,8 @@ static void check_members(void)
             continue;
         char state = 0;
         uint64_t start = 0;
-        if (!proc_stat(m->pid, &state, &start) || state == 'Z' || state == 'X' ||
-            start != m->start) {
+        int found = proc_stat(m->pid, &state, &start);
+        if (found == 0 || (found == 1 && (state == 'Z' || state == 'X' || start != m->start))) {
             char text[96];
             snprintf(text, sizeof text, "client %d died (its process, pid %lld, is gone)", c,
                      (long long)m->pid);
@@ -361,7 +365,7 @@ dt_status dt__watch_open(MPI_Comm host, const int members[], const int leader_of
         /* judged by its pid only where /proc tells this process's own state (pidns 0: never) */
         char state;
         uint64_t start = 0;
-        w.pidns = proc_stat(getpid(), &state, &start) && start ? pid_namespace() : 0;
+        w.pidns = proc_stat(getpid(), &state, &start) == 1 && start ? pid_namespace() : 0;
         w.me[w.host_rank] = (member){.pid = getpid(), .start = start, .pidns = w.pidns};
         if (w.host_rank == 0) {
             memset(base + at_lost, 0, bytes - at_lost);

@@ -420,7 +420,8 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
             double *ref = malloc(sizeof(double) * (size_t)ne);
             bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true, have_normal = false;
             void *normal_bits = malloc((size_t)ne * 8);
-            double value = is_bool(dt) ? 1.0 : is_int(dt) ? -3.0 : 2.5;
+            /* a negative fill where the dtype holds it (u8 does not: dt_fill refuses it) */
+            double value = is_bool(dt) ? 1.0 : dt == DT_DTYPE_U8 ? 3.0 : is_int(dt) ? -3.0 : 2.5;
             double step = is_int(dt) ? -2.0 : -0.5;
             for (int li = 0; li < n; li++) {
                 dt_op_options op = {.layout = &ls[li]};
