@@ -257,8 +257,9 @@ static void *across_clients(void *arg)
     dt_layout l;
     dt_layout_parse(g, "all", &l);
     int64_t n = dt_num_global_devices(DT_DEVICE_CPU);
-    for (int r = 0; j->ok && (r < ROUNDS || __atomic_load_n(&others_running, __ATOMIC_SEQ_CST));
-         r++) {
+    /* rounds until every client's other threads are done: the clients decide together (one
+     * client's own threads may end before another's) */
+    for (int r = 0;; r++) {
         dt_tensor *t = NULL;
         int64_t sum = -1;
         if (dt_barrier() != DT_OK ||
@@ -275,16 +276,20 @@ static void *across_clients(void *arg)
         }
         dt_tensor_free(t);
         dt_tensor_free(s);
-        /* every client agrees whether to go on: the last round is the same everywhere */
-        int more = __atomic_load_n(&others_running, __ATOMIC_SEQ_CST) || r + 1 < ROUNDS, all[64];
-        if (j->ok && dt_num_clients() <= 64 &&
-            dt_client_allgather(&more, sizeof more, all) == DT_OK) {
-            more = 0;
-            for (int c = 0; c < dt_num_clients(); c++)
-                more |= all[c];
-            if (!more)
-                break;
+        int mine[2] = {__atomic_load_n(&others_running, __ATOMIC_SEQ_CST) || r + 1 < ROUNDS,
+                       j->ok},
+            all[64][2];
+        if (dt_num_clients() > 64 || dt_client_allgather(mine, sizeof mine, all) != DT_OK) {
+            fail(j, "deciding whether to go on");
+            break;
         }
+        bool more = false, every_ok = true;
+        for (int c = 0; c < dt_num_clients(); c++) {
+            more = more || all[c][0];
+            every_ok = every_ok && all[c][1];
+        }
+        if (!more || !every_ok)
+            break;
     }
     dt_mesh_free(g);
     return NULL;
