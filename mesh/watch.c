@@ -184,7 +184,7 @@ static void check_hosts(void)
         if (h < 0)
             return;
         int *of = malloc(sizeof(int) * (size_t)w.n), k = 0;
-        char list[96] = "", text[160];
+        char list[64] = "", text[160];
         for (int c = 0; of && c < w.n; c++)
             if (w.leader_of[c] == w.leaders[h])
                 of[k++] = c;
@@ -192,7 +192,8 @@ static void check_hosts(void)
             dt__clients_str(list, sizeof list, of, k);
         free(of);
         snprintf(text, sizeof text,
-                 "%s %s unreachable (no heartbeat from %s host, led by client %d, for %.1f s)",
+                 "%.60s %s unreachable (no heartbeat from %s host, led by client %d, for %.1f "
+                 "s)",
                  list, k == 1 ? "is" : "are", k == 1 ? "its" : "their", w.leaders[h],
                  (double)(now - atomic_load(&w.heard[h])) * 1e-9);
         for (int c = 0; c < w.n; c++)
