@@ -33,6 +33,7 @@ const char *dt_collective_algorithm_name(dt_collective_algorithm a)
 
 dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a)
 {
+    DT__SERIAL();
     if (!m)
         return dt__fail(DT_ERR_ARG, "dt_mesh_set_collective_algorithm: mesh is NULL");
     if ((unsigned)a >= DT_ALGORITHM_COUNT)
@@ -46,6 +47,7 @@ dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a
 
 dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m)
 {
+    DT__SERIAL();
     return m ? m->coll_algorithm : DT_ALGORITHM_AUTO;
 }
 
@@ -225,12 +227,6 @@ typedef struct dt__sig {
         uint64_t hash;
     } groups[DT__SIG_GROUPS];
 } dt__sig;
-
-static bool check_enabled(void)
-{
-    const char *e = getenv("DTENSOR_CHECK_COLLECTIVES");
-    return e && *e && strcmp(e, "0") != 0;
-}
 
 typedef struct sig_ctx {
     const dt_mesh *m;
@@ -436,7 +432,7 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!out)
         return dt__fail(DT_ERR_ARG, "collective: out is NULL");
     dt_status s = validate_header(m, c);
-    bool check = check_enabled();
+    bool check = dt__rt.check_collectives;
     if (s != DT_OK && !(check && m && c))
         return s;
     dt__coll_req *r = calloc(1, sizeof *r);

@@ -191,6 +191,10 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
                 s = dt__fail(DT_ERR_COMM, "collectives: MPI_Comm_idup for group %d failed", g->id);
             else
                 s = dt__mpi_wait_for(1, &req, where);
+            if (s != DT_OK) { /* a duplication still pending is MPI's: abandoned, never freed */
+                g->comm = MPI_COMM_NULL;
+                g->owns_comm = false;
+            }
             continue;
         }
         MPI_Group sub = MPI_GROUP_NULL;

@@ -17,6 +17,33 @@
 /* Set the message verbatim (used to re-raise a message received from another client). */
 void dt__set_error(const char *msg);
 
+/* ---- the API lock: calls from several threads of one client ----------------------------- */
+
+/* Every public call that agrees with other clients, runs work on devices or touches the
+ * runtime's shared state (meshes' caches, the program cache, the agreement channel, each
+ * device's one task slot) holds one process-wide lock for its whole duration, so calls from
+ * several threads run one after another, each whole: collectives keep one order on every
+ * client as long as each client issues its calls in one order. The lock is recursive (a call
+ * made inside another, or from a callback the library runs under it, such as a strategy's
+ * step, takes it again), and callbacks that may block on the caller's own locks (a tensor's
+ * release function, a parameter-server step) run with it released (dt__api_suspend). Pure
+ * calls (layouts, names, getters of immutable objects, dt_last_error) take no lock.
+ * DT__SERIAL() as a function's first statement holds the lock until the function returns. */
+void dt__api_lock(void);
+void dt__api_unlock(void);
+/* Release every level of the lock this thread holds (around a callback); returns the count
+ * for dt__api_resume. */
+int dt__api_suspend(void);
+void dt__api_resume(int held);
+static inline void dt__api_scope_end(const int *held)
+{
+    (void)held;
+    dt__api_unlock();
+}
+#define DT__SERIAL()                                                              \
+    const int dt__api_scope __attribute__((cleanup(dt__api_scope_end), unused)) = \
+        (dt__api_lock(), 1)
+
 /* "[3,2]" into buf; returns buf. */
 char *dt__shape_str(char *buf, size_t size, int rank, const int64_t shape[]);
 #define DT__SHAPE_STR_MAX (DT_MAX_RANK * 21 + 3)
@@ -35,6 +62,13 @@ bool dt__dtype_valid(dt_dtype d);
 /* DT_OK when d is valid and of one of `kinds`, else DT_ERR_DTYPE naming `what`, d and the
  * dtypes it takes ("matmul: bool, expected f32, f64, i32, i64, bf16, f16, u8 or i8"). */
 dt_status dt__dtype_check(const char *what, dt_dtype d, unsigned kinds);
+/* DT_OK when `value` (an element given as a double: a fill value, one_hot's on and off values)
+ * becomes an element of d without wrapping: any value for the floats; for the integers a finite
+ * value whose integer part is in d's range (the fraction is dropped, as numpy's conversion
+ * does); for bool any value but NaN (nonzero is true). Else DT_ERR_ARG naming `what`, the
+ * value, d and its range ("fill: value 1099511627776 does not fit i32 (-2147483648 to
+ * 2147483647)"). */
+dt_status dt__value_check(const char *what, double value, dt_dtype d);
 
 /* ---- integer arithmetic ------------------------------------------------------------------ */
 
@@ -202,8 +236,11 @@ typedef struct dt__runtime {
      * NCCL refuses two ranks on one GPU, so GPUs of different clients exchange through host
      * copies (collectives/staged.c). */
     bool gpus_shared;
-    int blas_threads;       /* threads of one OpenBLAS call */
-    int timeout_s;          /* a wait for other clients gives up after this (dt_init_options) */
+    int blas_threads; /* threads of one OpenBLAS call */
+    int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
+    /* DTENSOR_CHECK_COLLECTIVES: every collective is agreed on first (read and agreed at dt_init,
+     * so that every client checks or none does) */
+    bool check_collectives;
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;
@@ -234,17 +271,34 @@ dt_status dt__require_init(const char *fn);
  * dt__wait_end restores what the wait changed (the thread's timer slack). */
 typedef struct dt__waiter {
     double start, waited; /* seconds: the first pause, and the time waited so far */
+    double watch_at;      /* when the wait next asks whether a client was lost */
     long sleep_ns;
     unsigned polls; /* pauses while spinning */
     int slack;      /* the thread's timer slack before the wait sleeps (-1: untouched) */
     bool spin;
+    bool lost; /* it gave up because a client was lost (dt__watch_poll), not at the timeout */
 } dt__waiter;
 void dt__wait_begin(dt__waiter *w);
 bool dt__wait_pause(dt__waiter *w);
 void dt__wait_end(dt__waiter *w);
 /* DT_ERR_COMM for a wait that gave up: names the call (dt__current_call), where it waited
- * ("in all_reduce over ...") and, when known, the clients not heard from. */
+ * ("in all_reduce over ...") and either the client that was lost (dt__watch_why) or, at the
+ * timeout, the clients not heard from when known. */
 dt_status dt__gave_up(const dt__waiter *w, const char *where, const char *missing);
+
+/* Liveness of the other clients (mesh/watch.c): a wait asks dt__watch_poll once it has lasted
+ * a tenth of a second, then every tenth; a client is lost when its process is gone (clients
+ * of this host), its host's heartbeat stopped (other hosts), or MPI reported it unreachable
+ * (dt__watch_unreachable). A loss is never forgotten: later waits fail at once and dt_finalize
+ * waits for no one. dt__watch_open is collective over the world, with every client alive. */
+dt_status dt__watch_open(MPI_Comm host, const int members[], const int leader_of[],
+                         const int leaders[], int nleaders);
+void dt__watch_close(void);
+bool dt__watch_lost(void);
+bool dt__watch_poll(void);
+void dt__watch_unreachable(int client, const char *mpi_says);
+/* This client's account of the first loss: "client 3 died (its process, pid 812, is gone)". */
+void dt__watch_why(char *buf, size_t size);
 /* The call this thread is making, as the last agreement named it ("matmul"); a timeout names
  * it. dt__set_current_call restores a saved name. */
 const char *dt__current_call(void);

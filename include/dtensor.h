@@ -38,6 +38,24 @@
  *   before the first message is sent, so every client fails the same way and none hangs.
  *   Functions not so marked touch only this client.
  * - Nothing aborts on user input.
+ *
+ * Threads. Any thread of a client may call any function. Calls that communicate, run work on
+ * devices or change shared state (every op, function run, tensor creation, read, pack, unpack
+ * and free, mesh and variable creation and free, every strategy, model, optimizer,
+ * checkpoint, parameter-server and cluster call, dt_init, dt_finalize, dt_barrier) take one
+ * lock of the runtime for their whole duration: they run one after another, each whole,
+ * never interleaved and never deadlocked (a call made from inside another on the same thread,
+ * such as ops in a strategy's step, takes the lock again). These run concurrently, taking
+ * no lock: layout functions, getters of meshes, tensors, models and strategies (their
+ * objects do not change after creation), names, dtype helpers and dt_last_error. Collective
+ * calls keep one order on every client, as MPI and NCCL require: when several threads of a
+ * client make them, the program must order them alike on every client (for instance one
+ * thread makes every collective call, the others compute on client-local meshes); clients
+ * that differ fail with DT_ERR_MISMATCH rather than hang. Callbacks: a strategy's step runs
+ * under the lock (it may call the API; it must not wait for another thread that does);
+ * a wrapped tensor's release function and a parameter-server step run without it (they may
+ * take locks of their own that a thread waiting for the API lock holds). Freeing or changing
+ * an object while another thread uses it remains the caller's error.
  */
 #ifndef DTENSOR_H
 #define DTENSOR_H

@@ -244,7 +244,10 @@ void *dt__device_worker(void *arg)
     }
 }
 
-/* Post fn to devices[first..n) and, when `here`, run index 0 on the caller; wait for all. */
+/* Post fn to devices[first..n) and, when `here`, run index 0 on the caller; wait for all.
+ * One thread posts at a time: every caller holds the API lock (common/dt.h), so a device's
+ * one task slot is free whenever a task is posted (two threads posting at once overwrote each
+ * other's tasks, and the members of one collective would wait for tasks that never came). */
 static void run_on(dt__device *const devices[], int n, dt__task_fn fn, void *arg, bool here)
 {
     int first = here ? 1 : 0;

@@ -27,21 +27,25 @@ dt_status dt__require_init(const char *fn)
 
 int dt_is_initialized(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized;
 }
 
 int dt_client_id(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.client : 0;
 }
 
 int dt_num_clients(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.num_clients : 1;
 }
 
 int dt_num_local_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.num_devices[type];
@@ -49,6 +53,7 @@ int dt_num_local_devices(dt_device_type type)
 
 int dt_num_global_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.client_first[type][dt__rt.num_clients];
@@ -56,6 +61,7 @@ int dt_num_global_devices(dt_device_type type)
 
 int dt_global_device_id(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
         local_index >= dt__rt.num_devices[type])
         return -1;
@@ -77,6 +83,7 @@ static dt_status local_device(const char *fn, dt_device_type type, int local_ind
 
 dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_device_memory_stats: out is NULL");
     *out = (dt_memory_stats){0};
@@ -94,6 +101,7 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
 
 dt_status dt_device_release_cache(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     dt__device *d;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_release_cache"));
@@ -108,6 +116,7 @@ dt_status dt_device_release_cache(dt_device_type type, int local_index)
 
 dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     int first = local_index, last = local_index;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_memory_reset_peak"));
@@ -125,6 +134,7 @@ dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
 {
+    DT__SERIAL();
     dt__device *d;
     DT_TRY(local_device("dt_device_memory", type, local_index, &d));
     if (current)
@@ -170,6 +180,7 @@ typedef struct init_cfg {
     int emulate;      /* emulated GPUs where none is visible (DTENSOR_EMULATE_CUDA) */
     bool tf32;
     int timeout_s;
+    int32_t check_collectives; /* DTENSOR_CHECK_COLLECTIVES set and not "0" */
 } init_cfg;
 
 /* An option: `given` when non-zero, else the environment variable `env` when set (an integer
@@ -216,7 +227,22 @@ static dt_status read_options(const dt_init_options *opts, init_cfg *cfg)
     cfg->tf32 = tf32 == 1;
     DT_TRY(option("timeout_seconds", o.timeout_seconds, "DTENSOR_TIMEOUT", 1, 7 * 86400, 600,
                   &cfg->timeout_s));
+    const char *check = getenv("DTENSOR_CHECK_COLLECTIVES");
+    cfg->check_collectives = check && *check && strcmp(check, "0") != 0;
     return DT_OK;
+}
+
+/* The settings every client must share, as the clients compare them at dt_init: a client
+ * checking collectives (DTENSOR_CHECK_COLLECTIVES) agrees on each before it runs, so a client
+ * that does not would leave it waiting in that agreement while it waits in the collective. */
+static int settings_fields(const void *ctx, dt__field out[], int max)
+{
+    const init_cfg *c = ctx;
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "DTENSOR_CHECK_COLLECTIVES", &c->check_collectives,
+                  sizeof c->check_collectives, "%s", c->check_collectives ? "on" : "off");
+    return 1;
 }
 
 static int bind_core_of(const dt__device *d);
@@ -413,12 +439,15 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     return DT_OK;
 }
 
+/* With a client lost (mesh/watch.c) nothing here waits for it: no MPI call that involves
+ * other clients, and MPI is not finalized (MPI_Finalize waits for every process). */
 static void release_all(void)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
     dt__channel_close();
-    if (dt__rt.world != MPI_COMM_NULL)
+    bool lost = dt__watch_lost();
+    if (dt__rt.world != MPI_COMM_NULL && !lost)
         MPI_Comm_free(&dt__rt.world);
     if (dt__rt.mpi_used)
         dt__coll_shutdown();
@@ -426,7 +455,7 @@ static void release_all(void)
         hwloc_topology_destroy(topology);
         topology = NULL;
     }
-    if (dt__rt.mpi_owned)
+    if (dt__rt.mpi_owned && !lost)
         MPI_Finalize();
     first_core = -1;
     workers_fit = false;
@@ -436,9 +465,18 @@ static void release_all(void)
 
 dt_status dt_init(const dt_init_options *opts)
 {
+    DT__SERIAL();
     if (dt__rt.initialized)
         return dt__fail(DT_ERR_STATE, "dt_init: already initialized (client %d of %d)",
                         dt__rt.client, dt__rt.num_clients);
+    if (dt__watch_lost()) { /* MPI still counts the lost client: an agreement would wait */
+        char why[160];
+        dt__watch_why(why, sizeof why);
+        return dt__fail(DT_ERR_STATE,
+                        "dt_init: a client was lost earlier in this process (%s); "
+                        "start a new job",
+                        why);
+    }
     int mpi_init = 0, mpi_done = 0;
     MPI_Initialized(&mpi_init);
     MPI_Finalized(&mpi_done);
@@ -453,13 +491,19 @@ dt_status dt_init(const dt_init_options *opts)
     if (mpi_init || launched_by_mpi()) {
         if (!mpi_init) {
             int provided;
-            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            /* MULTIPLE: the heartbeat thread of a host's leader (mesh/watch.c) sends while
+             * the client's own calls use MPI; those are serialized by the API lock */
+            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
                 return dt__fail(DT_ERR_COMM, "dt_init: MPI_Init_thread failed");
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
         dt__coll_init();
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
+        /* errors are statuses, never an abort of the job: a message that fails because a client
+         * died must leave the others able to report it (every communicator made from this one
+         * inherits the handler) */
+        MPI_Comm_set_errhandler(dt__rt.world, MPI_ERRORS_RETURN);
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
     }
@@ -469,7 +513,12 @@ dt_status dt_init(const dt_init_options *opts)
         release_all();
         return s;
     }
-    s = dt__agree(dt__rt.world, local);
+    s = dt__agree_on(&(dt__agreement){.what = "dt_init",
+                                      .fingerprint = dt__hash(DT__HASH_SEED, &cfg.check_collectives,
+                                                              sizeof cfg.check_collectives),
+                                      .fields = settings_fields,
+                                      .ctx = &cfg},
+                     local);
     int gpu_share = 1, gpu_slot = 0;
     bool gpu_shared_here = false;
     if (s == DT_OK) {
@@ -534,12 +583,14 @@ dt_status dt_init(const dt_init_options *opts)
         return s;
     }
     dt__rt.cuda_tf32 = cfg.tf32;
+    dt__rt.check_collectives = cfg.check_collectives;
     dt__rt.initialized = true;
     return DT_OK;
 }
 
 dt_status dt_finalize(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_finalize"));
     /* Agreed: if any client still holds a mesh or tensor, every client refuses (and stays
      * usable), rather than the others ending MPI under it. */
@@ -550,7 +601,12 @@ dt_status dt_finalize(void)
                          "dt_finalize: client %d still has %d meshes and %d tensors alive; no "
                          "client finalizes",
                          dt__rt.client, meshes, tensors);
-    DT_TRY(dt__agree(dt__rt.world, local));
+    /* after a client was lost, this client releases its own resources at once, agreeing with
+     * no one (release_all makes no call that waits for other clients) */
+    if (dt__watch_lost())
+        DT_TRY(local);
+    else
+        DT_TRY(dt__agree(dt__rt.world, local));
     dt__program_cache_free();
     dt__mesh_all_free();
     release_all();
@@ -559,6 +615,7 @@ dt_status dt_finalize(void)
 
 dt_status dt_devices_print(FILE *f)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_devices_print"));
     if (!f)
         return dt__fail(DT_ERR_ARG, "dt_devices_print: FILE is NULL");
@@ -611,6 +668,7 @@ dt_status dt_devices_print(FILE *f)
 
 dt_status dt_barrier(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_barrier"));
     return dt__agree(dt__rt.world, DT_OK);
 }
@@ -626,6 +684,7 @@ static int bytes_fields(const void *ctx, dt__field out[], int max)
 
 dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_client_allgather"));
     /* the count is agreed first: a client passing another count (or no buffers) fails every
      * client instead of leaving them in MPI calls that do not match */
@@ -647,6 +706,7 @@ dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 
 dt_status dt_print_ordered(FILE *f, const char *text)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_print_ordered"));
     /* only client 0 writes, but a NULL FILE is an error on every client alike */
     DT_TRY(dt__agree(dt__rt.world,

@@ -250,6 +250,16 @@ template <typename C> HD C wneg(C a)
     return wsub((C)0, a);
 }
 
+/* Whether a compute value is NaN (never, for the integers): max and min let a NaN win, as the
+ * CPU's kernels and numpy do. */
+template <typename C> HD bool is_nan(C v)
+{
+    if constexpr (std::is_floating_point<C>::value)
+        return v != v;
+    else
+        return false;
+}
+
 /* Whether a compute value is negative (never, for the unsigned types). */
 template <typename C> HD bool is_neg(C v)
 {

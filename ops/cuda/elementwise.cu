@@ -211,10 +211,10 @@ template <typename C> HD C binary_one(int op, C a, C b)
             return a / b;
         else
             return b == 0 ? (C)0 : std::is_signed<C>::value && b == (C)-1 ? wneg(a) : (C)(a / b);
-    case DT_BINARY_MAX:
-        return a > b ? a : b;
+    case DT_BINARY_MAX: /* numpy's maximum and minimum: a NaN operand gives NaN */
+        return a > b || is_nan(a) ? a : b;
     case DT_BINARY_MIN:
-        return a < b ? a : b;
+        return a < b || is_nan(a) ? a : b;
     case DT_BINARY_EQ:
         return (C)(a == b);
     case DT_BINARY_NE:

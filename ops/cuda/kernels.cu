@@ -87,7 +87,8 @@ struct CombineArgs {
 };
 
 /* (src[0][i] op src[1][i] op ...) / by, left to right in the compute type, as the CPU's combine
- * (MAX: a > b ? a : b with a the running value; MIN likewise; SUM, MEAN and PROD wrap for
+ * (MAX: a > b || a is NaN ? a : b with a the running value, so a NaN wins; MIN likewise; SUM,
+ * MEAN and PROD wrap for
  * integers; bf16 and f16 in f32, rounded once). */
 template <typename S, int OP> HD S combine_at(const CombineArgs &c, int64_t i)
 {
@@ -98,9 +99,9 @@ template <typename S, int OP> HD S combine_at(const CombineArgs &c, int64_t i)
         if (s < c.nsrc) {
             C w = Ty<S>::ld(((const S *)c.src[s])[i]);
             if (OP == DT_REDUCE_MAX)
-                v = v > w ? v : w;
+                v = v > w || is_nan(v) ? v : w;
             else if (OP == DT_REDUCE_MIN)
-                v = v < w ? v : w;
+                v = v < w || is_nan(v) ? v : w;
             else if (OP == DT_REDUCE_PROD)
                 v = wmul(v, w);
             else

@@ -115,8 +115,8 @@ template <typename C> using Wide = std::conditional_t<std::is_floating_point<C>:
 
 /* ---- reduce --------------------------------------------------------------------------------- */
 
-/* The CPU's step: v > a ? v : a (MAX), v < a ? v : a (MIN), a * v (PROD), a + v otherwise; then
- * the scale (a mean) in double, rounded once. */
+/* The CPU's step: v > a || v is NaN ? v : a (MAX), v < a || v is NaN ? v : a (MIN: a NaN wins,
+ * as numpy's), a * v (PROD), a + v otherwise; then the scale (a mean) in double, rounded once. */
 template <typename S, typename A> struct ReduceFold {
     using acc_t = A;
     const S *x;
@@ -137,9 +137,9 @@ template <typename S, typename A> struct ReduceFold {
     HD A step(A a, A v) const
     {
         if (op == DT_REDUCE_MAX)
-            return v > a ? v : a;
+            return v > a || is_nan(v) ? v : a;
         if (op == DT_REDUCE_MIN)
-            return v < a ? v : a;
+            return v < a || is_nan(v) ? v : a;
         if (op == DT_REDUCE_PROD)
             return wmul(a, v);
         return wadd(a, v);

@@ -8,6 +8,8 @@
 #include "../coll_ref.h"
 #include "tap.h"
 
+#include <math.h>
+
 static void sweep_on(dt_device_type type, const char *spec, dt_collective_algorithm alg,
                      int64_t big)
 {
@@ -45,6 +47,92 @@ static bool all_reduce_once(const dt_mesh *m, int64_t count, dt_ledger_entry *e,
     *e = (dt_ledger_entry){0};
     dt_ledger_entry_get(dt_ledger_size() - 1, e);
     return s == DT_OK && ok;
+}
+
+/* A NaN on one device survives an all-reduce MAX or MIN, wherever it sits (MPICH's MPI_MAX of
+ * floats keeps or drops it by the order of the operands): element 0 is NaN on one device, the
+ * first or the last of the mesh, element 1 is the device's number everywhere, so its max is
+ * the last device's number and its min 0. f32, f64 and the 16-bit floats; every algorithm. */
+static void nan_survives(void)
+{
+    int n = dt_num_global_devices(DT_DEVICE_CPU), nl = dt_num_local_devices(DT_DEVICE_CPU);
+    int first = dt_global_device_id(DT_DEVICE_CPU, 0);
+    char spec[32];
+    snprintf(spec, sizeof spec, "x=%d", n);
+    dt_mesh *m = NULL;
+    if (!tap_check(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK, "mesh %s", spec))
+        return;
+    const dt_dtype dts[4] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_F16};
+    bool ok = true;
+    char why[256] = "";
+    for (int a = DT_ALGORITHM_AUTO; a < DT_ALGORITHM_COUNT; a++) {
+        if (a == DT_ALGORITHM_NCCL)
+            continue;
+        for (int t = 0; t < 4; t++)
+            for (int op = 0; op < 2; op++)
+                for (int where = 0; where < 2; where++) {
+                    int holder = where ? n - 1 : 0;
+                    double buf[64][2]; /* per local device, as f64, f32 or 16-bit values */
+                    const void *send[64];
+                    void *recv[64];
+                    for (int i = 0; i < nl && i < 64; i++) {
+                        int d = first + i;
+                        float f[2] = {d == holder ? NAN : (float)d, (float)d};
+                        if (dts[t] == DT_DTYPE_F64)
+                            memcpy(buf[i], (double[]){f[0], f[1]}, 2 * sizeof(double));
+                        else if (dts[t] == DT_DTYPE_F32)
+                            memcpy(buf[i], f, sizeof f);
+                        else if (dts[t] == DT_DTYPE_BF16)
+                            memcpy(buf[i], (uint16_t[]){dt_f32_to_bf16(f[0]), dt_f32_to_bf16(f[1])},
+                                   2 * sizeof(uint16_t));
+                        else
+                            memcpy(buf[i], (uint16_t[]){dt_f32_to_f16(f[0]), dt_f32_to_f16(f[1])},
+                                   2 * sizeof(uint16_t));
+                        send[i] = recv[i] = buf[i];
+                    }
+                    dt__coll c = {.kind = DT__COLL_ALL_REDUCE,
+                                  .dtype = dts[t],
+                                  .op = op ? DT_REDUCE_MIN : DT_REDUCE_MAX,
+                                  .axes = 1u,
+                                  .algorithm = (dt_collective_algorithm)a,
+                                  .send = send,
+                                  .recv = recv,
+                                  .count = 2};
+                    if (dt__collective(m, &c) != DT_OK) {
+                        ok = false;
+                        snprintf(why, sizeof why, "%s", dt_last_error());
+                        continue;
+                    }
+                    for (int i = 0; i < nl && i < 64; i++) {
+                        double got[2];
+                        if (dts[t] == DT_DTYPE_F64)
+                            memcpy(got, buf[i], sizeof got);
+                        for (int k = 0; k < 2 && dts[t] != DT_DTYPE_F64; k++) {
+                            uint16_t h;
+                            float f;
+                            memcpy(dts[t] == DT_DTYPE_F32 ? (void *)&f : (void *)&h,
+                                   (char *)buf[i] + k * dt_dtype_size(dts[t]),
+                                   dt_dtype_size(dts[t]));
+                            got[k] = dts[t] == DT_DTYPE_F32    ? f
+                                     : dts[t] == DT_DTYPE_BF16 ? dt_bf16_to_f32(h)
+                                                               : dt_f16_to_f32(h);
+                        }
+                        if (!isnan(got[0]) || got[1] != (op ? 0 : n - 1)) {
+                            ok = false;
+                            snprintf(why, sizeof why,
+                                     "%s %s %s, NaN on device %d: device %d got %g, %g",
+                                     dt_collective_algorithm_name((dt_collective_algorithm)a),
+                                     dt_dtype_name(dts[t]), op ? "min" : "max", holder, first + i,
+                                     got[0], got[1]);
+                        }
+                    }
+                }
+    }
+    tap_check(ok,
+              "a NaN on the first or the last device survives all-reduce MAX and MIN (f32, "
+              "f64, bf16, f16; every algorithm) %s",
+              why);
+    dt_mesh_free(m);
 }
 
 /* Emulated GPUs: every kind on a CUDA mesh over every GPU, and the ledger naming the path. */
@@ -103,6 +191,7 @@ int main(void)
                   dt_collective_algorithm_name(e.algorithm), e.backend, why);
         dt_mesh_free(m);
     }
+    nan_survives();
     if (dt__rt.cuda_emulated)
         staged();
     int rc = tap_done();
