@@ -313,6 +313,9 @@ dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, const dt__agreement 
 size_t dt__stage_capacity(void);
 void *dt__stage_next(void);
 const void *dt__stage_last(int client);
+/* The host of a client as the channel groups them (shared memory, or DTENSOR_AGREE_HOSTS): the
+ * world rank of its host's first client; -1 without the channel (a single client). */
+int dt__host_of(int client);
 /* Agree on a status alone, naming the calling function: over every client when comm spans them
  * (the channel), over comm's clients otherwise; MPI_COMM_NULL returns local. Collective over
  * comm. */

@@ -59,20 +59,31 @@ prefix="dtmh$$"
 sw="${prefix}s"
 made=()
 launcher=""
+drop() { # a namespace of this harness: its processes, then its name
+    ip netns pids "$1" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$1" 2>/dev/null
+}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM HUP
-    [ -n "$launcher" ] && kill "$launcher" 2>/dev/null && wait "$launcher" 2>/dev/null
-    for ns in "${made[@]}"; do
-        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-        ip netns del "$ns" 2>/dev/null
-    done
+    if [ -n "$launcher" ]; then # the launcher ends its clients; give it 3 s
+        kill "$launcher" 2>/dev/null
+        for _ in $(seq 30); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$launcher" 2>/dev/null
+    fi
+    for ns in "${made[@]}"; do drop "$ns"; done
     exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
+
+# namespaces of an earlier run that was killed outright (SIGKILL leaves no time to clean up)
+for ns in $(ip netns list 2>/dev/null | grep -o '^dtmh[0-9]*[sh][0-9]*'); do
+    pid=${ns#dtmh}
+    kill -0 "${pid%%[sh]*}" 2>/dev/null || drop "$ns"
+done
 
 newns() {
     ip netns add "$1" 2>/dev/null || return 1
