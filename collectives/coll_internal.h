@@ -29,6 +29,8 @@ dt_status dt__hosts_build(const int clients[], int n, int me, dt__hosts **out);
  * over the n clients. */
 dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], int tag);
 void dt__hosts_free(dt__hosts *h);
+/* Frees what the reads' gather keeps (dt__coll_shutdown). */
+void dt__hosts_shutdown(void);
 
 /* One group of an axis mask, as this client sees it. Member ranks follow device ids, and
  * clients own contiguous device blocks, so the members a client holds are a contiguous range

@@ -90,6 +90,13 @@ dt_status dt__collective_wait(dt__coll_req *r);
  * sets it at the first collective). For benchmarks and tests; every client sets it alike. */
 void dt__coll_set_by_host(int mode);
 
+/* The gather of dt_tensor_read across clients: client c's cnt[c] elements of `elem` (es
+ * bytes) at displ[c] of all, this client's already in place, into all on every client; by
+ * host where the clients span hosts with company and the cost model says so, else one MPI
+ * all-gather. Collective over every client. */
+dt_status dt__coll_gather_clients(const dt_mesh *m, void *all, const int cnt[], const int displ[],
+                                  MPI_Datatype elem, size_t es);
+
 /* Group arithmetic shared by the expansion engine and the backends. */
 int dt__group_size(const dt_mesh *m, unsigned axes);
 int dt__group_rank(const dt_mesh *m, unsigned axes, int device);

@@ -442,3 +442,108 @@ dt_status dt__hosts_next(dt__coll_req *r, dt__gcall *gc)
                         dt__coll_kind_name(r->c.kind), gc->phase, gc->g->id);
     return DT_OK;
 }
+
+/* ---- the gather of dt_tensor_read --------------------------------------------------------- */
+
+/* The hosts of every client (over the runtime's communicator), made at the first read that
+ * goes by host; freed by dt__coll_shutdown. */
+static dt__hosts *every;
+static bool every_built;
+
+void dt__hosts_shutdown(void)
+{
+    dt__hosts_free(every);
+    every = NULL;
+    every_built = false;
+}
+
+/* The clients' parts (cnt[c] elements at displ[c], client order) to host after host in
+ * `arranged`, or back. */
+static void arrange_clients(const dt__hosts *h, char *arranged, char *all, const int cnt[],
+                            const int displ[], size_t es, bool to_hosts)
+{
+    size_t at = 0;
+    for (int i = 0; i < h->host_first[h->num_hosts]; i++) {
+        int c = h->host_order[i];
+        size_t len = (size_t)cnt[c] * es;
+        char *m = all + (size_t)displ[c] * es;
+        if (len)
+            memcpy(to_hosts ? arranged + at : m, to_hosts ? m : arranged + at, len);
+        at += len;
+    }
+}
+
+dt_status dt__coll_gather_clients(const dt_mesh *m, void *all, const int cnt[], const int displ[],
+                                  MPI_Datatype elem, size_t es)
+{
+    int n = m->num_clients, me = dt__rt.client;
+    int64_t total = 0;
+    for (int c = 0; c < n; c++)
+        total += cnt[c];
+    dt_status s = DT_OK;
+    if (!every_built) { /* every client reads: all build alike */
+        int *ids = malloc(sizeof(int) * (size_t)n);
+        if (!ids)
+            return dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory");
+        for (int c = 0; c < n; c++)
+            ids[c] = c;
+        s = dt__hosts_build(ids, n, me, &every);
+        if (s == DT_OK && every)
+            s = dt__hosts_connect(every, dt__rt.world, ids, 32000);
+        free(ids);
+        every_built = s == DT_OK;
+        DT_TRY(s);
+    }
+    const dt__hosts *h = every;
+    MPI_Request req;
+    if (!dt__hosts_choose(DT__COLL_ALL_GATHER, DT_ALGORITHM_AUTO, h, n, total * (int64_t)es)) {
+        if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
+            MPI_SUCCESS)
+            return dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
+        return dt__mpi_wait_all(1, &req);
+    }
+    /* by host: the host's parts into its leader, among leaders, to the host */
+    int nh = h->num_hosts, hs = h->host_size, first = h->host_first[h->my_host];
+    int *mc = malloc(sizeof(int) * 2 * (size_t)(hs + nh));
+    char *arranged = NULL;
+    if (!mc ||
+        (!h->host_major && h->host_rank == 0 && !(arranged = malloc((size_t)total * es + 1))))
+        s = dt__fail(DT_ERR_NOMEM, "dt_tensor_read: out of memory for %lld bytes",
+                     (long long)total * (long long)es);
+    int *md = mc + hs, *hc = mc + 2 * hs, *hd = hc + nh;
+    for (int i = 0; s == DT_OK && i < hs; i++) {
+        mc[i] = cnt[h->host_order[first + i]];
+        md[i] = displ[h->host_order[first + i]];
+    }
+    for (int j = 0, at = 0; s == DT_OK && j < nh; j++) {
+        hc[j] = 0;
+        for (int i = h->host_first[j]; i < h->host_first[j + 1]; i++)
+            hc[j] += cnt[h->host_order[i]];
+        hd[j] = h->host_major ? displ[h->host_order[h->host_first[j]]] : at;
+        at += hc[j];
+    }
+    const char *where = "in dt_tensor_read's gather by host";
+    if (s == DT_OK && hs > 1) {
+        void *mine = h->host_rank == 0 ? MPI_IN_PLACE : (char *)all + (size_t)displ[me] * es;
+        s = MPI_Igatherv(mine, cnt[me], elem, all, mc, md, elem, 0, h->hcomm, &req) == MPI_SUCCESS
+                ? dt__mpi_wait_for(1, &req, where)
+                : dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Igatherv failed");
+    }
+    if (s == DT_OK && h->host_rank == 0) {
+        char *buf = arranged ? arranged : all;
+        if (arranged)
+            arrange_clients(h, arranged, all, cnt, displ, es, true);
+        s = MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, buf, hc, hd, elem, h->lcomm, &req) == MPI_SUCCESS
+                ? dt__mpi_wait_for(1, &req, where)
+                : dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
+        if (s == DT_OK && arranged)
+            arrange_clients(h, arranged, all, cnt, displ, es, false);
+    }
+    if (s == DT_OK && hs > 1)
+        s = MPI_Ibcast(all, (int)total, elem, 0, h->hcomm, &req) == MPI_SUCCESS
+                ? dt__mpi_wait_for(1, &req, where)
+                : dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Ibcast failed");
+    free(mc);
+    free(arranged);
+    return s;
+}

@@ -286,6 +286,7 @@ void dt__coll_init(void)
 
 void dt__coll_shutdown(void)
 {
+    dt__hosts_shutdown();
     for (int t = 0; user_ops_made && t < DT_DTYPE_COUNT; t++)
         for (int o = 0; o < DT_REDUCE_COUNT; o++)
             if (user_ops[t][o] != MPI_OP_NULL)

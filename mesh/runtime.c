@@ -463,12 +463,12 @@ static void release_all(bool finalizing)
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
     dt__channel_close();
+    if (dt__rt.mpi_used)
+        dt__coll_shutdown();
     bool hosts = finalizing && dt__rt.mpi_used && dt__rt.clients_on_host < dt__rt.num_clients;
     double quiet = hosts ? quiesce() : 0;
     if (dt__rt.world != MPI_COMM_NULL)
         MPI_Comm_free(&dt__rt.world);
-    if (dt__rt.mpi_used)
-        dt__coll_shutdown();
     if (topology) {
         hwloc_topology_destroy(topology);
         topology = NULL;
