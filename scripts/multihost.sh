@@ -3,6 +3,7 @@
 #
 #   scripts/multihost.sh [-H HOSTS] [-p block|cyclic] MPIEXEC-ARGUMENTS...
 #   e.g. scripts/multihost.sh -H 2 -p block -n 4 build/tests/mpi/mpi_coll_mpi
+#   scripts/multihost.sh --check     (can hosts be made here? exit 0, or 77 with the reason)
 #
 # Each host is a Linux network namespace with its own address (10.77.0.K/24 on eth0, a veth
 # pair into a bridge) together with its own UTS namespace (hostname hK) and IPC namespace, so
@@ -30,16 +31,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 hosts=${DTENSOR_MULTIHOST_HOSTS:-2}
 place=${DTENSOR_MULTIHOST_PLACE:-cyclic}
+check=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -H) hosts=$2; shift 2 ;;
     -p) place=$2; shift 2 ;;
+    --check) check=1; shift ;; # only whether hosts can be made here: 0, or 77 and the reason
     *) break ;;
     esac
 done
 case "$hosts" in [1-9]) ;; *) echo "multihost: -H takes 1 to 9 hosts, not '$hosts'" >&2; exit 2 ;; esac
 case "$place" in block|cyclic) ;; *) echo "multihost: -p is block or cyclic, not '$place'" >&2; exit 2 ;; esac
-[ $# -gt 0 ] || { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -gt 0 ] || [ $check = 1 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 skip() {
     if [ "${DTENSOR_MULTIHOST_TAP:-0}" = 1 ]; then
@@ -105,6 +108,7 @@ done
 # unshare must work inside the namespaces too (a sandbox may forbid new UTS/IPC namespaces)
 ip netns exec "${prefix}h1" unshare --uts --ipc true 2>/dev/null ||
     skip "unshare --uts --ipc is not permitted"
+[ $check = 0 ] || exit 0
 
 # hosts h1..hN, each with the slots of its placement: cyclic gives one slot per host (MPICH's
 # launcher then deals clients out one host after another), block as many as it takes
