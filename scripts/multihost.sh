@@ -3,7 +3,7 @@
 #
 #   scripts/multihost.sh [-H HOSTS] [-p block|cyclic] MPIEXEC-ARGUMENTS...
 #   e.g. scripts/multihost.sh -H 2 -p block -n 4 build/tests/mpi/mpi_coll_mpi
-#   scripts/multihost.sh --check     (can hosts be made here? exit 0, or 77 with the reason)
+#   scripts/multihost.sh --check     (can hosts be made here? exit 0, or 77 and the reason)
 #
 # Each host is a Linux network namespace with its own address (10.77.0.K/24 on eth0, a veth
 # pair into a bridge) together with its own UTS namespace (hostname hK) and IPC namespace, so
@@ -23,9 +23,10 @@
 # UCX_NET_DEVICES=eth0 (UCX's TCP on the hosts' network, never on the loopback device), unless
 # set already.
 #
-# Where namespaces cannot be made (not root, no ip or unshare, namespaces forbidden), prints
-# the reason and exits 77 (meson's skip); with DTENSOR_MULTIHOST_TAP=1 it prints a TAP plan
-# that skips ("1..0 # SKIP reason") and exits 0 instead, for tests run with protocol 'tap'.
+# Where hosts cannot be made (not root, no ip or unshare, namespaces, bridges or veth pairs
+# forbidden), prints the reason and exits 77 (meson's skip); with DTENSOR_MULTIHOST_TAP=1 it
+# prints a TAP plan that skips ("1..0 # SKIP reason") and exits 0 instead, for tests run with
+# protocol 'tap'.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -42,7 +43,8 @@ while [ $# -gt 0 ]; do
 done
 case "$hosts" in [1-9]) ;; *) echo "multihost: -H takes 1 to 9 hosts, not '$hosts'" >&2; exit 2 ;; esac
 case "$place" in block|cyclic) ;; *) echo "multihost: -p is block or cyclic, not '$place'" >&2; exit 2 ;; esac
-[ $# -gt 0 ] || [ $check = 1 ] || { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+[ $# -gt 0 ] || [ $check = 1 ] || { usage; exit 2; }
 
 skip() {
     if [ "${DTENSOR_MULTIHOST_TAP:-0}" = 1 ]; then
@@ -94,16 +96,16 @@ newns() {
     ip -n "$1" link set lo up
 }
 newns "$sw" || skip "cannot make a network namespace (ip netns add: $(ip netns add "$sw" 2>&1))"
-ip -n "$sw" link add br0 type bridge &&
+ip -n "$sw" link add br0 type bridge 2>/dev/null &&
     ip -n "$sw" addr add 10.77.0.254/24 dev br0 &&
-    ip -n "$sw" link set br0 up || { echo "multihost: cannot make the bridge" >&2; exit 1; }
+    ip -n "$sw" link set br0 up || skip "cannot make a bridge (ip link add type bridge)"
 for i in $(seq 1 "$hosts"); do
     ns="${prefix}h$i"
     newns "$ns" &&
         ip -n "$sw" link add "v$i" type veth peer name eth0 netns "$ns" &&
         ip -n "$sw" link set "v$i" master br0 up &&
         ip -n "$ns" addr add "10.77.0.$i/24" dev eth0 &&
-        ip -n "$ns" link set eth0 up || { echo "multihost: cannot make host h$i" >&2; exit 1; }
+        ip -n "$ns" link set eth0 up || skip "cannot connect host h$i (ip link add type veth)"
 done
 # unshare must work inside the namespaces too (a sandbox may forbid new UTS/IPC namespaces)
 ip netns exec "${prefix}h1" unshare --uts --ipc true 2>/dev/null ||
