@@ -31,6 +31,8 @@ dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], 
 void dt__hosts_free(dt__hosts *h);
 /* Frees what the reads' gather keeps (dt__coll_shutdown). */
 void dt__hosts_shutdown(void);
+/* Reads DTENSOR_COLLECTIVES_BY_HOST (dt__coll_init). */
+dt_status dt__hosts_configure(void);
 
 /* One group of an axis mask, as this client sees it. Member ranks follow device ids, and
  * clients own contiguous device blocks, so the members a client holds are a contiguous range

@@ -86,8 +86,8 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
 dt_status dt__collective_wait(dt__coll_req *r);
 
 /* How groups spanning hosts choose the by-host path (collectives/hosts.c): 0 never, 1 always
- * where it applies, 2 by the cost model (the default; DTENSOR_COLLECTIVES_BY_HOST=0, 1 or auto
- * sets it at the first collective). For benchmarks and tests; every client sets it alike. */
+ * where it applies, 2 by the cost model (the default; dt_init sets it from
+ * DTENSOR_COLLECTIVES_BY_HOST=0, 1 or auto). For benchmarks; every client sets it alike. */
 void dt__coll_set_by_host(int mode);
 
 /* The gather of dt_tensor_read across clients: client c's cnt[c] elements of `elem` (es

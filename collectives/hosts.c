@@ -153,20 +153,25 @@ dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], 
 #define DT__SHM_ALPHA 3e-6
 #define DT__SHM_BETA (1.0 / 1.5e9)
 
-static int mode = -1; /* DTENSOR_COLLECTIVES_BY_HOST, read once: 0 never, 1 always, 2 auto */
+static int mode = 2; /* 0 never, 1 always, 2 auto: DTENSOR_COLLECTIVES_BY_HOST */
 
 void dt__coll_set_by_host(int m)
 {
     mode = m;
 }
 
-static int by_host_mode(void)
+dt_status dt__hosts_configure(void)
 {
-    if (mode < 0) {
-        const char *e = getenv("DTENSOR_COLLECTIVES_BY_HOST");
-        mode = !e || !*e || strcmp(e, "auto") == 0 ? 2 : strcmp(e, "0") == 0 ? 0 : 1;
+    const char *e = getenv("DTENSOR_COLLECTIVES_BY_HOST");
+    mode = 2;
+    if (!e || !*e || strcmp(e, "auto") == 0)
+        return DT_OK;
+    if (strcmp(e, "0") == 0 || strcmp(e, "1") == 0) {
+        mode = *e - '0';
+        return DT_OK;
     }
-    return mode;
+    return dt__fail(DT_ERR_ARG,
+                    "dt_init: DTENSOR_COLLECTIVES_BY_HOST=\"%.64s\" is not 0, 1 or auto", e);
 }
 
 /* Steps of a tree or recursive doubling over n. */
@@ -178,7 +183,7 @@ static double steps(int n)
 bool dt__hosts_choose(dt__coll_kind kind, dt_collective_algorithm a, const dt__hosts *h,
                       int clients, int64_t bytes)
 {
-    int m = by_host_mode();
+    int m = mode;
     if (!h || kind == DT__COLL_ALL_TO_ALL || m == 0 ||
         (a != DT_ALGORITHM_AUTO && a != DT_ALGORITHM_HIERARCHICAL_COPY))
         return false;

@@ -260,7 +260,7 @@ USER_MPI_FN(u8, min, DT_REDUCE_MIN)
 static MPI_Op user_ops[DT_DTYPE_COUNT][DT_REDUCE_COUNT];
 static bool user_ops_made;
 
-void dt__coll_init(void)
+dt_status dt__coll_init(void)
 {
 #define HALF_FNS(name)                     \
     {[DT_REDUCE_SUM] = mpi_##name##_sum,   \
@@ -282,6 +282,7 @@ void dt__coll_init(void)
             if (fns[t][o])
                 MPI_Op_create(fns[t][o], 1, &user_ops[t][o]);
     user_ops_made = true;
+    return dt__hosts_configure();
 }
 
 void dt__coll_shutdown(void)

@@ -367,8 +367,9 @@ int dt__program_cache_count(void);
 /* Free the collectives' per-mesh state (communicators included). Collective. */
 void dt__coll_mesh_free(dt_mesh *m);
 /* MPI objects of the collectives (the 16-bit float reductions): made once MPI is up, freed
- * before it goes down. */
-void dt__coll_init(void);
+ * before it goes down. Also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that
+ * is not 0, 1 or auto (the other objects are made all the same). */
+dt_status dt__coll_init(void);
 void dt__coll_shutdown(void);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);

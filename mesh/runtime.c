@@ -508,7 +508,8 @@ dt_status dt_init(const dt_init_options *opts)
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
-        dt__coll_init();
+        dt_status c = dt__coll_init();
+        local = local == DT_OK ? c : local;
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
