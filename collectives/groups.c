@@ -173,9 +173,10 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         dt__cgroup *g = &k->groups[gi];
         if (g->num_clients < 2)
             continue;
-        /* the by-host path's communicators: tags apart from the group's own (ids < size) */
+        /* the by-host path's communicators: two tags per group, apart from the groups' own
+         * (ids below the mesh's size) */
         if (g->hosts && (s = dt__hosts_connect(g->hosts, m->comm, g->clients,
-                                               (g->id + m->size) % (tag_ub - 1))) != DT_OK)
+                                               (m->size + 2 * g->id) % (tag_ub - 1))) != DT_OK)
             break;
         for (int pj = 0; pj < gi; pj++) {
             dt__cgroup *p = &k->groups[pj];
