@@ -143,11 +143,12 @@ dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], 
 /* ---- when ---------------------------------------------------------------------------------- */
 
 /* The α-β cost model of the choice (seconds per message, seconds per byte): MPICH between
- * hosts over UCX's TCP transport and inside a host over shared memory, measured by
- * `bench_collectives hosts` (its calibration lines) on 2 network-namespace hosts of this
- * project's 2-core machine, -n 4 (README "Running on several hosts"). There, both ways are
- * memory copies by the same 2 cores, so the host's shared memory saves latency but little
- * bandwidth, and the model takes the by-host path for small messages only. */
+ * hosts over UCX's TCP transport and inside a host over shared memory, from a ping-pong
+ * between two clients of one network-namespace host and of two (what `bench_collectives
+ * hosts` prints as its calibration lines) on this project's 2-core machine, moderately loaded
+ * (README "Running on several hosts"). There, both ways are memory copies by the same 2 cores,
+ * so the host's shared memory saves latency but little bandwidth, and the model takes the
+ * by-host path for small messages only. */
 #define DT__NET_ALPHA 12e-6
 #define DT__NET_BETA (1.0 / 1.1e9)
 #define DT__SHM_ALPHA 3e-6
