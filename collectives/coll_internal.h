@@ -5,22 +5,52 @@
 
 #include "collectives.h"
 
+/* The hosts of a set of clients, for the by-host path: combine inside each host (MPI between
+ * the clients of one host goes through shared memory), cross between one leader per host (the
+ * host's first client), spread inside each host. Built only where the clients span several
+ * hosts and some host holds two or more of them (dt__hosts_build). Positions are the clients'
+ * indices in the set; hosts are numbered in the order of their first client. */
+typedef struct dt__hosts {
+    int num_hosts;
+    int my_host;
+    int *host_first; /* num_hosts + 1 offsets into host_order */
+    int *host_order; /* positions, host after host, ascending within a host */
+    bool host_major; /* host_order is 0, 1, 2, ...: every host's clients are consecutive */
+    int host_rank;   /* this client's index among its host's clients */
+    int host_size;   /* its host's clients */
+    MPI_Comm hcomm;  /* its host's clients, in position order (host_size > 1), or NULL */
+    MPI_Comm lcomm;  /* the hosts' leaders in host order (on leaders only), or NULL */
+} dt__hosts;
+
+/* The hosts of clients[0..n) (client ids, this client at position me), or *out = NULL when
+ * the by-host path does not apply. Local. */
+dt_status dt__hosts_build(const int clients[], int n, int me, dt__hosts **out);
+/* Its communicators, over ranks of parent (the client ids; tags tag and tag + 1). Collective
+ * over the n clients. */
+dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], int tag);
+void dt__hosts_free(dt__hosts *h);
+/* Frees what the reads' gather keeps (dt__coll_shutdown). */
+void dt__hosts_shutdown(void);
+/* Reads DTENSOR_COLLECTIVES_BY_HOST (dt__coll_init). */
+dt_status dt__hosts_configure(void);
+
 /* One group of an axis mask, as this client sees it. Member ranks follow device ids, and
  * clients own contiguous device blocks, so the members a client holds are a contiguous range
  * of member ranks and the clients of a group are listed in member-rank order. */
 typedef struct dt__cgroup {
-    int id;          /* global device id of member 0 */
-    int first_rank;  /* member rank of this client's first member */
-    int num_local;   /* k: members on this client */
-    int *local;      /* k local device indices, in member order */
-    int num_clients; /* clients holding members; > 1: the group spans clients */
-    int my_pos;      /* this client's index in `clients` */
-    int *clients;    /* client ids (ranks of the mesh communicator) */
-    int *rank_first; /* num_clients + 1: first member rank held by each client */
-    MPI_Comm comm;   /* over `clients` when the group spans clients */
-    bool owns_comm;  /* false when shared with an earlier group of the same clients */
-    void **nccl;     /* NCCL: one communicator per local member, created on first use */
-    void **streams;  /* NCCL: one CUDA stream per local member */
+    int id;           /* global device id of member 0 */
+    int first_rank;   /* member rank of this client's first member */
+    int num_local;    /* k: members on this client */
+    int *local;       /* k local device indices, in member order */
+    int num_clients;  /* clients holding members; > 1: the group spans clients */
+    int my_pos;       /* this client's index in `clients` */
+    int *clients;     /* client ids (ranks of the mesh communicator) */
+    int *rank_first;  /* num_clients + 1: first member rank held by each client */
+    MPI_Comm comm;    /* over `clients` when the group spans clients */
+    bool owns_comm;   /* false when shared with an earlier group of the same clients */
+    dt__hosts *hosts; /* by-host structure when it applies (made with comm), else NULL */
+    void **nccl;      /* NCCL: one communicator per local member, created on first use */
+    void **streams;   /* NCCL: one CUDA stream per local member */
 } dt__cgroup;
 
 /* Every group of one axis mask that holds a device of this client, by ascending id. */
@@ -50,6 +80,7 @@ typedef enum dt__xmode {
     DT__X_NATIVE,       /* one nonblocking MPI collective */
     DT__X_RING,         /* ring over point-to-point messages */
     DT__X_REDUCE_BCAST, /* MPI_Ireduce to the first client, then MPI_Ibcast */
+    DT__X_HOSTS,        /* by host: in the host, between the hosts' leaders, in the host */
 } dt__xmode;
 
 /* One group's share of a collective. Counts are elements. */
@@ -73,6 +104,7 @@ typedef struct dt__gcall {
     int64_t *seg;     /* ring: num_clients + 1 segment offsets */
     char *acc, *tmp;  /* ring work buffers */
     bool own_scratch; /* acc and tmp were allocated for this call (the mask's were busy) */
+    char *hbuf;       /* by host: the leader's work buffers (one allocation) */
     bool uses_scratch;
     int tag;
     bool done;
@@ -113,6 +145,14 @@ void dt__coll_local_post(dt__coll_req *r);
 dt_status dt__coll_mpi_start(dt__coll_req *r);
 /* True when every group is done; a failure sets *status. */
 bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
+
+/* By host (hosts.c): should a group of p clients on h hosts, at most c on one, move `bytes` of
+ * `kind` by host under the mesh's algorithm a; buffers of the by-host path, set up before the
+ * local phase; the next step of a group once its last one completed (gc->phase counts them). */
+bool dt__hosts_choose(dt__coll_kind kind, dt_collective_algorithm a, const dt__hosts *h,
+                      int clients, int64_t bytes);
+dt_status dt__hosts_setup(dt__coll_req *r, dt__gcall *gc);
+dt_status dt__hosts_next(dt__coll_req *r, dt__gcall *gc);
 
 /* Devices whose memory host code cannot touch, in groups spanning clients without NCCL
  * (nccl_possible false: clients share GPUs, or the GPUs are emulated): stage_in copies each

@@ -328,6 +328,7 @@ static void req_free(dt__coll_req *r)
                 MPI_Request_free(&gc->req[q]);
             }
         free(gc->stage);
+        free(gc->hbuf);
         char *work = gc->acc < gc->tmp ? gc->acc : gc->tmp; /* the ring may swap them */
         if (gc->own_scratch)
             free(work);
@@ -364,7 +365,7 @@ static dt_status plan(dt__coll_req *r)
     char *p = block;
     dt_collective_algorithm a =
         r->c.algorithm != DT_ALGORITHM_AUTO ? r->c.algorithm : r->m->coll_algorithm;
-    bool spans = false, stacked = false, ring = false, rtod = false;
+    bool spans = false, stacked = false, ring = false, rtod = false, hosts = false;
     for (int gi = 0; gi < ng; gi++) {
         dt__gcall *gc = &r->gc[gi];
         dt__cgroup *g = &k->groups[gi];
@@ -388,6 +389,8 @@ static dt_status plan(dt__coll_req *r)
             (r->c.kind == DT__COLL_ALL_REDUCE ? r->c.count : gc->total) * (int64_t)r->es;
         if (g->num_clients < 2)
             gc->mode = DT__X_NONE;
+        else if (dt__hosts_choose(r->c.kind, a, g->hosts, g->num_clients, bytes))
+            gc->mode = DT__X_HOSTS;
         else if (r->c.kind == DT__COLL_ALL_REDUCE && a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE)
             gc->mode = DT__X_REDUCE_BCAST;
         else if ((r->c.kind == DT__COLL_ALL_REDUCE || r->c.kind == DT__COLL_REDUCE_SCATTER ||
@@ -402,13 +405,17 @@ static dt_status plan(dt__coll_req *r)
         stacked |= g->num_clients > 1 && g->num_local > 1;
         ring |= gc->mode == DT__X_RING;
         rtod |= gc->mode == DT__X_REDUCE_BCAST;
+        hosts |= gc->mode == DT__X_HOSTS;
     }
     (void)G;
     r->block = block;
-    r->backend = !spans     ? "local"
-                 : r->stage ? (stacked ? "hierarchical (host-staged)" : "mpi (host-staged)")
-                 : stacked  ? "hierarchical"
-                            : "mpi";
+    /* [some group goes by host][staged to the host][several devices on a client of a group] */
+    static const char *const names[2][2][2] = {
+        {{"mpi", "hierarchical"}, {"mpi (host-staged)", "hierarchical (host-staged)"}},
+        {{"mpi by host", "hierarchical by host"},
+         {"mpi by host (host-staged)", "hierarchical by host (host-staged)"}},
+    };
+    r->backend = spans ? names[hosts][r->stage != NULL][stacked] : "local";
     /* GPU devices: groups inside this client exchange by device copies and reduction kernels
      * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
      * when a group spans clients, unless the buffers were staged to the host (staged.c). */
@@ -503,7 +510,7 @@ static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
         if (gc->done)
             continue;
         gc->nreq = 0; /* left pending */
-        gc->stage = NULL;
+        gc->stage = gc->hbuf = NULL;
         r->stage = NULL; /* MPI may still write the host copies: abandoned to it */
         gc->uses_scratch = gc->own_scratch = false;
         if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {

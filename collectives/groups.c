@@ -58,6 +58,7 @@ static void free_mask(dt__cmask *k)
 #endif
         if (g->owns_comm && g->comm != MPI_COMM_NULL)
             MPI_Comm_free(&g->comm);
+        dt__hosts_free(g->hosts);
         free(g->local);
         free(g->clients);
         free(g->rank_first);
@@ -135,8 +136,11 @@ static dt_status build_mask(const dt_mesh *m, unsigned axes, dt__cmask **out)
             }
         }
         g->rank_first[g->num_clients] = k->size;
-        if (g->num_clients > 1)
+        if (g->num_clients > 1) {
             k->spans = true;
+            if ((s = dt__hosts_build(g->clients, g->num_clients, g->my_pos, &g->hosts)) != DT_OK)
+                goto done;
+        }
     }
     for (int i = 0; i < n; i++) {
         int id = dt__group_member(m, axes, m->first_local + i, 0);
@@ -169,6 +173,11 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         dt__cgroup *g = &k->groups[gi];
         if (g->num_clients < 2)
             continue;
+        /* the by-host path's communicators: two tags per group, apart from the groups' own
+         * (ids below the mesh's size) */
+        if (g->hosts && (s = dt__hosts_connect(g->hosts, m->comm, g->clients,
+                                               (m->size + 2 * g->id) % (tag_ub - 1))) != DT_OK)
+            break;
         for (int pj = 0; pj < gi; pj++) {
             dt__cgroup *p = &k->groups[pj];
             if (p->num_clients == g->num_clients &&

@@ -270,7 +270,7 @@ USER_MPI_FN(f64, min, DT_REDUCE_MIN)
 static MPI_Op user_ops[DT_DTYPE_COUNT][DT_REDUCE_COUNT];
 static bool user_ops_made;
 
-void dt__coll_init(void)
+dt_status dt__coll_init(void)
 {
 #define HALF_FNS(name)                     \
     {[DT_REDUCE_SUM] = mpi_##name##_sum,   \
@@ -294,10 +294,12 @@ void dt__coll_init(void)
             if (fns[t][o])
                 MPI_Op_create(fns[t][o], 1, &user_ops[t][o]);
     user_ops_made = true;
+    return dt__hosts_configure();
 }
 
 void dt__coll_shutdown(void)
 {
+    dt__hosts_shutdown();
     for (int t = 0; user_ops_made && t < DT_DTYPE_COUNT; t++)
         for (int o = 0; o < DT_REDUCE_COUNT; o++)
             if (user_ops[t][o] != MPI_OP_NULL)

@@ -367,6 +367,9 @@ dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, const dt__agreement 
 size_t dt__stage_capacity(void);
 void *dt__stage_next(void);
 const void *dt__stage_last(int client);
+/* The host of a client as the channel groups them (shared memory, or DTENSOR_AGREE_HOSTS): the
+ * world rank of its host's first client; -1 without the channel (a single client). */
+int dt__host_of(int client);
 /* Agree on a status alone, naming the calling function: over every client when comm spans them
  * (the channel), over comm's clients otherwise; MPI_COMM_NULL returns local. Collective over
  * comm. */
@@ -418,8 +421,9 @@ int dt__program_cache_count(void);
 /* Free the collectives' per-mesh state (communicators included). Collective. */
 void dt__coll_mesh_free(dt_mesh *m);
 /* MPI objects of the collectives (the 16-bit float reductions): made once MPI is up, freed
- * before it goes down. */
-void dt__coll_init(void);
+ * before it goes down. Also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that
+ * is not 0, 1 or auto (the other objects are made all the same). */
+dt_status dt__coll_init(void);
 void dt__coll_shutdown(void);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);

@@ -501,6 +501,11 @@ const void *dt__stage_last(int client)
     return ch.stage[i] + (ch.seq & 1) * DT__STAGE_BYTES;
 }
 
+int dt__host_of(int client)
+{
+    return ch.open && client >= 0 && client < dt__rt.num_clients ? ch.leader_of[client] : -1;
+}
+
 /* An all-reduce (max) of a few words over the world, for the channel's own set-up. */
 static dt_status world_max(int64_t v[], int n)
 {

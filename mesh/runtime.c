@@ -439,22 +439,73 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     return DT_OK;
 }
 
-/* With a client lost (mesh/watch.c) nothing here waits for it: no MPI call that involves
- * other clients, and MPI is not finalized (MPI_Finalize waits for every process). */
-static void release_all(void)
+/* How long the clients of a job over several hosts stay out of MPI before MPI_Finalize: well
+ * above how far apart the clients leave the last exchange (see quiesce): 0.2 to 11 ms at -n 4
+ * and 7 ms at -n 8 on 2 namespace hosts of 2 cores with a load average of 15 to 24. A client
+ * delayed longer than this can still hang MPICH 4.0's MPI_Finalize. */
+#define DT__FINALIZE_QUIET_S 0.05
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Before MPI_Finalize, when the clients span hosts (they reach each other over UCX's TCP
+ * transport). MPICH 4.0's MPI_Finalize closes every UCX endpoint in "flush" mode, then waits in
+ * the launcher's barrier. Over TCP, flushing an endpoint that has sent anything since its last
+ * flush sends an empty put and waits for the peer's acknowledgement, which the peer sends only
+ * while it drives UCX; a peer that has already closed its own endpoints waits in the launcher's
+ * barrier, not driving UCX, and the two wait for each other for ever (MPICH 4.2 moved the
+ * barrier before the closes). Two things make every peer still drive UCX when the flush
+ * reaches it: every client sends one byte to every other one and receives theirs, so every
+ * endpoint between two clients has sent since its last flush, in both directions, and each
+ * closing client waits for its peers' acknowledgements, which they send only after their own
+ * flush (TCP keeps a peer's messages in order); and no client drives MPI between that exchange
+ * and MPI_Finalize, waiting DT__FINALIZE_QUIET_S instead, so that no client acknowledges a
+ * peer's flush before it has sent its own. Also when the caller owns MPI: its MPI_Finalize
+ * right after dt_finalize is then just as safe. Returns when the quiet time started. */
+static double quiesce(void)
+{
+    int n = dt__rt.num_clients, me = dt__rt.client, k = 0;
+    char one = 1, *in = malloc((size_t)n);
+    MPI_Request *req = malloc(sizeof *req * 2 * (size_t)n);
+    for (int c = 0; in && req && c < n; c++) {
+        if (c == me)
+            continue;
+        MPI_Irecv(&in[c], 1, MPI_CHAR, c, 0, dt__rt.world, &req[k++]);
+        MPI_Isend(&one, 1, MPI_CHAR, c, 0, dt__rt.world, &req[k++]);
+    }
+    if (in && req)
+        dt__mpi_wait_for(k, req, "in dt_finalize's last exchange between hosts");
+    free(in);
+    free(req);
+    return seconds_now();
+}
+
+/* finalizing: every client is here (dt_finalize agreed), so the clients may exchange. With a
+ * client lost (mesh/watch.c) nothing here waits for it: no MPI call that involves other
+ * clients, and MPI is not finalized (MPI_Finalize waits for every process). */
+static void release_all(bool finalizing)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
     dt__channel_close();
     bool lost = dt__watch_lost();
-    if (dt__rt.world != MPI_COMM_NULL && !lost)
-        MPI_Comm_free(&dt__rt.world);
     if (dt__rt.mpi_used)
         dt__coll_shutdown();
+    bool hosts =
+        finalizing && !lost && dt__rt.mpi_used && dt__rt.clients_on_host < dt__rt.num_clients;
+    double quiet = hosts ? quiesce() : 0;
+    if (dt__rt.world != MPI_COMM_NULL && !lost)
+        MPI_Comm_free(&dt__rt.world);
     if (topology) {
         hwloc_topology_destroy(topology);
         topology = NULL;
     }
+    for (double left; hosts && (left = quiet + DT__FINALIZE_QUIET_S - seconds_now()) > 0;)
+        nanosleep(&(struct timespec){.tv_nsec = (long)(left * 1e9)}, NULL);
     if (dt__rt.mpi_owned && !lost)
         MPI_Finalize();
     first_core = -1;
@@ -498,7 +549,8 @@ dt_status dt_init(const dt_init_options *opts)
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
-        dt__coll_init();
+        dt_status c = dt__coll_init();
+        local = local == DT_OK ? c : local;
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
         /* errors are statuses, never an abort of the job: a message that fails because a client
          * died must leave the others able to report it (every communicator made from this one
@@ -510,7 +562,7 @@ dt_status dt_init(const dt_init_options *opts)
     /* every later agreement goes through the channel */
     dt_status s = dt__channel_open();
     if (s != DT_OK) {
-        release_all();
+        release_all(false);
         return s;
     }
     s = dt__agree_on(&(dt__agreement){.what = "dt_init",
@@ -579,7 +631,7 @@ dt_status dt_init(const dt_init_options *opts)
     if (s == DT_OK)
         s = exchange_counts(gpu_shared_here);
     if (s != DT_OK) {
-        release_all();
+        release_all(false);
         return s;
     }
     dt__rt.cuda_tf32 = cfg.tf32;
@@ -609,7 +661,7 @@ dt_status dt_finalize(void)
         DT_TRY(dt__agree(dt__rt.world, local));
     dt__program_cache_free();
     dt__mesh_all_free();
-    release_all();
+    release_all(true);
     return DT_OK;
 }
 

@@ -16,7 +16,11 @@ status=0
 for kind in plain asan; do
     dir=$(scripts/build.sh "$kind") || { echo "build ($kind) failed"; exit 1; }
     echo "== tests: $dir"
-    meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
+    # Suite 'multihost' (clients on several hosts made of network namespaces, MPICH over TCP)
+    # runs in the plain build; under ASan the by-host paths run through DTENSOR_AGREE_HOSTS=2.
+    skip=()
+    [ "$kind" = asan ] && skip=(--no-suite multihost)
+    meson test -C "$dir" --print-errorlogs --num-processes 2 "${skip[@]}" || status=1
 done
 # The API from several threads under ThreadSanitizer (one program, no launcher, CPU only).
 # UCX, which MPICH loads, replaces madvise with a hook that takes a lock; glibc calls it as a

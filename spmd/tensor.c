@@ -583,12 +583,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
             displ[c] = (int)(at / (int64_t)es);
             at += counts[c];
         }
-        MPI_Request req;
-        if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
-            MPI_SUCCESS)
-            s = dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
-        else
-            s = dt__mpi_wait_all(1, &req);
+        s = dt__coll_gather_clients(m, all, cnt, displ, elem, es);
         MPI_Type_free(&elem);
     }
     /* Every client places every contributing component, in global device order. */

@@ -2,6 +2,9 @@
  * (tests/coll_ref.h), on 1-D and 2-D meshes with masks of one and several axes. Run with one
  * device per client (MPI backend) and with several (hierarchical: groups reduce locally, cross
  * clients once, copy locally; some groups lie inside a client, some span clients partially).
+ * With clients on several hosts (scripts/multihost.sh, or DTENSOR_AGREE_HOSTS=2 on one), the
+ * sweeps under auto and hierarchical_copy take the by-host path (collectives/hosts.c) on every
+ * kind, dtype and uneven form.
  * With GPUs emulated on the host (DTENSOR_EMULATE_CUDA), the same on CUDA meshes, whose groups
  * spanning clients go through host copies of the device buffers (collectives/staged.c), as
  * clients sharing a GPU do. */
@@ -148,11 +151,56 @@ static void staged(void)
     char why[512] = "";
     dt_ledger_entry e;
     bool ok = all_reduce_once(m, 1000, &e, why, sizeof why);
-    const char *want = dt_num_clients() == 1              ? "local"
-                       : dt_mesh_num_local_devices(m) > 1 ? "hierarchical (host-staged)"
-                                                          : "mpi (host-staged)";
+    const char *kind = dt_mesh_num_local_devices(m) > 1 ? "hierarchical" : "mpi";
+    char want[64];
+    snprintf(want, sizeof want, "%s%s (host-staged)", kind,
+             strstr(e.backend, " by host") ? " by host" : "");
+    if (dt_num_clients() == 1)
+        snprintf(want, sizeof want, "local");
     tap_check(ok && strcmp(e.backend, want) == 0,
               "all-reduce on emulated GPUs: backend %s (expected %s) %s", e.backend, want, why);
+    dt_mesh_free(m);
+}
+
+/* Whether the group of every client goes by host: its clients span hosts (as the agreement
+ * groups them: namespace hosts, or DTENSOR_AGREE_HOSTS) and some host holds two of them. */
+static bool spans_hosts_with_company(void)
+{
+    int n = dt_num_clients(), hosts = 0, most = 0;
+    for (int c = 0; c < n; c++) {
+        int same = 0, first = 1;
+        for (int d = 0; d < n; d++) {
+            same += dt__host_of(d) == dt__host_of(c);
+            first &= !(d < c && dt__host_of(d) == dt__host_of(c));
+        }
+        hosts += first;
+        most = same > most ? same : most;
+    }
+    return dt__host_of(0) >= 0 && hosts > 1 && most > 1;
+}
+
+/* The by-host path, when asked for (hierarchical_copy) or chosen (auto, large): the ledger
+ * names it exactly where the group spans hosts with two clients on one; values as always. */
+static void by_host(int n)
+{
+    dt_mesh *m = NULL;
+    char spec[64], why[512] = "";
+    snprintf(spec, sizeof spec, "x=%d", n);
+    if (dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) != DT_OK)
+        return;
+    bool want = spans_hosts_with_company();
+    dt_ledger_entry e;
+    dt_mesh_set_collective_algorithm(m, DT_ALGORITHM_HIERARCHICAL_COPY);
+    bool ok = all_reduce_once(m, 1000, &e, why, sizeof why);
+    tap_check(ok && (strstr(e.backend, "by host") != NULL) == want,
+              "hierarchical_copy all-reduce on %s: backend %s (by host expected: %s) %s", spec,
+              e.backend, want ? "yes" : "no", why);
+    dt_mesh_set_collective_algorithm(m, DT_ALGORITHM_AUTO);
+    ok = all_reduce_once(m, (DT__RING_MIN_BYTES + (1 << 20)) / 4, &e, why, sizeof why);
+    bool spans = dt_num_clients() > 1;
+    tap_check(ok && (!spans || e.algorithm == DT_ALGORITHM_RING || strstr(e.backend, "by host")),
+              "%lld MiB all-reduce (auto: %s on %s) %s", (long long)(DT__RING_MIN_BYTES >> 20) + 1,
+              dt_collective_algorithm_name(e.algorithm), e.backend, why);
     dt_mesh_free(m);
 }
 
@@ -177,20 +225,9 @@ int main(void)
             sweep(spec, DT_ALGORITHM_AUTO, 3001);
             sweep(spec, DT_ALGORITHM_RING, 5);
         }
-    /* large enough for the automatic ring on a group spanning every client */
-    dt_mesh *m = NULL;
-    snprintf(spec, sizeof spec, "x=%d", n);
-    if (dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &m) == DT_OK) {
-        char why[512] = "";
-        dt_ledger_entry e;
-        bool ok = all_reduce_once(m, (DT__RING_MIN_BYTES + (1 << 20)) / 4, &e, why, sizeof why);
-        bool spans = dt_num_clients() > 1;
-        tap_check(ok && (!spans || e.algorithm == DT_ALGORITHM_RING),
-                  "%lld MiB all-reduce (auto: %s on %s) %s",
-                  (long long)(DT__RING_MIN_BYTES >> 20) + 1,
-                  dt_collective_algorithm_name(e.algorithm), e.backend, why);
-        dt_mesh_free(m);
-    }
+    /* large enough for the automatic ring on a group spanning every client, unless it goes
+     * by host */
+    by_host(n);
     nan_survives();
     if (dt__rt.cuda_emulated)
         staged();
