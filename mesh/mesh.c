@@ -285,6 +285,12 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
         }
     }
     atomic_fetch_add(&dt__rt.live_meshes, 1);
+    /* communicators of device collectives are made now, agreed, never inside a step */
+    dt_status s = client_local ? DT_OK : dt__coll_mesh_open(m);
+    if (s != DT_OK) {
+        dt_mesh_free(m);
+        return s;
+    }
     *out = m;
     return DT_OK;
 }

@@ -3,8 +3,10 @@
  * device per client (MPI backend) and with several (hierarchical: groups reduce locally, cross
  * clients once, copy locally; some groups lie inside a client, some span clients partially).
  * With GPUs emulated on the host (DTENSOR_EMULATE_CUDA), the same on CUDA meshes, whose groups
- * spanning clients go through host copies of the device buffers (collectives/staged.c), as
- * clients sharing a GPU do. */
+ * spanning clients run as device collectives (collectives/device.c over the emulated NCCL:
+ * the logical devices of one GPU combined on it, one rank per GPU), or, when clients share
+ * GPUs (DTENSOR_EMULATE_CUDA_VISIBLE=host with fewer GPUs than clients), through host copies
+ * of the device buffers (collectives/staged.c). */
 #include "../coll_ref.h"
 #include "tap.h"
 
@@ -61,6 +63,7 @@ static void staged(void)
     dt_ledger_entry e;
     bool ok = all_reduce_once(m, 1000, &e, why, sizeof why);
     const char *want = dt_num_clients() == 1              ? "local"
+                       : !dt__rt.gpus_shared              ? "nccl (emulated)"
                        : dt_mesh_num_local_devices(m) > 1 ? "hierarchical (host-staged)"
                                                           : "mpi (host-staged)";
     tap_check(ok && strcmp(e.backend, want) == 0,
