@@ -515,6 +515,13 @@ int dt_mesh_local_device_id(const dt_mesh *m, int i)
     return m && i >= 0 && i < m->num_local ? m->first_local + i : -1;
 }
 
+void *dt_mesh_local_stream(const dt_mesh *m, int i)
+{
+    if (!m || i < 0 || i >= m->num_local || m->type != DT_DEVICE_CUDA || dt__rt.cuda_emulated)
+        return NULL;
+    return m->local[i]->kx.stream;
+}
+
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id)
 {
     return m && mesh_id >= 0 && mesh_id < m->size ? m->global_ids[mesh_id] : -1;
