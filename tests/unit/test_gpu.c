@@ -1,8 +1,9 @@
 /* GPUs without a GPU: which GPUs each client takes, from mocked lists of what every client
- * sees (dt__gpu_assign: identity, not counts), and the combine of device collectives on the
- * host (dt__cpu_combine, what emulated GPUs run: the CUDA kernel's arithmetic) against direct
- * loops. */
+ * sees (dt__gpu_assign: identity, not counts), the combine of device collectives on the host
+ * (dt__cpu_combine, what emulated GPUs run: the CUDA kernel's arithmetic) against direct
+ * loops, and the CUDA kernels' 32-bit index division (common/fastdiv.h) against '/'. */
 #include "dt.h"
+#include "fastdiv.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -244,3 +245,38 @@ Test(gpu_combine, in_place_to_several_destinations)
     }
 }
 
+/* ---- the kernels' index division ------------------------------------------------------------ */
+
+static void check_divisor(uint32_t d)
+{
+    dt__div32 v = dt__div32_of(d);
+    uint32_t top = (uint32_t)1 << 31;
+    /* around every multiple of d near 0, near 2^31 and at random */
+    uint64_t x = 0x9E3779B97F4A7C15ull ^ d;
+    for (int k = 0; k < 2000; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t base[3] = {(uint32_t)k * d, top - 1 - (uint32_t)k, (uint32_t)(x % top)};
+        for (int b = 0; b < 3; b++)
+            for (int e = -1; e <= 1; e++) {
+                uint32_t n = base[b] + (uint32_t)e;
+                if (n >= top || (b == 0 && (uint64_t)k * d + (uint64_t)(e + 1) > top))
+                    continue;
+                if (dt__div32_q(v, n) != n / d)
+                    cr_assert_fail("%u / %u: %u, want %u", n, d, dt__div32_q(v, n), n / d);
+            }
+    }
+}
+
+Test(fastdiv, quotients_equal_division_below_2_31)
+{
+    for (uint32_t d = 1; d <= 1024; d++)
+        check_divisor(d);
+    for (int s = 10; s <= 30; s++)
+        for (int e = -3; e <= 3; e++)
+            check_divisor(((uint32_t)1 << s) + (uint32_t)e);
+    uint32_t odd[] = {3 * 5 * 7 * 11 * 13 * 17, 65537, 1000003, 2147483629u, 2147483647u, 46341};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        check_divisor(odd[i]);
+}
