@@ -102,8 +102,9 @@ template <typename S, bool NORMAL> __global__ void random_k(S *o, RandArgs r)
 /* A block whose elements are consecutive global indices g0, g0 + 1, ... (every axis but the
  * first whole: a shard of rows, or a whole tensor): work item t is Philox block
  * g0 / PER + t, its PER values stored at once as one vector when the block lies inside and its
- * destination is aligned (I: the index type, 32 bits when the items fit). Element for element
- * the values of random_item. */
+ * destination is aligned (I: the index type, unsigned 32 bits when the items fit, so that
+ * the index plus the grid's step stays below 2^32). Element for element the values of
+ * random_item. */
 template <typename S, bool NORMAL, typename I>
 __global__ void random_run_k(S *o, uint64_t seed, uint64_t key, double a, double b, uint64_t g0,
                              I n, I items)
@@ -305,14 +306,15 @@ __global__ void binary_k(const S *a, const S *b, void *o, int64_t n, int op, Bca
     }
 }
 
-/* The same on 32-bit indices with precomputed divisors (n < 2^31). */
+/* The same on 32-bit indices with precomputed divisors (n < 2^31: the unsigned loop index
+ * plus the grid's step stays below 2^32). */
 template <typename S>
-__global__ void binary32_k(const S *a, const S *b, void *o, int32_t n, int op, Bcast32 g)
+__global__ void binary32_k(const S *a, const S *b, void *o, uint32_t n, int op, Bcast32 g)
 {
-    for (int32_t i = (int32_t)first_index(); i < n; i += (int32_t)grid_step()) {
+    for (uint32_t i = (uint32_t)first_index(); i < n; i += (uint32_t)grid_step()) {
         int32_t ia, ib;
-        offset2_32((uint32_t)i, g, &ia, &ib);
-        binary_put<S>(op, o, i, a[ia], b[ib]);
+        offset2_32(i, g, &ia, &ib);
+        binary_put<S>(op, o, (int64_t)i, a[ia], b[ib]);
     }
 }
 
@@ -398,8 +400,8 @@ dt_status random_values(const dt__kctx *x, const dt__kargs *k, void *out)
                 blocks = blocks_for(items, kThreads);
         unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
         if (items <= INT32_MAX)
-            random_run_k<S, NORMAL, int32_t><<<grid, kThreads, 0, stream_of(x)>>>(
-                (S *)out, k->seed, k->key, k->a, k->b, g0, (int32_t)n, (int32_t)items);
+            random_run_k<S, NORMAL, uint32_t><<<grid, kThreads, 0, stream_of(x)>>>(
+                (S *)out, k->seed, k->key, k->a, k->b, g0, (uint32_t)n, (uint32_t)items);
         else
             random_run_k<S, NORMAL, int64_t><<<grid, kThreads, 0, stream_of(x)>>>(
                 (S *)out, k->seed, k->key, k->a, k->b, g0, n, items);
@@ -443,7 +445,7 @@ dt_status binary(const dt__kctx *x, const dt__kargs *k, const void *const in[], 
     if (plan_bcast(k->rank, k->shape, 2, k->in_shape, &g))
         binary_same_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op);
     else if (Bcast32 h; plan_bcast32(g, 2, n, &h))
-        binary32_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, (int32_t)n, k->op, h);
+        binary32_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, (uint32_t)n, k->op, h);
     else
         binary_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op, g);
     return launched(x, "binary", Ty<S>::dt);
