@@ -338,6 +338,7 @@ static void req_free(dt__coll_req *r)
     free(r->gc);
     free(r->block);
     dt__coll_stage_free(r->stage);
+    dt__dev_call_free(r);
     free(r);
 }
 
@@ -417,11 +418,11 @@ static dt_status plan(dt__coll_req *r)
     };
     r->backend = spans ? names[hosts][r->stage != NULL][stacked] : "local";
     /* GPU devices: groups inside this client exchange by device copies and reduction kernels
-     * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
-     * when a group spans clients, unless the buffers were staged to the host (staged.c). */
-    bool gpus = on_devices(r->m->type) && !r->stage,
-         nccl = gpus && (spans || a == DT_ALGORITHM_NCCL);
-    if (gpus)
+     * (also between logical devices of one GPU, which NCCL refuses); across clients, or when
+     * NCCL is asked for, device collectives (device.c: NCCL, one rank per physical GPU),
+     * unless the buffers were staged to the host (staged.c). */
+    bool gpus = on_devices(r->m->type) && !r->stage, nccl = r->device;
+    if (gpus || nccl)
         r->backend = nccl ? "nccl" : "cuda";
     r->algorithm = nccl   ? DT_ALGORITHM_NCCL
                    : gpus ? DT_ALGORITHM_AUTO
@@ -429,6 +430,17 @@ static dt_status plan(dt__coll_req *r)
                    : rtod || a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        ? DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        : DT_ALGORITHM_HIERARCHICAL_COPY;
+    return DT_OK;
+}
+
+/* The host path reads and writes the buffers of devices the host cannot touch only after their
+ * queued work is done (emulated GPUs in one client; staged copies wait by themselves). */
+static dt_status host_ready(const dt__coll_req *r)
+{
+    const dt__backend *be = dt__backend_of(r->m->type);
+    dt__device *const *devs = dt__mesh_local_devices(r->m);
+    for (int i = 0; be && !be->host_accessible && be->sync && !r->stage && i < r->m->num_local; i++)
+        DT_TRY(be->sync(devs[i]));
     return DT_OK;
 }
 
@@ -452,29 +464,30 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     unsigned axes = c->axes & ((1u << m->num_axes) - 1u);
     if (s == DT_OK)
         s = dt__coll_mask(m, axes, false, &r->mask);
-    /* across clients, GPUs exchange through NCCL unless clients share a GPU (NCCL refuses
-     * two ranks on one); then, as for emulated GPUs, through host copies */
-    if (s == DT_OK && dt__coll_needs_stage(r, on_devices(m->type) && !dt__rt.gpus_shared))
+    /* across clients, GPUs exchange on the devices unless clients share a GPU (NCCL refuses
+     * two ranks on one); then through host copies */
+    r->device = s == DT_OK && dt__dev_applies(r);
+    if (s == DT_OK && !r->device && dt__coll_needs_stage(r, false))
         s = dt__coll_stage_in(r);
     if (s == DT_OK)
         s = plan(r);
 #ifdef DT_HAVE_CUDA
-    if (s == DT_OK && on_devices(m->type) && !r->stage && r->algorithm != DT_ALGORITHM_NCCL)
+    if (s == DT_OK && on_devices(m->type) && !r->stage && !r->device)
         s = dt__cuda_coll_check(r);
 #endif
     if (check)
         s = check_agreement(r, s);
     if (s == DT_OK)
-        s = dt__coll_mask(m, axes, true, &r->mask);
+        s = dt__coll_mask(m, axes, !r->device, &r->mask);
     if (s == DT_OK) {
         r->mask->seq++;
+        if (r->device)
+            s = dt__dev_start(r);
 #ifdef DT_HAVE_CUDA
-        if (on_devices(m->type) && !r->stage && r->algorithm == DT_ALGORITHM_NCCL)
-            s = dt__nccl_run(r);
         else if (on_devices(m->type) && !r->stage)
             s = dt__cuda_coll_run(r);
-        else
 #endif
+        else if ((s = host_ready(r)) == DT_OK)
             s = dt__coll_mpi_start(r);
     }
     if (s != DT_OK) {
@@ -527,7 +540,9 @@ dt_status dt__collective_wait(dt__coll_req *r)
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
-    if (!on_devices(r->m->type) || r->stage) {
+    if (r->device) {
+        s = dt__dev_wait(r);
+    } else if (!on_devices(r->m->type) || r->stage) {
         dt__waiter w;
         dt__wait_begin(&w);
         while (!dt__coll_mpi_progress(r, &s))

@@ -53,9 +53,6 @@ static void free_mask(dt__cmask *k)
         return;
     for (int i = 0; i < k->num_groups; i++) {
         dt__cgroup *g = &k->groups[i];
-#ifdef DT_HAVE_CUDA
-        dt__nccl_group_free(g);
-#endif
         if (g->owns_comm && g->comm != MPI_COMM_NULL)
             MPI_Comm_free(&g->comm);
         dt__hosts_free(g->hosts);
@@ -75,6 +72,7 @@ void dt__coll_mesh_free(dt_mesh *m)
         return;
     for (unsigned a = 0; a < 1u << DT_MAX_MESH_AXES; a++)
         free_mask(m->coll->masks[a]);
+    dt__dev_mesh_free(m);
     free(m->coll);
     m->coll = NULL;
 }
@@ -113,6 +111,7 @@ static dt_status build_mask(const dt_mesh *m, unsigned axes, dt__cmask **out)
         dt__cgroup *g = &k->groups[gi];
         g->id = ids[gi];
         g->comm = MPI_COMM_NULL;
+        g->xset = -1;
         g->local = malloc(sizeof(int) * (size_t)k->size);
         g->clients = malloc(sizeof(int) * (size_t)k->size);
         g->rank_first = malloc(sizeof(int) * (size_t)(k->size + 1));

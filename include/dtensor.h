@@ -352,6 +352,10 @@ int dt_mesh_num_local_devices(const dt_mesh *m);
 /* Mesh id (row-major index in the mesh) of this client's i-th device of the mesh; -1 when
  * out of range. On a mesh over every device it is also the device's global id. */
 int dt_mesh_local_device_id(const dt_mesh *m, int i);
+/* The CUDA stream (a cudaStream_t) on which the work of this client's i-th device of the mesh
+ * is ordered, for another library to order its own work against it (DLPack's `stream`): NULL
+ * for CPU devices and GPUs emulated on the host, or when i is out of range. */
+void *dt_mesh_local_stream(const dt_mesh *m, int i);
 /* Runtime global device id (devices of the mesh's type over all clients, client 0's first) of
  * the mesh's device `mesh_id`; -1 when out of range. */
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id);

@@ -288,6 +288,12 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
         }
     }
     atomic_fetch_add(&dt__rt.live_meshes, 1);
+    /* communicators of device collectives are made now, agreed, never inside a step */
+    dt_status s = client_local ? DT_OK : dt__coll_mesh_open(m);
+    if (s != DT_OK) {
+        dt_mesh_free(m);
+        return s;
+    }
     *out = m;
     return DT_OK;
 }
@@ -515,6 +521,13 @@ int dt_mesh_num_local_devices(const dt_mesh *m)
 int dt_mesh_local_device_id(const dt_mesh *m, int i)
 {
     return m && i >= 0 && i < m->num_local ? m->first_local + i : -1;
+}
+
+void *dt_mesh_local_stream(const dt_mesh *m, int i)
+{
+    if (!m || i < 0 || i >= m->num_local || m->type != DT_DEVICE_CUDA || dt__rt.cuda_emulated)
+        return NULL;
+    return m->local[i]->kx.stream;
 }
 
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id)

@@ -15,9 +15,6 @@ static hwloc_topology_t topology;
 
 enum { BIND_AUTO = -1, BIND_NONE = 0, BIND_REQUIRED = 1, BIND_NEVER = 2 };
 
-/* Physical GPUs one client uses at most. */
-#define DT__MAX_GPUS 64
-
 dt_status dt__require_init(const char *fn)
 {
     if (!dt__rt.initialized)
@@ -345,22 +342,22 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
     return DT_OK;
 }
 
-/* What a client tells the others of its GPUs at dt_init. */
-enum { GPU_SHARED = 1, GPU_EMULATED = 2, GPU_REAL = 4 };
+/* What a client tells the others of its GPUs at dt_init besides its device counts. */
+enum { GPU_EMULATED = 1, GPU_REAL = 2 };
 
 /* Per type, every client's device count and the prefix sums, and what the clients' GPUs are:
- * whether some share one, and whether they are emulated. Emulation is the whole job's (a
- * client without DTENSOR_EMULATE_CUDA, owning no GPU, takes the emulated backend too), so that
- * every client decides alike what a CUDA mesh's ops do (kernels, the agreement on their
- * outcome, the collectives' path). Collective over world. */
-static dt_status exchange_counts(bool gpu_shared_here)
+ * whether they are emulated. Emulation is the whole job's (a client without
+ * DTENSOR_EMULATE_CUDA, owning no GPU, takes the emulated backend too), so that every client
+ * decides alike what a CUDA mesh's ops do (kernels, the agreement on their outcome, the
+ * collectives' path). Collective over world. */
+static dt_status exchange_counts(void)
 {
     int n = dt__rt.num_clients;
     int mine[DT_DEVICE_COUNT + 1]; /* the counts, then the GPU_ flags */
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         mine[t] = dt__rt.num_devices[t];
     mine[DT_DEVICE_COUNT] =
-        (gpu_shared_here ? GPU_SHARED : 0) | (dt__rt.cuda_emulated ? GPU_EMULATED : 0) |
+        (dt__rt.cuda_emulated ? GPU_EMULATED : 0) |
         (!dt__rt.cuda_emulated && dt__rt.num_devices[DT_DEVICE_CUDA] ? GPU_REAL : 0);
     int *all = malloc(sizeof mine * (size_t)n);
     if (!all)
@@ -369,7 +366,6 @@ static dt_status exchange_counts(bool gpu_shared_here)
     int flags = 0;
     for (int c = 0; s == DT_OK && c < n; c++)
         flags |= all[c * (DT_DEVICE_COUNT + 1) + DT_DEVICE_COUNT];
-    dt__rt.gpus_shared = flags & GPU_SHARED;
     dt__rt.cuda_emulated = flags & GPU_EMULATED;
     if (s == DT_OK && (flags & GPU_EMULATED) && (flags & GPU_REAL))
         s = dt__fail(DT_ERR_ARG, "dt_init: some clients emulate GPUs (DTENSOR_EMULATE_CUDA) while "
@@ -392,8 +388,180 @@ static dt_status exchange_counts(bool gpu_shared_here)
     return s;
 }
 
+/* ---- GPU identity ------------------------------------------------------------------------ */
+
+static bool same_id(const unsigned char a[16], const unsigned char b[16])
+{
+    return memcmp(a, b, 16) == 0;
+}
+
+/* Index of `id` in view v (its first occurrence), or -1. */
+static int seen_at(const dt__gpu_view *v, const unsigned char id[16])
+{
+    for (int i = 0; i < v->n; i++)
+        if (same_id(v->id[i], id))
+            return i;
+    return -1;
+}
+
+/* Whether the clients seeing a and b are the same set. */
+static bool same_viewers(int nclients, const dt__gpu_view views[], const unsigned char a[16],
+                         const unsigned char b[16])
+{
+    for (int c = 0; c < nclients; c++)
+        if ((seen_at(&views[c], a) < 0) != (seen_at(&views[c], b) < 0))
+            return false;
+    return true;
+}
+
+/* The client that takes GPU `id` (which some client sees): among the clients seeing it, the
+ * one whose turn its place is, its place being its index among the GPUs of the same viewers
+ * in the first viewer's order. */
+static int owner_of(int nclients, const dt__gpu_view views[], const unsigned char id[16])
+{
+    int nv = 0, first = -1;
+    for (int c = 0; c < nclients; c++)
+        if (seen_at(&views[c], id) >= 0) {
+            first = first < 0 ? c : first;
+            nv++;
+        }
+    const dt__gpu_view *v = &views[first];
+    int place = 0, at = seen_at(v, id);
+    for (int i = 0; i < at; i++)
+        if (seen_at(v, v->id[i]) == i && same_viewers(nclients, views, v->id[i], id))
+            place++;
+    int turn = place % nv;
+    for (int c = first; c < nclients; c++)
+        if (seen_at(&views[c], id) >= 0 && turn-- == 0)
+            return c;
+    return first;
+}
+
+/* Client me's own GPUs (those it takes by turn), as indices into its view. */
+static int own_gpus(int nclients, const dt__gpu_view views[], int me, int take[])
+{
+    const dt__gpu_view *v = &views[me];
+    int n = 0;
+    for (int i = 0; i < v->n && n < DT__MAX_GPUS; i++)
+        if (seen_at(v, v->id[i]) == i && owner_of(nclients, views, v->id[i]) == me)
+            take[n++] = i;
+    return n;
+}
+
+void dt__gpu_assign(int nclients, const dt__gpu_view views[], int me, int take[], int *ntake,
+                    bool *shared)
+{
+    *shared = false;
+    int scratch[DT__MAX_GPUS];
+    for (int c = 0; c < nclients; c++)
+        if (views[c].n > 0 && own_gpus(nclients, views, c, scratch) == 0)
+            *shared = true;
+    *ntake = own_gpus(nclients, views, me, take);
+    const dt__gpu_view *v = &views[me];
+    if (*ntake == 0 && v->n > 0) {
+        /* none left for this client: the k-th of the clients seeing its first GPU shares its
+         * k-th GPU (modulo those it sees), as clients outnumbering a host's GPUs do */
+        int k = 0;
+        for (int c = 0; c < me; c++)
+            k += seen_at(&views[c], v->id[0]) >= 0;
+        take[0] = k % v->n;
+        *ntake = 1;
+    }
+}
+
+int dt__gpu_number(int nclients, const dt__gpu_view views[], int c, int index)
+{
+    const unsigned char *id = views[c].id[index];
+    int number = 0;
+    for (int k = 0; k < nclients; k++)
+        for (int i = 0; i < views[k].n; i++) {
+            const unsigned char *x = views[k].id[i];
+            if (same_id(x, id))
+                return number;
+            /* distinct: not seen earlier in this view or an earlier client's */
+            bool earlier = seen_at(&views[k], x) < i;
+            for (int j = 0; !earlier && j < k; j++)
+                earlier = seen_at(&views[j], x) >= 0;
+            number += !earlier;
+        }
+    return number;
+}
+
+/* What a client tells the others of its GPUs: what it sees and its logical devices per GPU. */
+typedef struct gpu_record {
+    dt__gpu_view view;
+    int logical;
+} gpu_record;
+
+/* A made-up identity for emulated GPU g: the client's own (DTENSOR_EMULATE_CUDA_VISIBLE unset
+ * or "client", as under a launcher giving each rank its own GPUs), or the host's, seen by every
+ * client of the host ("host", as clients sharing a machine's GPUs). */
+static void emulated_id(bool host_wide, int owner, int g, unsigned char id[16])
+{
+    memset(id, 0, 16);
+    memcpy(id, host_wide ? "emuh" : "emuc", 4);
+    memcpy(id + 4, &owner, sizeof owner);
+    memcpy(id + 8, &g, sizeof g);
+}
+
+static dt_status emulated_visibility(bool *host_wide)
+{
+    const char *e = getenv("DTENSOR_EMULATE_CUDA_VISIBLE");
+    *host_wide = e && strcmp(e, "host") == 0;
+    if (e && *e && strcmp(e, "host") != 0 && strcmp(e, "client") != 0)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_init: DTENSOR_EMULATE_CUDA_VISIBLE is \"%s\", expected client or host",
+                        e);
+    return DT_OK;
+}
+
+/* Every client's GPU record (collective over world), this client's GPUs (take[], *ntake: view
+ * indices) and whether clients share GPUs; records[] stays for the device table. */
+static dt_status exchange_gpus(const gpu_record *mine, gpu_record *records, int take[], int *ntake)
+{
+    DT_TRY(dt__allgather_bytes(dt__rt.world, mine, sizeof *mine, records));
+    dt__gpu_view *views = malloc(sizeof *views * (size_t)dt__rt.num_clients);
+    if (!views)
+        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d GPU views",
+                        dt__rt.num_clients);
+    for (int c = 0; c < dt__rt.num_clients; c++)
+        views[c] = records[c].view;
+    bool shared;
+    dt__gpu_assign(dt__rt.num_clients, views, dt__rt.client, take, ntake, &shared);
+    dt__rt.gpus_shared = shared;
+    free(views);
+    return DT_OK;
+}
+
+/* The physical GPU of every global CUDA device, and of each local one (d->gpu). */
+static dt_status gpu_table(const gpu_record *records)
+{
+    int n = dt__rt.num_clients, total = dt__rt.client_first[DT_DEVICE_CUDA][n];
+    dt__gpu_view *views = malloc(sizeof *views * (size_t)n);
+    dt__rt.gpu_of = calloc((size_t)total + 1, sizeof *dt__rt.gpu_of);
+    if (!views || !dt__rt.gpu_of) {
+        free(views);
+        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for the GPU table");
+    }
+    for (int c = 0; c < n; c++)
+        views[c] = records[c].view;
+    int take[DT__MAX_GPUS], k;
+    bool shared;
+    for (int c = 0; c < n; c++) {
+        dt__gpu_assign(n, views, c, take, &k, &shared);
+        int first = dt__rt.client_first[DT_DEVICE_CUDA][c], per = records[c].logical;
+        for (int i = 0; i < dt__rt.client_devices[DT_DEVICE_CUDA][c] && i < k * per; i++)
+            dt__rt.gpu_of[first + i] = dt__gpu_number(n, views, c, take[i / per]);
+    }
+    free(views);
+    int mine = dt__rt.client_first[DT_DEVICE_CUDA][dt__rt.client];
+    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++)
+        dt__rt.devices[DT_DEVICE_CUDA][i].gpu = dt__rt.gpu_of[mine + i];
+    return DT_OK;
+}
+
 /* Where this client's workers go: clients on one host share its cores in rank order. */
-static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gpu_slot)
+static dt_status plan_binding(int bind, int cpu_devices, int *host_leader)
 {
     dt__rt.cores = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE);
     if (dt__rt.cores <= 0)
@@ -406,8 +574,10 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
             return dt__fail(DT_ERR_COMM, "dt_init: MPI_Comm_split_type failed");
         MPI_Comm_rank(host, &host_rank);
         MPI_Comm_size(host, &host_size);
-        int *counts = malloc(sizeof(int) * (size_t)host_size);
-        dt_status s = counts ? dt__allgather_bytes(host, &cpu_devices, sizeof(int), counts)
+        /* per client of the host: its CPU devices and its world rank */
+        int mine[2] = {cpu_devices, dt__rt.client};
+        int *counts = malloc(sizeof mine * (size_t)host_size);
+        dt_status s = counts ? dt__allgather_bytes(host, mine, sizeof mine, counts)
                              : dt__fail(DT_ERR_NOMEM, "dt_init: out of memory");
         MPI_Comm_free(&host);
         if (s != DT_OK) {
@@ -417,14 +587,13 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
         total = 0;
         for (int r = 0; r < host_size; r++) {
             if (r < host_rank)
-                before += counts[r];
-            total += counts[r];
+                before += counts[2 * r];
+            total += counts[2 * r];
         }
+        *host_leader = counts[1];
         free(counts);
     }
     dt__rt.clients_on_host = host_size;
-    *gpu_share = host_size;
-    *gpu_slot = host_rank;
     first_core = -1;
     bool fits = total <= dt__rt.cores;
     workers_fit = fits;
@@ -491,6 +660,7 @@ static void release_all(bool finalizing)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
+    free(dt__rt.gpu_of);
     dt__channel_close();
     bool lost = dt__watch_lost();
     if (dt__rt.mpi_used)
@@ -571,65 +741,70 @@ dt_status dt_init(const dt_init_options *opts)
                                       .fields = settings_fields,
                                       .ctx = &cfg},
                      local);
-    int gpu_share = 1, gpu_slot = 0;
-    bool gpu_shared_here = false;
+    int host_leader = dt__rt.client;
     if (s == DT_OK) {
         hwloc_topology_init(&topology);
         hwloc_topology_load(topology);
-        s = plan_binding(cfg.bind, cfg.cpu_devices, &gpu_share, &gpu_slot);
+        s = plan_binding(cfg.bind, cfg.cpu_devices, &host_leader);
         s = dt__agree(dt__rt.world, s);
     }
+    /* The GPUs every client sees, by identity: which this client takes, whether clients share
+     * some (collective; every client has the same verdict so far) */
+    int visible = 0;
+#ifdef DT_HAVE_CUDA
+    visible = dt__cuda_device_count();
+#endif
+    bool emulate = cfg.emulate && !visible, host_wide = false;
+    gpu_record mine = {.logical = cfg.cuda_logical};
+    if (s == DT_OK && emulate)
+        s = emulated_visibility(&host_wide);
+    for (int g = 0; emulate && g < cfg.emulate; g++)
+        emulated_id(host_wide, host_wide ? host_leader : dt__rt.client, g, mine.view.id[g]);
+    mine.view.n = emulate ? cfg.emulate : visible < DT__MAX_GPUS ? visible : DT__MAX_GPUS;
+#ifdef DT_HAVE_CUDA
+    /* a GPU CUDA cannot identify is told apart by its host and ordinal */
+    for (int g = 0; !emulate && g < mine.view.n; g++)
+        if (!dt__cuda_identity(g, mine.view.id[g]))
+            emulated_id(true, host_leader, g, mine.view.id[g]);
+#endif
+    gpu_record *records = malloc(sizeof *records * (size_t)dt__rt.num_clients);
+    if (s == DT_OK && !records)
+        s = dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d GPU records", dt__rt.num_clients);
+    s = dt__agree(dt__rt.world, s);
+    int take[DT__MAX_GPUS], ntake = 0;
+    if (s == DT_OK)
+        s = exchange_gpus(&mine, records, take, &ntake);
     if (s == DT_OK) {
         s = start_devices(DT_DEVICE_CPU, cfg.cpu_devices, &dt__cpu_backend, NULL, NULL, false);
         dt__rt.blas_threads =
             dt__cpu_blas_threads(dt__rt.cores / (host_cpu_devices > 0 ? host_cpu_devices : 1),
                                  &dt__rt.blas_threads_user);
     }
-    int visible = 0;
-#ifdef DT_HAVE_CUDA
-    visible = dt__cuda_device_count();
-#endif
-    if (s == DT_OK && cfg.emulate && !visible) {
-        /* cfg.emulate GPUs of this client, each hosting cfg.cuda_logical devices */
-        int n = cfg.emulate * cfg.cuda_logical, ordinals[DT__MAX_GPUS * 64],
-            logical[DT__MAX_GPUS * 64];
-        for (int i = 0; i < n; i++) {
-            ordinals[i] = i / cfg.cuda_logical;
-            logical[i] = i % cfg.cuda_logical;
-        }
+    /* Each GPU this client takes hosts cfg.cuda_logical devices (logical GPUs), consecutive in
+     * the device list; emulated GPUs are numbered by their place in the view. */
+    int n = ntake * cfg.cuda_logical, ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
+    for (int i = 0; i < n; i++) {
+        ordinals[i] = take[i / cfg.cuda_logical];
+        logical[i] = i % cfg.cuda_logical;
+    }
+    if (s == DT_OK && emulate) {
         dt__rt.cuda_emulated = true;
         s = start_devices(DT_DEVICE_CUDA, n, &dt__emulated_cuda_backend, ordinals, logical,
                           cfg.tf32);
     }
 #ifdef DT_HAVE_CUDA
     else if (s == DT_OK) {
-        /* Clients on one host share its GPUs round-robin; with more clients than GPUs, client
-         * k of the host takes GPU k mod the GPUs, which other clients use too. Each GPU of
-         * this client hosts cfg.cuda_logical devices (logical GPUs), consecutive in the
-         * device list. */
-        int gpus = 0, mine = 0;
-        int physical[DT__MAX_GPUS], ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
-        gpu_shared_here = visible > 0 && gpu_share > visible;
-        if (gpu_shared_here)
-            physical[gpus++] = gpu_slot % visible;
-        for (int g = gpu_slot; !gpu_shared_here && g < visible && gpus < DT__MAX_GPUS;
-             g += gpu_share)
-            physical[gpus++] = g;
-        for (int g = 0; g < gpus; g++)
-            for (int l = 0; l < cfg.cuda_logical; l++) {
-                ordinals[mine] = physical[g];
-                logical[mine++] = l;
-            }
-        dt__cuda_enable_peers(gpus, physical);
-        s = start_devices(DT_DEVICE_CUDA, mine, &dt__cuda_backend, ordinals, logical, cfg.tf32);
+        s = dt__cuda_enable_peers(ntake, take);
+        if (s == DT_OK)
+            s = start_devices(DT_DEVICE_CUDA, n, &dt__cuda_backend, ordinals, logical, cfg.tf32);
     }
-#else
-    (void)gpu_share;
-    (void)gpu_slot;
 #endif
     s = dt__agree(dt__rt.world, s);
     if (s == DT_OK)
-        s = exchange_counts(gpu_shared_here);
+        s = exchange_counts();
+    if (s == DT_OK)
+        s = gpu_table(records);
+    free(records);
     if (s != DT_OK) {
         release_all(false);
         return s;
@@ -691,11 +866,15 @@ dt_status dt_devices_print(FILE *f)
             fprintf(f, "  %s:%d global id %d, backend %s, ", dt_device_type_name(d->type), i,
                     first + i, d->backend->name);
             if (d->type == DT_DEVICE_CUDA && dt__rt.cuda_emulated)
-                fprintf(f, "emulated GPU %d (logical device %d of it; DTENSOR_EMULATE_CUDA)",
-                        d->ordinal, d->logical);
+                fprintf(f,
+                        "emulated GPU %d (job-wide GPU %d, logical device %d of it; "
+                        "DTENSOR_EMULATE_CUDA%s)",
+                        d->ordinal, d->gpu, d->logical, dt__rt.gpus_shared ? ", shared" : "");
             else if (d->type == DT_DEVICE_CUDA)
-                fprintf(f, "GPU ordinal %d (logical device %d of it), f32 gemm %s", d->ordinal,
-                        d->logical, d->kx.tf32 ? "TF32" : "FP32");
+                fprintf(
+                    f, "GPU ordinal %d (job-wide GPU %d, logical device %d of it%s), f32 gemm %s",
+                    d->ordinal, d->gpu, d->logical,
+                    dt__rt.gpus_shared ? "; clients share GPUs" : "", d->kx.tf32 ? "TF32" : "FP32");
             else if (d->ordinal >= 0)
                 fprintf(f, "worker bound to core %d", d->ordinal);
             else

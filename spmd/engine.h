@@ -138,7 +138,7 @@ typedef struct dt__dist {
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
 /* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
-#define DT__STEP_MAX_IN 5
+#define DT__STEP_MAX_IN DT__KERNEL_MAX_IN
 
 typedef struct dt__step {
     dt__step_kind kind;

@@ -6,8 +6,10 @@
  * sweeps under auto and hierarchical_copy take the by-host path (collectives/hosts.c) on every
  * kind, dtype and uneven form.
  * With GPUs emulated on the host (DTENSOR_EMULATE_CUDA), the same on CUDA meshes, whose groups
- * spanning clients go through host copies of the device buffers (collectives/staged.c), as
- * clients sharing a GPU do. */
+ * spanning clients run as device collectives (collectives/device.c over the emulated NCCL:
+ * the logical devices of one GPU combined on it, one rank per GPU), or, when clients share
+ * GPUs (DTENSOR_EMULATE_CUDA_VISIBLE=host with fewer GPUs than clients), through host copies
+ * of the device buffers (collectives/staged.c). */
 #include "../coll_ref.h"
 #include "tap.h"
 
@@ -153,10 +155,13 @@ static void staged(void)
     bool ok = all_reduce_once(m, 1000, &e, why, sizeof why);
     const char *kind = dt_mesh_num_local_devices(m) > 1 ? "hierarchical" : "mpi";
     char want[64];
-    snprintf(want, sizeof want, "%s%s (host-staged)", kind,
-             strstr(e.backend, " by host") ? " by host" : "");
     if (dt_num_clients() == 1)
         snprintf(want, sizeof want, "local");
+    else if (!dt__rt.gpus_shared)
+        snprintf(want, sizeof want, "nccl (emulated)");
+    else
+        snprintf(want, sizeof want, "%s%s (host-staged)", kind,
+                 strstr(e.backend, " by host") ? " by host" : "");
     tap_check(ok && strcmp(e.backend, want) == 0,
               "all-reduce on emulated GPUs: backend %s (expected %s) %s", e.backend, want, why);
     dt_mesh_free(m);
