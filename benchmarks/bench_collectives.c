@@ -256,7 +256,8 @@ static void latency(const dt_mesh *m, int ranks)
     if (dt_client_id() == 0)
         printf("bench,kind,bytes,ranks,impl,median_us,mean_us\n");
     for (int impl = 0; impl < IMPL_COUNT; impl++) {
-        /* blocking MPI spins when ranks outnumber cores (TOOLCHAIN.md): a few calls only */
+        /* blocking MPI spins when ranks outnumber cores (docs/ARCHITECTURE.md, toolchain): a few
+         * calls only */
         int iters = impl == IMPL_MPI ? 20 : ITERS;
         for (int w = 0; w < 5; w++)
             run_once(m, DT__COLL_ALL_REDUCE, impl, send, recv, 256, ranks);

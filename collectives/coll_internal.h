@@ -49,7 +49,7 @@ typedef struct dt__cgroup {
     MPI_Comm comm;    /* over `clients` when the group spans clients */
     bool owns_comm;   /* false when shared with an earlier group of the same clients */
     dt__hosts *hosts; /* by-host structure when it applies (made with comm), else NULL */
-    int xset;          /* device collectives: its communicators in the mesh's list (-1: unknown) */
+    int xset;         /* device collectives: its communicators in the mesh's list (-1: unknown) */
 } dt__cgroup;
 
 /* Every group of one axis mask that holds a device of this client, by ascending id. */

@@ -385,8 +385,9 @@ void dt__set_current_call(const char *what);
 /* "clients 0-3, 5" for a sorted list of clients. */
 void dt__clients_str(char *buf, size_t size, const int ranks[], int n);
 
-/* Complete requests by polling with the wait above (blocking MPICH calls spin, TOOLCHAIN.md);
- * `where` says what for in a timeout's message ("for all clients"). */
+/* Complete requests by polling with the wait above (blocking MPICH calls spin,
+ * docs/ARCHITECTURE.md, toolchain); `where` says what for in a timeout's message ("for all
+ * clients"). */
 dt_status dt__mpi_wait_for(int n, MPI_Request reqs[], const char *where);
 dt_status dt__mpi_wait_all(int n, MPI_Request reqs[]);
 /* Every client contributes `bytes` and receives all contributions in client order. With one

@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 venv=build/venv
-# meson and the C extension use the system interpreter (TOOLCHAIN.md).
+# meson and the C extension use the system interpreter (docs/ARCHITECTURE.md, toolchain).
 [ -x $venv/bin/python ] || /usr/bin/python3 -m venv $venv || exit 1
 $venv/bin/pip install -q --disable-pip-version-check numpy ml_dtypes pytest meson-python meson ninja h5py || exit 1
 $venv/bin/pip install -q --disable-pip-version-check --no-build-isolation \

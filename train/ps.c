@@ -8,7 +8,7 @@
  * Progress: MPICH ch4:ucx applies accumulates at the target by active messages, so a ps rank
  * must keep entering MPI: while serving, ps (and idle) ranks poll a nonblocking receive with
  * MPI_Test, yielding between polls and sleeping briefly when nothing happens for a while, so
- * that with more ranks than cores the workers get the cores (TOOLCHAIN.md). */
+ * that with more ranks than cores the workers get the cores (docs/ARCHITECTURE.md, toolchain). */
 #include "train.h"
 
 #include <sched.h>

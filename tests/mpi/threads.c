@@ -276,8 +276,7 @@ static void *across_clients(void *arg)
         }
         dt_tensor_free(t);
         dt_tensor_free(s);
-        int mine[2] = {__atomic_load_n(&others_running, __ATOMIC_SEQ_CST) || r + 1 < ROUNDS,
-                       j->ok},
+        int mine[2] = {__atomic_load_n(&others_running, __ATOMIC_SEQ_CST) || r + 1 < ROUNDS, j->ok},
             all[64][2];
         if (dt_num_clients() > 64 || dt_client_allgather(mine, sizeof mine, all) != DT_OK) {
             fail(j, "deciding whether to go on");

@@ -783,7 +783,7 @@ static void check_matmul_peak(dt_mesh *m, int ndev, const peak_case *k)
 }
 
 /* A sharded matmul's peak extra memory is its output plus at most one temporary of the
- * output's size (issue 14), read from the allocator's peak restarted before the call. The
+ * output's size, read from the allocator's peak restarted before the call. The
  * contracting case all-reduces its partial product in place, so it holds the output alone;
  * so do the cases with no collective. The contracting case reduce-scattered into rows holds
  * its output and one chunk of floor(M/P) rows, never the whole partial product (P times the
