@@ -172,11 +172,6 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         dt__cgroup *g = &k->groups[gi];
         if (g->num_clients < 2)
             continue;
-        /* the by-host path's communicators: two tags per group, apart from the groups' own
-         * (ids below the mesh's size) */
-        if (g->hosts && (s = dt__hosts_connect(g->hosts, m->comm, g->clients,
-                                               (m->size + 2 * g->id) % (tag_ub - 1))) != DT_OK)
-            break;
         for (int pj = 0; pj < gi; pj++) {
             dt__cgroup *p = &k->groups[pj];
             if (p->num_clients == g->num_clients &&
@@ -218,6 +213,15 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
     }
     if (world != MPI_GROUP_NULL)
         MPI_Group_free(&world);
+    /* then the by-host path's communicators, two tags per group apart from the groups' own (ids
+     * below the mesh's size): made after the groups' own, so that a client lost by now fails the
+     * polled duplication above, never one of these blocking creations */
+    for (int gi = 0; s == DT_OK && gi < k->num_groups; gi++) {
+        dt__cgroup *g = &k->groups[gi];
+        if (g->hosts && g->num_clients > 1)
+            s = dt__hosts_connect(g->hosts, m->comm, g->clients,
+                                  (m->size + 2 * g->id) % (tag_ub - 1));
+    }
     return s;
 }
 
