@@ -524,3 +524,47 @@ Test(fusion, gradient)
     check_gradient("x,y,unsharded", "unsharded");
     stop();
 }
+
+/* Meshes of GPUs: emulated ones (DTENSOR_EMULATE_CUDA, the CPU's kernel table) fuse and give
+ * the CPU's bits; real ones have no fused kernel yet (the CUDA table's row is empty), so the
+ * pass leaves their chains unfused. Either way eager, fused and unfused agree bitwise. */
+Test(fusion, gpus)
+{
+    setenv("DTENSOR_EMULATE_CUDA", "2", 1);
+    dt_init_options o = {.cpu_devices = 1};
+    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
+    unsetenv("DTENSOR_EMULATE_CUDA");
+    if (dt_num_local_devices(DT_DEVICE_CUDA) < 2) {
+        cr_expect_eq(dt_finalize(), DT_OK);
+        cr_skip_test("fewer than 2 GPUs (emulated or real) in this build");
+    }
+    cr_assert_eq(dt_mesh_create_from_string("x=2", DT_DEVICE_CUDA, &mesh), DT_OK, "%s",
+                 dt_last_error());
+    bool emulated = strstr(dt__backend_of(DT_DEVICE_CUDA)->name, "emulated") != NULL;
+    const dt_dtype types[] = {DT_DTYPE_F32, DT_DTYPE_BF16};
+    for (int t = 0; t < 2; t++) {
+        dt_dtype dt = types[t];
+        chain cs[] = {{"bias_gelu",
+                       bias_gelu,
+                       2,
+                       {dt, dt},
+                       {3, 1},
+                       {{5, 6, 20}, {20}},
+                       {"x,unsharded,unsharded", "unsharded"}},
+                      {"residual_scale",
+                       residual_scale,
+                       2,
+                       {dt, dt},
+                       {3, 3},
+                       {{5, 6, 20}, {5, 6, 20}},
+                       {"x,unsharded,unsharded", "x,unsharded,unsharded"}}};
+        for (int c = 0; c < 2; c++) {
+            char *text = NULL;
+            free(check_chain(&cs[c], emulated ? 2 : 0, &text));
+            cr_expect(emulated == (strstr(text, "fused") != NULL), "%s (%s GPUs):\n%s", cs[c].name,
+                      emulated ? "emulated" : "real", text);
+            free(text);
+        }
+    }
+    stop();
+}
