@@ -568,3 +568,67 @@ Test(fusion, gpus)
     }
     stop();
 }
+
+/* Adam and AdamW trace their update per variable (train/optimizer.c), which fusion runs as
+ * three kernels: three steps on an unevenly sharded f64 variable, fused and with
+ * DTENSOR_FUSION=0, each bitwise equal to the update computed here in the same order. */
+static void adam_steps(dt_optimizer_kind kind, bool fuse)
+{
+    enum { R = 5, C = 7, N = R * C, STEPS = 3 };
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-7, wd = 0.05;
+    double w[N], m[N] = {0}, v[N] = {0}, g[STEPS][N];
+    for (int i = 0; i < N; i++) {
+        w[i] = 0.25 * (i % 9) - 1;
+        for (int t = 0; t < STEPS; t++)
+            g[t][i] = 0.125 * ((i * (t + 3)) % 11) - 0.6;
+    }
+    dt_layout l = L("x,y");
+    dt_tensor *init = NULL;
+    dt_variable *var = NULL;
+    cr_assert_eq(dt_tensor_from_host(&l, DT_DTYPE_F64, 2, (int64_t[]){R, C}, w, sizeof w, &init),
+                 DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_variable_create(init, &var), DT_OK, "%s", dt_last_error());
+    dt_tensor_free(init);
+    dt_optimizer_config oc = {.kind = kind, .learning_rate = lr, .weight_decay = wd};
+    dt_optimizer *o = NULL;
+    cr_assert_eq(dt_optimizer_create(&oc, &o), DT_OK, "%s", dt_last_error());
+    if (!fuse)
+        setenv("DTENSOR_FUSION", "0", 1);
+    for (int t = 0; t < STEPS; t++) {
+        dt_tensor *gt = NULL;
+        cr_assert_eq(
+            dt_tensor_from_host(&l, DT_DTYPE_F64, 2, (int64_t[]){R, C}, g[t], sizeof g[t], &gt),
+            DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt_optimizer_apply(o, 1, &var, (const dt_tensor *const *)&gt), DT_OK, "%s",
+                     dt_last_error());
+        dt_tensor_free(gt);
+        double lr_t = lr * sqrt(1.0 - pow(b2, t + 1)) / (1.0 - pow(b1, t + 1));
+        for (int i = 0; i < N; i++) {
+            double x = kind == DT_OPTIMIZER_ADAMW ? w[i] * (1.0 - lr * wd) : w[i];
+            m[i] = m[i] * b1 + g[t][i] * (1.0 - b1);
+            v[i] = v[i] * b2 + (g[t][i] * g[t][i]) * (1.0 - b2);
+            double u = m[i] / (sqrt(v[i]) + eps);
+            w[i] = x * 1.0 + u * -lr_t;
+        }
+    }
+    unsetenv("DTENSOR_FUSION");
+    double got[N];
+    cr_assert_eq(dt_tensor_read(dt_variable_value(var), got, sizeof got), DT_OK, "%s",
+                 dt_last_error());
+    for (int i = 0; i < N; i++)
+        cr_expect(memcmp(&got[i], &w[i], sizeof got[i]) == 0, "%s%s element %d: %.17g, want %.17g",
+                  kind == DT_OPTIMIZER_ADAMW ? "adamw" : "adam", fuse ? "" : " (unfused)", i,
+                  got[i], w[i]);
+    dt_optimizer_free(o);
+    dt_variable_free(var);
+}
+
+Test(fusion, adam)
+{
+    start(4, "x=2,y=2");
+    for (int f = 0; f < 2; f++) {
+        adam_steps(DT_OPTIMIZER_ADAM, f);
+        adam_steps(DT_OPTIMIZER_ADAMW, f);
+    }
+    stop();
+}
