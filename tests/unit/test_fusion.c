@@ -530,8 +530,9 @@ Test(fusion, gradient)
  * pass leaves their chains unfused. Either way eager, fused and unfused agree bitwise. */
 Test(fusion, gpus)
 {
-    setenv("DTENSOR_EMULATE_CUDA", "2", 1);
-    dt_init_options o = {.cpu_devices = 1};
+    /* two logical devices on one GPU, real or emulated */
+    setenv("DTENSOR_EMULATE_CUDA", "1", 1);
+    dt_init_options o = {.cpu_devices = 1, .cuda_logical_devices = 2};
     cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
     unsetenv("DTENSOR_EMULATE_CUDA");
     if (dt_num_local_devices(DT_DEVICE_CUDA) < 2) {
