@@ -210,11 +210,20 @@ typedef struct dt__kctx {
     void *stream;     /* CUDA: the device's cudaStream_t (every kernel and copy goes on it) */
     void *blas;       /* CUDA: cublasHandle_t bound to the stream */
     bool tf32;        /* CUDA: f32 gemm may use TF32 tensor cores (opt-in) */
+    int sms;          /* CUDA: the GPU's multiprocessors (grids of a few waves), 0 unknown */
+    /* CUDA: device scratch the kernels of this stream may use between launches (multi-block
+     * reductions' partial results), scratch_bytes of it; NULL: none */
+    void *scratch;
+    size_t scratch_bytes;
 } dt__kctx;
 
 /* Binary operators whose result is bool (one byte per element) whatever the operands' dtype;
  * the kernel table is indexed by the operands' dtype. */
 #define DT__BINARY_IS_COMPARISON(op) ((op) >= DT_BINARY_EQ && (op) <= DT_BINARY_GE)
+
+/* Operands a kernel takes at most: in[] has this many entries, NULL past the last (a fused
+ * chain takes the most). */
+#define DT__KERNEL_MAX_IN DT__FUSED_MAX_IN
 
 /* One local kernel on one device. CPU kernels finish before they return; CUDA kernels are
  * enqueued on x->stream and return without waiting (a launch failure is reported here, an
@@ -231,16 +240,30 @@ extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
  * kernels). */
 dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out);
 
-/* Combine for collectives between devices of one client (CUDA): for each i < n,
- *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right, as the CPU does)
- *   v = v / by when by > 1                                 (mean: the element type's division)
- *   dst[d][i] = v for every d < ndst
- * Every element is read from every source before it is written, so a dst may alias a src at
- * the same offset (in-place all-reduce). 1 <= nsrc, ndst <= DT__COMBINE_MAX. Pointers may be
- * on other GPUs with peer access (unified addressing). Enqueued on x->stream. */
+/* Combine for collectives on devices: for each i < n,
+ *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right in the compute type,
+ *                                                          as the CPU does)
+ *   v = v / by when by > 1                                 (mean: the compute type's division)
+ *   dst[d][i] = v for every d < ndst                       (16-bit floats rounded once)
+ * With src_wide (dst_wide) the sources (destinations) of a bf16 or f16 combine hold f32: a
+ * reduction widened to f32 across several steps is rounded once, at its last. Every element
+ * is read from every source before it is written, so a dst may alias a src at the same offset
+ * (in-place all-reduce). 1 <= nsrc, ndst <= DT__COMBINE_MAX. */
 #define DT__COMBINE_MAX 16
-dt_status dt__cuda_combine(const dt__kctx *x, dt_dtype t, dt_reduce_op op, int nsrc,
-                           const void *const src[], int ndst, void *const dst[], int64_t n, int by);
+typedef struct dt__combine {
+    dt_dtype dtype;
+    dt_reduce_op op; /* MEAN combines as SUM; `by` divides */
+    int nsrc, ndst, by;
+    bool src_wide, dst_wide;
+    const void *src[DT__COMBINE_MAX];
+    void *dst[DT__COMBINE_MAX];
+    int64_t n;
+} dt__combine;
+/* The combine on the CPU (host memory; emulated GPUs). */
+void dt__cpu_combine(const dt__combine *c);
+/* The combine as a CUDA kernel, enqueued on x->stream. Pointers may be on other GPUs with peer
+ * access (unified addressing). */
+dt_status dt__cuda_combine(const dt__kctx *x, const dt__combine *c);
 
 #ifdef __cplusplus
 }

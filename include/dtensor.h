@@ -38,6 +38,24 @@
  *   before the first message is sent, so every client fails the same way and none hangs.
  *   Functions not so marked touch only this client.
  * - Nothing aborts on user input.
+ *
+ * Threads. Any thread of a client may call any function. Calls that communicate, run work on
+ * devices or change shared state (every op, function run, tensor creation, read, pack, unpack
+ * and free, mesh and variable creation and free, every strategy, model, optimizer,
+ * checkpoint, parameter-server and cluster call, dt_init, dt_finalize, dt_barrier) take one
+ * lock of the runtime for their whole duration: they run one after another, each whole,
+ * never interleaved and never deadlocked (a call made from inside another on the same thread,
+ * such as ops in a strategy's step, takes the lock again). These run concurrently, taking
+ * no lock: layout functions, getters of meshes, tensors, models and strategies (their
+ * objects do not change after creation), names, dtype helpers and dt_last_error. Collective
+ * calls keep one order on every client, as MPI and NCCL require: when several threads of a
+ * client make them, the program must order them alike on every client (for instance one
+ * thread makes every collective call, the others compute on client-local meshes); clients
+ * that differ fail with DT_ERR_MISMATCH rather than hang. Callbacks: a strategy's step runs
+ * under the lock (it may call the API; it must not wait for another thread that does);
+ * a wrapped tensor's release function and a parameter-server step run without it (they may
+ * take locks of their own that a thread waiting for the API lock holds). Freeing or changing
+ * an object while another thread uses it remains the caller's error.
  */
 #ifndef DTENSOR_H
 #define DTENSOR_H
@@ -220,7 +238,10 @@ dt_status dt_init(const dt_init_options *opts);
 /* Stop worker threads, free devices, and finalize MPI if dt_init started it. Every mesh and
  * tensor must have been freed first, on every client: if any client still holds one, every
  * client returns DT_ERR_STATE naming that client and its counts, and nothing is stopped (the
- * runtime stays usable). Collective. */
+ * runtime stays usable). When the clients span hosts, it ends with one byte between every
+ * two clients and 50 ms without MPI, so that MPI_Finalize (its own, or the caller's right
+ * after it) does not hang in MPICH 4.0's TCP transport (README "Running on several hosts").
+ * Collective. */
 dt_status dt_finalize(void);
 
 int dt_is_initialized(void);
@@ -331,6 +352,10 @@ int dt_mesh_num_local_devices(const dt_mesh *m);
 /* Mesh id (row-major index in the mesh) of this client's i-th device of the mesh; -1 when
  * out of range. On a mesh over every device it is also the device's global id. */
 int dt_mesh_local_device_id(const dt_mesh *m, int i);
+/* The CUDA stream (a cudaStream_t) on which the work of this client's i-th device of the mesh
+ * is ordered, for another library to order its own work against it (DLPack's `stream`): NULL
+ * for CPU devices and GPUs emulated on the host, or when i is out of range. */
+void *dt_mesh_local_stream(const dt_mesh *m, int i);
 /* Runtime global device id (devices of the mesh's type over all clients, client 0's first) of
  * the mesh's device `mesh_id`; -1 when out of range. */
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id);

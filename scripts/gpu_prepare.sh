@@ -3,7 +3,8 @@
 # for the GPU machine: the shared Debian packages (../shared/gpu/prepare.sh) plus what this
 # project needs beyond them, parallel HDF5 over MPICH, jansson and SLEEF, and the libraries HDF5
 # loads (curl, LDAP, ...), which that machine (Ubuntu 24.04, no network) may lack:
-# scripts/gpu_check.sh links those in only where its system has no library of the same name.
+# scripts/gpu_check.sh links those in only where its system has no library of the same name;
+# and the wheels of the Python suite's packages beyond numpy and PyTorch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ../shared/gpu/prepare.sh
@@ -18,4 +19,16 @@ get() { (cd "$1" && apt-get download "${@:2}" 2>&1 | grep -vE '^(Get|Fetched|W: 
         libldap-2.5-0 libnettle8 libnghttp2-14 libp11-kit0 libpsl5 librtmp1 libsasl2-2 libssl3 \
         libsz2 libtasn1-6 libunistring2 libzstd1 libcom-err2 libkeyutils1 libsasl2-modules-db \
         libdb5.3
+# The Python suite's own packages (the GPU machine has numpy and PyTorch): wheels for the
+# CPython versions that machine may run, installed there into a venv without network.
+if [ -z "$(ls .device/wheels/*.whl 2>/dev/null)" ]; then
+    mkdir -p .device/wheels
+    pip download -q --dest .device/wheels --no-deps pytest iniconfig packaging pluggy ||
+        echo "pytest wheels not downloaded: the GPU run will skip the Python suite"
+    for v in 3.10 3.11 3.12 3.13; do
+        pip download -q --dest .device/wheels --no-deps --only-binary=:all: \
+            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+            --python-version "$v" ml_dtypes h5py || echo "no ml_dtypes/h5py wheels for Python $v"
+    done
+fi
 echo "prepared .device/ ($(du -sh .device | cut -f1)): run scripts/gpu_check.sh there with .device carried"

@@ -980,6 +980,7 @@ static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_o
 dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wrt, const int wrt[],
                                dt_function **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_function_gradient: out is NULL");
     *out = NULL;

@@ -139,7 +139,7 @@ typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER }
 
 /* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta;
  * a fused chain: up to DT__FUSED_MAX_IN). */
-#define DT__STEP_MAX_IN DT__FUSED_MAX_IN
+#define DT__STEP_MAX_IN DT__KERNEL_MAX_IN
 
 typedef struct dt__step {
     dt__step_kind kind;

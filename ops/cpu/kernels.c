@@ -305,10 +305,12 @@ static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
         C fl = (C)floor((double)div);                                                              \
         return div - fl > (C)0.5 ? (C)(fl + (C)1) : fl;                                            \
     }                                                                                              \
+    /* max and min as numpy's: a NaN wins (once the running value is NaN it stays so) */           \
     static C reduce_one_##NAME(int op, C acc, C v)                                                 \
     {                                                                                              \
-        return op == DT_REDUCE_MAX    ? (v > acc ? v : acc)                                        \
-               : op == DT_REDUCE_MIN  ? (v < acc ? v : acc)                                        \
+        bool nan = IS_FLOAT && isnan((double)v);                                                   \
+        return op == DT_REDUCE_MAX    ? (v > acc || nan ? v : acc)                                 \
+               : op == DT_REDUCE_MIN  ? (v < acc || nan ? v : acc)                                 \
                : op == DT_REDUCE_PROD ? DT__MUL(acc, v)                                            \
                                       : DT__ADD(acc, v);                                           \
     }                                                                                              \
@@ -327,10 +329,10 @@ static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
                    : b == 0                  ? (C)0                                                \
                    : IS_SIGNED && b == (C)-1 ? DT__NEG(a)                                          \
                                              : (C)(a / b);                                         \
-        case DT_BINARY_MAX:                                                                        \
-            return a > b ? a : b;                                                                  \
+        case DT_BINARY_MAX: /* numpy's maximum and minimum: a NaN operand gives NaN */             \
+            return a > b || (IS_FLOAT && isnan((double)a)) ? a : b;                                \
         case DT_BINARY_MIN:                                                                        \
-            return a < b ? a : b;                                                                  \
+            return a < b || (IS_FLOAT && isnan((double)a)) ? a : b;                                \
         case DT_BINARY_EQ:                                                                         \
             return (C)(a == b);                                                                    \
         case DT_BINARY_NE:                                                                         \

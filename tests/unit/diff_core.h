@@ -430,7 +430,8 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
             double *ref = malloc(sizeof(double) * (size_t)ne);
             bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true, have_normal = false;
             void *normal_bits = malloc((size_t)ne * 8);
-            double value = is_bool(dt) ? 1.0 : is_int(dt) ? -3.0 : 2.5;
+            /* a negative fill where the dtype holds it (u8 does not: dt_fill refuses it) */
+            double value = is_bool(dt) ? 1.0 : dt == DT_DTYPE_U8 ? 3.0 : is_int(dt) ? -3.0 : 2.5;
             double step = is_int(dt) ? -2.0 : -0.5;
             for (int li = 0; li < n; li++) {
                 dt_op_options op = {.layout = &ls[li]};
@@ -2043,7 +2044,13 @@ static void diff_one_hot(const dt_mesh *m, const diff_opts *o)
         double hx[15], ref[128];
         for (int64_t i = 0; i < 15; i++) /* -1 .. depth + 1 (u8: 255 for -1) */
             put(it, hx, i, (double)((i * 3 + d) % (depth + 3) - 1));
-        double on = is_bool(dt) ? 1 : is_int(dt) ? 3 : 2.5, off = is_bool(dt) ? 0 : -1;
+        /* off_value -1 where the dtype holds it (u8 does not: one_hot refuses it) */
+        double on = is_bool(dt)  ? 1
+                    : is_int(dt) ? 3
+                                 : 2.5,
+               off = is_bool(dt)         ? 0
+                     : dt == DT_DTYPE_U8 ? 7
+                                         : -1;
         bool ok = true;
         char bad[256] = "";
         for (int axis = -1; axis < 3; axis++) {
