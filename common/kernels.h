@@ -36,6 +36,7 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(SCAN, scan)                     \
     X(ARG_REDUCE, arg_reduce)         \
     X(ATTENTION, attention)           \
+    X(FUSED, fused)                   \
     DT__KERNEL_LIST_SHAPE(X)
 
 /* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
@@ -63,15 +64,44 @@ typedef struct dt__block {
     int64_t extent[DT_MAX_RANK];
 } dt__block;
 
+/* FUSED: a chain of elementwise kernels computed in one pass over its output (spmd/fuse.c
+ * builds it from a traced function's UNARY, BINARY, CAST, WHERE and FILL steps). Values are
+ * numbered: 0 .. nin - 1 the kernel's operands (in[], each broadcast to the output as its
+ * in_shape says), nin + j the result of ops[j]; the last op's result is the output. Each op is
+ * the kernel it replaces, with that kernel's arguments and table dtype, so that the fused
+ * kernel computes every element exactly as the chain of kernels did (the 16-bit floats
+ * rounded after each op as before). A value other than an operand has the output's shape,
+ * except a FILL marked `scalar`: one element its readers broadcast. */
+#define DT__FUSED_MAX_OPS 16
+#define DT__FUSED_MAX_IN 8
+
+typedef struct dt__fused_op {
+    dt__kernel kernel; /* DT__K_UNARY, _BINARY, _CAST, _WHERE or _FILL */
+    dt_dtype dtype;    /* the kernel's table dtype (cast: the result's; binary: the operands') */
+    dt_dtype out;      /* the dtype of its result (bool for comparisons) */
+    dt_dtype from;     /* cast: the operand's dtype */
+    int op;            /* unary and binary operator */
+    double a;          /* fill: the value */
+    bool scalar;       /* fill: one element, broadcast by its readers */
+    int nin;           /* operands (0 to 3) */
+    int arg[3];        /* their value numbers */
+} dt__fused_op;
+
+typedef struct dt__fused {
+    int nin, nops;
+    dt__fused_op ops[DT__FUSED_MAX_OPS];
+} dt__fused;
+
 /* Arguments of one kernel on one device: local shapes only (plus global offsets where an
  * element's value depends on its global index). Built at expansion time, per device. */
 typedef struct dt__kargs {
-    int rank;                               /* of the output */
-    int64_t shape[DT_MAX_RANK];             /* output local shape */
-    int64_t offset[DT_MAX_RANK];            /* global index of the output's first element */
-    int64_t gshape[DT_MAX_RANK];            /* global output shape */
-    int64_t in_shape[3][DT_MAX_RANK];       /* operands, aligned to `rank` (1 = broadcast) */
-    int op;                                 /* unary / binary / reduce operator */
+    int rank;                    /* of the output */
+    int64_t shape[DT_MAX_RANK];  /* output local shape */
+    int64_t offset[DT_MAX_RANK]; /* global index of the output's first element */
+    int64_t gshape[DT_MAX_RANK]; /* global output shape */
+    int64_t in_shape[DT__FUSED_MAX_IN][DT_MAX_RANK]; /* operands, aligned to `rank` (1 =
+                                                        broadcast) */
+    int op;                                          /* unary / binary / reduce operator */
     dt_dtype from;                          /* cast: the operand's dtype (the table's is the
                                                result's) */
     double a, b;                            /* fill value; arange start, step; random
@@ -100,6 +130,7 @@ typedef struct dt__kargs {
      * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
      * an index outside the range selects nothing (gather writes zeros) */
     int64_t nidx, lo, rows, inner;
+    const dt__fused *fused; /* FUSED: the chain (host memory, the step's) */
 } dt__kargs;
 
 /* Kernels of the row-wise ops. The table is indexed by x's dtype. "acc" is x's accumulation
@@ -190,8 +221,9 @@ typedef struct dt__kctx {
  * the kernel table is indexed by the operands' dtype. */
 #define DT__BINARY_IS_COMPARISON(op) ((op) >= DT_BINARY_EQ && (op) <= DT_BINARY_GE)
 
-/* Operands a kernel takes at most: in[] has this many entries, NULL past the last. */
-#define DT__KERNEL_MAX_IN 5
+/* Operands a kernel takes at most: in[] has this many entries, NULL past the last (a fused
+ * chain takes the most). */
+#define DT__KERNEL_MAX_IN DT__FUSED_MAX_IN
 
 /* One local kernel on one device. CPU kernels finish before they return; CUDA kernels are
  * enqueued on x->stream and return without waiting (a launch failure is reported here, an
@@ -203,6 +235,10 @@ typedef dt_status (*dt__kernel_fn)(const dt__kctx *x, const dt__kargs *k, const 
 /* The backends' (kernel, dtype) tables; NULL entries: the backend lacks that kernel. */
 extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
+
+/* The CPU's FUSED kernel (ops/cpu/fused.c), the row of every dtype (ops run the table's own
+ * kernels). */
+dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out);
 
 /* Combine for collectives on devices: for each i < n,
  *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right in the compute type,

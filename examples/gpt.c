@@ -413,7 +413,7 @@ static void train(run *r, const dt_mesh *all, int steps, double losses[], bool p
         dt_tensor_free(copy);
         losses[step] = loss;
         if (print && dt_client_id() == 0)
-            printf("%s step %2d loss %.6f\n", r->name, step, losses[step]);
+            printf("%s step %2d loss %.9g\n", r->name, step, losses[step]);
         for (int i = 0; i < NP + 1; i++)
             dt_tensor_free(res[i]);
         dt_tensor_free(ttok);

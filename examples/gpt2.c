@@ -665,7 +665,7 @@ static void train(run *r, const dt_mesh *all, bool print)
         dt_tensor_free(res[0]);
         r->losses[step] = loss;
         if (print && dt_client_id() == 0)
-            printf("%s step %3d loss %.6f\n", r->name, step, loss);
+            printf("%s step %3d loss %.9g\n", r->name, step, loss);
         dt_tensor_free(ttok);
         dt_tensor_free(ttgt);
     }
@@ -735,7 +735,7 @@ static void print_csv(const run *r)
     printf("csv,%s,%d,%d,%.1f,%.1f,%zu,%zu", r->name, dt_num_global_devices(DT_DEVICE_CPU),
            dt_num_clients(), tps, (double)most / 1024.0, r->state_bytes, r->peak_bytes);
     for (int i = 0; i < cfg.warmup + cfg.steps; i++)
-        printf(",%.7g", r->losses[i]);
+        printf(",%.9g", r->losses[i]);
     printf("\n");
 }
 

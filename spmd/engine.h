@@ -137,7 +137,8 @@ typedef struct dt__dist {
  * of another device type (CPU <-> CUDA), over the same clients. */
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
-/* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
+/* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta;
+ * a fused chain: up to DT__FUSED_MAX_IN). */
 #define DT__STEP_MAX_IN DT__KERNEL_MAX_IN
 
 typedef struct dt__step {
@@ -149,8 +150,9 @@ typedef struct dt__step {
     int nin, in[DT__STEP_MAX_IN], out; /* slots */
     /* kernel */
     dt__kernel kernel;
-    dt__kargs *args; /* per local device */
-    double work;     /* elements touched plus multiplies, over this client's devices */
+    dt__kargs *args;  /* per local device */
+    dt__fused *fused; /* FUSED: the chain the args point to (owned) */
+    double work;      /* elements touched plus multiplies, over this client's devices */
     /* collective */
     dt__coll_kind coll;
     dt_reduce_op op;
@@ -244,6 +246,9 @@ dt_status dt__program_print(const dt__program *p, FILE *f);
 /* Compute each temporary's lifetime and run all-reduces of dying temporaries in place (call
  * once the program is complete). */
 void dt__program_seal(dt__program *p);
+/* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates
+ * nothing else reads becomes one FUSED step (call on a complete program, before sealing). */
+void dt__program_fuse(dt__program *p);
 void dt__program_totals(const dt__program *p, double *mults, int *colls, double *bytes);
 
 /* Local shape of a dist's shard on global device d. */

@@ -170,7 +170,8 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
 
 /* ---- compile: propagation, then expansion ---------------------------------------------- */
 
-static dt_status compile(const dt__graph *g, const char *title, dt__program **out)
+/* Expand g into a program; fuse: its elementwise chains become fused steps (spmd/fuse.c). */
+static dt_status compile(const dt__graph *g, const char *title, bool fuse, dt__program **out)
 {
     *out = NULL;
     int nv = g->nvals;
@@ -284,8 +285,11 @@ static dt_status compile(const dt__graph *g, const char *title, dt__program **ou
             p->out[o] = x;
         }
     }
-    if (s == DT_OK)
+    if (s == DT_OK) {
+        if (fuse)
+            dt__program_fuse(p);
         dt__program_seal(p);
+    }
 done:
     free(dist);
     free(has_dist);
@@ -640,6 +644,14 @@ static int function_fields(const void *ctx, dt__field out[], int max)
 
 static _Thread_local dt_function *tracing;
 
+/* Whether a traced function's program is fused: yes unless DTENSOR_FUSION=0 (each kernel of a
+ * chain then runs as its own step, as eager ops do: for comparisons). */
+static bool fusion_on(void)
+{
+    const char *e = getenv("DTENSOR_FUSION");
+    return !e || strcmp(e, "0") != 0;
+}
+
 static dt_status symbolic_tensor(dt_function *f, int value, dt_tensor **out)
 {
     const dt__val *v = &f->g.vals[value];
@@ -742,7 +754,7 @@ dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outp
     f->g.noutputs = num_outputs;
     char title[64];
     snprintf(title, sizeof title, "function (%d ops)", f->g.nnodes);
-    DT_TRY(compile(&f->g, title, &f->prog));
+    DT_TRY(compile(&f->g, title, fusion_on(), &f->prog));
     f->fingerprint = graph_fingerprint(&f->g);
     f->failed = false;
     return DT_OK;
@@ -912,7 +924,7 @@ static dt_status eager_program(dt__op op, const dt__attrs *attrs, int nin,
         if (s == DT_OK) {
             g.outputs[0] = v;
             g.noutputs = 1;
-            s = compile(&g, def->name, &p);
+            s = compile(&g, def->name, false, &p);
         }
         graph_free(&g);
         DT_TRY(s);

@@ -96,6 +96,7 @@ void dt__program_release(dt__program *p)
             for (int d = 0; d < nl; d++)
                 free(st->args[d].blocks);
         free(st->args);
+        free(st->fused);
         if (st->counts)
             for (int d = 0; d < nl; d++)
                 free(st->counts[d]);

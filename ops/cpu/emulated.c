@@ -162,8 +162,10 @@ static dt_status check_compute(dt__device *d, const void *p, bool write, const c
 
 static void free_op(emu_op *o)
 {
-    if (o->kind == OP_KERNEL)
+    if (o->kind == OP_KERNEL) {
         free(o->args.blocks);
+        free((void *)o->args.fused);
+    }
     free(o->owned);
     free(o);
 }
@@ -396,9 +398,21 @@ static dt_status emu_launch(dt__device *d, dt__kernel_fn fn, const dt__kargs *k,
     for (int j = 0; j < DT__KERNEL_MAX_IN; j++)
         o->in[j] = in[j];
     o->args.blocks = NULL;
+    o->args.fused = NULL;
+    if (k->fused) { /* nor may a fused step's chain */
+        dt__fused *fz = malloc(sizeof *fz);
+        if (!fz) {
+            free(o);
+            return dt__fail(DT_ERR_NOMEM, "CUDA:%d (emulated): out of memory for a kernel",
+                            d->local_index);
+        }
+        *fz = *k->fused;
+        o->args.fused = fz;
+    }
     if (k->nblocks > 0 && k->blocks) { /* the step's blocks may not outlive a late run */
         o->args.blocks = malloc(sizeof *k->blocks * (size_t)k->nblocks);
         if (!o->args.blocks) {
+            free((void *)o->args.fused);
             free(o);
             return dt__fail(DT_ERR_NOMEM, "CUDA:%d (emulated): out of memory for a kernel",
                             d->local_index);

@@ -283,6 +283,9 @@ extern "C" {
 #define ROW_ARG_REDUCE ALL(arg_reduce)
 /* no attention kernel on CUDA yet: the op says so (DT_ERR_UNSUPPORTED) */
 #define ROW_ATTENTION NONE
+/* no fused elementwise kernel on CUDA yet: the fusion pass (spmd/fuse.c) fuses only where the
+ * backend's table has one, so chains on GPUs run kernel by kernel as before */
+#define ROW_FUSED NONE
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)

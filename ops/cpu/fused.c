@@ -1,0 +1,126 @@
+/* The CPU's FUSED kernel (common/kernels.h): a chain of elementwise kernels computed one block
+ * of the output at a time. Each op runs the very kernel it replaces (the table's, on a block of
+ * up to BLOCK elements held in its result's dtype, in L1), so every element is computed exactly
+ * as the unfused chain computed it; only the intermediates' trips through memory and the steps'
+ * dispatch are gone.
+ *
+ * The output's axes are merged where every operand is either whole or broadcast on both (the
+ * plan of the broadcasting kernels), and the output is walked by rows of the last merged axis:
+ * along a row each operand steps by one element or repeats one, which the kernels take as a
+ * rank-1 operand of extent m or 1. */
+#include "dt.h"
+
+#include <string.h>
+
+enum { BLOCK = 256 };
+
+/* The dtype operand q of op o is read in. */
+static dt_dtype operand_dtype(const dt__fused_op *o, int q)
+{
+    if (o->kernel == DT__K_CAST)
+        return o->from;
+    if (o->kernel == DT__K_WHERE && q == 0)
+        return DT_DTYPE_BOOL;
+    return o->dtype;
+}
+
+dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    const dt__fused *fz = k->fused;
+    int nin = fz->nin, nops = fz->nops, rank = k->rank;
+    int64_t n = dt__num_elements(rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    /* merged axes: ext[d], and each operand's stride along them (0: broadcast) */
+    int nd = 0;
+    int64_t ext[DT_MAX_RANK], st[DT__FUSED_MAX_IN][DT_MAX_RANK];
+    bool whole[DT__FUSED_MAX_IN][DT_MAX_RANK];
+    for (int i = 0; i < rank; i++) {
+        if (k->shape[i] == 1)
+            continue;
+        bool merge = nd > 0;
+        for (int q = 0; q < nin; q++)
+            merge = merge && (k->in_shape[q][i] != 1) == whole[q][nd - 1];
+        if (merge) {
+            ext[nd - 1] *= k->shape[i];
+            continue;
+        }
+        ext[nd] = k->shape[i];
+        for (int q = 0; q < nin; q++)
+            whole[q][nd] = k->in_shape[q][i] != 1;
+        nd++;
+    }
+    for (int q = 0; q < nin; q++) {
+        int64_t s = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            st[q][d] = whole[q][d] ? s : 0;
+            s *= whole[q][d] ? ext[d] : 1;
+        }
+    }
+    int64_t row = nd ? ext[nd - 1] : 1, rows = n / row;
+    /* each operand's element size (from any op reading it) */
+    size_t isz[DT__FUSED_MAX_IN] = {0};
+    for (int j = 0; j < nops; j++)
+        for (int q = 0; q < fz->ops[j].nin; q++)
+            if (fz->ops[j].arg[q] < nin)
+                isz[fz->ops[j].arg[q]] = dt_dtype_size(operand_dtype(&fz->ops[j], q));
+    /* each op's arguments, made once: rank 1, the block's extent set per block */
+    _Alignas(64) unsigned char buf[DT__FUSED_MAX_OPS][BLOCK * 8];
+    dt__kargs ka[DT__FUSED_MAX_OPS];
+    dt__kernel_fn fn[DT__FUSED_MAX_OPS];
+    for (int j = 0; j < nops; j++) {
+        const dt__fused_op *o = &fz->ops[j];
+        memset(&ka[j], 0, sizeof ka[j]);
+        ka[j].rank = 1;
+        ka[j].op = o->op;
+        ka[j].from = o->from;
+        ka[j].a = o->a;
+        fn[j] = dt__cpu_kernels[o->kernel][o->dtype];
+        if (o->scalar) { /* a constant: one element, made once */
+            ka[j].rank = 0;
+            fn[j](x, &ka[j], NULL, buf[j]);
+        }
+    }
+    size_t osz = dt_dtype_size(fz->ops[nops - 1].out);
+    int64_t idx[DT_MAX_RANK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const unsigned char *base[DT__FUSED_MAX_IN];
+        for (int q = 0; q < nin; q++) {
+            int64_t off = 0;
+            for (int d = 0; d + 1 < nd; d++)
+                off += idx[d] * st[q][d];
+            base[q] = (const unsigned char *)in[q] + (size_t)off * isz[q];
+        }
+        for (int64_t j0 = 0; j0 < row; j0 += BLOCK) {
+            int64_t m = row - j0 < BLOCK ? row - j0 : BLOCK;
+            for (int j = 0; j < nops; j++) {
+                const dt__fused_op *o = &fz->ops[j];
+                if (o->scalar)
+                    continue;
+                const void *ins[3] = {NULL, NULL, NULL};
+                ka[j].shape[0] = m;
+                for (int q = 0; q < o->nin; q++) {
+                    int v = o->arg[q];
+                    bool one;
+                    if (v < nin) {
+                        one = nd == 0 || st[v][nd - 1] == 0;
+                        ins[q] = base[v] + (one ? 0 : (size_t)j0 * isz[v]);
+                    } else {
+                        one = fz->ops[v - nin].scalar;
+                        ins[q] = buf[v - nin];
+                    }
+                    ka[j].in_shape[q][0] = one ? 1 : m;
+                }
+                void *o_at = j == nops - 1 ? (unsigned char *)out + (size_t)(r * row + j0) * osz
+                                           : (void *)buf[j];
+                fn[j](x, &ka[j], ins, o_at);
+            }
+        }
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < ext[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    return DT_OK;
+}
