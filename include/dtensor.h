@@ -1400,7 +1400,9 @@ typedef struct dt_ps_coordinator dt_ps_coordinator;
 typedef struct dt_remote_value dt_remote_value;
 
 /* A step closure, run on a worker: `step` is what the chief scheduled; *value its result
- * (e.g. the loss). A failing status makes the chief reschedule the step on another worker. */
+ * (e.g. the loss). A failing status ends the step with that error (its value's fetch reports
+ * it), as TensorFlow's coordinator treats a function's error; DT_ERR_DEVICE or DT_ERR_COMM
+ * (the worker could not run it) makes the chief reschedule it on another worker instead. */
 typedef dt_status (*dt_ps_step_fn)(void *ctx, int64_t step, double *value);
 
 /* Every client registers the same step function. Collective. */
