@@ -1692,7 +1692,11 @@ def _value(x):
 
 
 def _op(op, tensors, mesh, mesh_handle, text, *attrs):
-    """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it."""
+    """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it. While
+    a function is traced, concrete operands are captured as its inputs."""
+    trace = _tracing()
+    if trace is not None:
+        tensors = [trace.symbolic(t) for t in tensors]
     h = _c.apply(op, [t._handle for t in tensors], mesh_handle, text, _show_programs(), *attrs)
     out = _result(h, mesh)
     if _tape._tapes():
@@ -2278,6 +2282,8 @@ class DVariable:
         """A copy of the current value (collective); inside ``strategy.run``, the replica's
         own copy, on its device."""
         ctx = _replicas.current()
+        if ctx is None and _tracing() is not None:  # a traced read: bound at each run
+            return _tracing().variable(self)
         if ctx is not None:
             t = ctx.strategy._variable_replica(self, ctx._local)
         else:
@@ -2296,8 +2302,10 @@ class DVariable:
         return self.read_value().__array__(dtype)
 
     def _assign(self, value, mode):
-        """A DTensor must have the variable's layout; a numpy value or number is placed in it
-        (broadcast to the variable's shape)."""
+        """A DTensor must have the variable's layout (a regular tensor, on this client's host
+        mesh, is copied into it); a numpy value or number is placed in it (broadcast to the
+        variable's shape)."""
+        _no_trace(f"assigning variable {self.name!r}")
         if _replicas.current() is not None:
             raise DTensorError(
                 f"variable {self.name!r}: assigning a mirrored variable inside strategy.run "
@@ -2311,7 +2319,10 @@ class DVariable:
                 raise ValueError(f"variable {self.name!r} of shape {self._shape}: a value of "
                                  f"shape {a.shape} does not fit") from None
             value = dtensor_from_array(a, self._layout)
-        _c.variable_assign(self._handle, _value(value)._handle, mode)
+        value = _value(value)
+        if value.layout.mesh is not self._layout.mesh and value.layout.mesh._local:
+            value = copy_to_mesh(value, self._layout)  # a regular tensor goes where it is used
+        _c.variable_assign(self._handle, value._handle, mode)
         self._version += 1
         return self
 
@@ -2408,13 +2419,99 @@ _install_variable_operators()
 
 # ---- functions (tf.function) -----------------------------------------------------------------
 
+class _Untraceable(Exception):
+    """Raised while tracing at a step a traced function cannot record (the function then runs
+    as Python)."""
+
+
+class _Trace:
+    """The function being recorded on this thread: the concrete tensors and the variables its
+    ops use become inputs of their own (captures), bound at every run, as tf.function captures
+    them: a tensor by value, a variable by reference (its value when the function runs)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.bound = {}  # id(concrete DTensor or DVariable) -> (it, its symbolic input)
+        self.captures = []  # () -> the concrete DTensor to bind, in input order
+
+    def _input(self, layout, dtype, shape):
+        t = DTensor(_c.function_input(self.f, layout.mesh._handle, layout._text, _code(dtype),
+                                      list(shape)), layout)
+        return t
+
+    def symbolic(self, t):
+        """An operand as this function's tensor: a concrete one is captured (by value)."""
+        if t._local_shapes is None:
+            return t
+        hit = self.bound.get(id(t))
+        if hit is None:
+            hit = self.bound[id(t)] = (t, self._input(t.layout, t.dtype, t.shape))
+            self.captures.append(lambda t=t: t)
+        return hit[1]
+
+    def variable(self, v):
+        """A read of a variable: an input bound to its value at each run."""
+        hit = self.bound.get(id(v))
+        if hit is None:
+            hit = self.bound[id(v)] = (v, self._input(v.layout, v.dtype, v.shape))
+            self.captures.append(v.read_value)
+        return hit[1]
+
+
+def _tracing():
+    return getattr(_state, "trace", None)
+
+
+def _no_trace(what):
+    """Raise _Untraceable for a side effect a trace would perform once, at trace time."""
+    if _tracing() is not None:
+        raise _Untraceable(what)
+
+
+def _flatten_outputs(out):
+    """A traced function's result as (its tensors, a rebuild of the structure from their
+    values): DTensors and variables (read) in lists, tuples and dicts; None when anything else
+    is in it."""
+    if isinstance(out, (DTensor, DVariable)):
+        return [out], lambda vals: vals[0]
+    if isinstance(out, (list, tuple)):
+        parts = [_flatten_outputs(v) for v in out]
+        if any(p is None for p in parts):
+            return None
+        flat, sizes = [], []
+        for f, _ in parts:
+            flat.extend(f)
+            sizes.append(len(f))
+
+        def rebuild(vals, kind=type(out)):
+            items, at = [], 0
+            for (_, r), n in zip(parts, sizes):
+                items.append(r(vals[at:at + n]))
+                at += n
+            return kind(items) if kind in (list, tuple) else kind(*items)
+        return flat, rebuild
+    if isinstance(out, dict):
+        keys = list(out)
+        inner = _flatten_outputs([out[k] for k in keys])
+        if inner is None:
+            return None
+        return inner[0], lambda vals: dict(zip(keys, inner[1](vals)))
+    return None
+
+
 class Function:
-    """A traced function: the first call with a new input signature (layouts, dtypes, shapes)
-    records the ops, propagates layouts and expands once; later calls only run."""
+    """A traced function (tf.function): the first call with a new input signature (layouts,
+    dtypes, shapes) records the ops, propagates layouts and expands once; later calls only
+    run. Concrete tensors the function uses are captured by value, variables it reads by
+    reference, as TensorFlow captures them. A function that a trace cannot record (one that
+    assigns variables, reads values on the host, calls strategy.run or a GradientTape, or
+    returns something other than tensors) runs as the Python function it wraps for that
+    signature; the first such call runs its Python code twice (the trace, then the run)."""
 
     def __init__(self, fn):
         self._fn = fn
         self._traces = {}
+        self._eager = set()  # signatures whose trace failed: they run as Python
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "function")
 
@@ -2424,44 +2521,61 @@ class Function:
                      for a in args)
 
     def _trace(self, args):
+        """The trace of this signature, or None when the function cannot be traced."""
         sig = self._signature(args)
         if sig in self._traces:
             return self._traces[sig]
         f = _c.function_begin()
+        trace = _Trace(f)
+        _state.trace = trace
         try:
-            inputs = [DTensor(_c.function_input(f, a.layout.mesh._handle, a.layout._text,
-                                                _code(a.dtype), list(a.shape)), a.layout)
-                      for a in args]
-            out = self._fn(*inputs)
-        except BaseException:
+            inputs = [trace._input(a.layout, a.dtype, a.shape) for a in args]
+            flat = _flatten_outputs(self._fn(*inputs))
+            outs = [trace.variable(o) if isinstance(o, DVariable) else trace.symbolic(o)
+                    for o in flat[0]] if flat else None
+        except Exception:  # noqa: BLE001 (the eager run raises a real error again)
+            outs = None
+        finally:
+            _state.trace = None
+        if not outs:
             f.free()
-            raise
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            return None
         _c.function_end(f, [o._handle for o in outs])
-        meshes = [o.layout.mesh for o in outs]
-        trace = (f, len(outs), isinstance(out, (list, tuple)), meshes)
+        trace = (f, len(outs), flat[1], [o.layout.mesh for o in outs], trace.captures)
         self._traces[sig] = trace
-        for t in inputs + outs:
-            t.free()
         return trace
 
     def __call__(self, *args, **kwargs):
-        # traced when every argument is a DTensor; otherwise (strategy.run inside, PerReplica
-        # or Python arguments) and under a GradientTape (which records the ops one by one)
-        # it runs eagerly, as the Python function it wraps
-        if kwargs or _tape._tapes() or _replicas.current() is not None or \
-                not all(isinstance(a, DTensor) for a in args):
+        # traced when it has arguments and every one is a DTensor; otherwise (strategy.run
+        # inside, PerReplica, Python or no arguments), under a GradientTape (which records the
+        # ops one by one) and inside another trace (which records its ops) it runs as the
+        # Python function it wraps
+        if kwargs or not args or _tape._tapes() or _replicas.current() is not None or \
+                _tracing() is not None or not all(isinstance(a, DTensor) for a in args):
             return self._fn(*args, **kwargs)
-        f, n, many, meshes = self._trace(args)
-        results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in args], n),
-                                                 meshes)]
-        return results if many else results[0]
+        sig = self._signature(args)
+        trace = None if sig in self._eager else self._trace(args)
+        if trace is None:
+            self._eager.add(sig)
+            return self._fn(*args)
+        f, n, rebuild, meshes, captures = trace
+        bound = list(args) + [c() for c in captures]
+        results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in bound],
+                                                                 n), meshes)]
+        return rebuild(results)
+
+    def _traced(self, args, what):
+        trace = self._trace(args)
+        if trace is None:
+            raise errors.UnimplementedError(
+                f"{what}: {self.__name__} cannot be traced (it assigns variables, reads values "
+                f"on the host or returns something other than tensors); it runs as Python")
+        return trace
 
     def program(self, *args):
         """The expanded program for these arguments' signature as text, with its totals:
         (text, multiplies summed over devices, collectives, largest bytes a device sends)."""
-        f, _, _, _ = self._trace(args)
-        return _c.function_program(f)
+        return _c.function_program(self._traced(args, "program")[0])
 
 
 def function(fn=None):
@@ -2505,12 +2619,12 @@ def _function_gradient(self, loss_output, wrt, *args):
     """A Function computing this one's outputs followed by the gradients of the sum of output
     ``loss_output`` with respect to the inputs at positions ``wrt``, each in that input's
     layout (weight gradients of batch-sharded data come out all-reduced by the expansion)."""
-    f, _, many, meshes = self._trace(args)
+    f, _, _, meshes, captures = self._traced(args, "gradient")
     g = _c.function_gradient(f, int(loss_output), [int(i) for i in wrt])
     grad = Function(self._fn)
     n = len(meshes) + len(wrt)
-    grad._traces[self._signature(args)] = (g, n, True, meshes + [args[i].layout.mesh
-                                                                   for i in wrt])
+    grad._traces[self._signature(args)] = (g, n, list, meshes + [args[i].layout.mesh
+                                                                  for i in wrt], captures)
     return grad
 
 
