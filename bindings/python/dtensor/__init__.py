@@ -51,7 +51,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "transpose",
     "reshape", "slice", "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
     "ledger", "ledger_text", "ledger_clear", "ledger_next_step", "Dense", "Sequential", "SGD",
-    "Adam", "AdamW", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
+    "Adam", "AdamW", "RMSprop", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
     "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
@@ -2237,6 +2237,7 @@ class DVariable:
                             f"{type(layout).__name__}")
         strategy = _current_strategy()
         self._strategy = None  # the strategy whose scope placed it (its replicas print)
+        self._scope = strategy  # the strategy in scope at creation (extended's query)
         if isinstance(initial_value, (DTensor, DVariable)):
             value = _value(initial_value)
             if dtype is not None and np.dtype(dtype) != value.dtype:
@@ -2711,19 +2712,118 @@ class Optimizer:
     MirroredStrategy does), then updates the mirrored variables once."""
 
     def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
-                 beta_2=0.0, epsilon=0.0, weight_decay=0.0):
-        kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW)
+                 beta_2=0.0, epsilon=0.0, weight_decay=0.0, rho=0.0):
+        kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW, _c.OPTIMIZER_RMSPROP)
         if isinstance(kind, bool) or kind not in kinds:
-            raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam or "
-                             f"AdamW)")
+            raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam, "
+                             f"AdamW or RMSprop)")
         numbers = [_number(v, f"Optimizer: {n}") for n, v in (
             ("learning_rate", learning_rate), ("momentum", momentum), ("beta_1", beta_1),
-            ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay))]
-        self.learning_rate = float(numbers[0])
-        self._handle = _c.optimizer_create(kind, self.learning_rate, float(numbers[1]),
+            ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay),
+            ("rho", rho))]
+        self._lr = float(numbers[0])
+        self._handle = _c.optimizer_create(kind, self._lr, float(numbers[1]),
                                            bool(nesterov), *[float(v) for v in numbers[2:]])
         self.iterations = 0
+        self._kind = kind
+        momentum_, b1, b2, eps, wd, rho_ = (float(v) for v in numbers[1:])
+        self._hyper = {"momentum": momentum_, "nesterov": bool(nesterov), "beta_1": b1 or 0.9,
+                       "beta_2": b2 or 0.999, "epsilon": eps or 1e-7, "weight_decay": wd,
+                       "rho": rho_ or 0.9}
         _live.add(self)
+        # made in a parameter-server strategy's scope: its slots live on the ps tasks too
+        strategy = _current_strategy()
+        self._ps_slots = {}  # id(PSVariable) -> its slot variables on the ps tasks
+        self._ps_step = None
+        if isinstance(strategy, ParameterServerStrategy):
+            self._ps_step = _SharedCounter(strategy)
+            strategy._optimizers.append(self)
+            for ref in strategy._ps_variables:
+                if ref() is not None:
+                    self._add_ps_slots(ref())
+
+    def _slot_count(self):
+        if self._kind == _c.OPTIMIZER_SGD:
+            return 1 if self._hyper["momentum"] > 0 else 0
+        if self._kind == _c.OPTIMIZER_RMSPROP:
+            return 2 if self._hyper["momentum"] > 0 else 1
+        return 2
+
+    def _add_ps_slots(self, v):
+        """The slots of a parameter-server variable, made on the ps tasks when the variable or
+        the optimizer is (collective: every client makes them in the same order)."""
+        self._ps_slots[id(v)] = [
+            PSVariable(np.zeros(v.shape, v.dtype), trainable=False,
+                       name=f"{v.name}/{'mv'[k]}", _slot=True)
+            for k in _builtins.range(self._slot_count())]
+
+    def _ps_update(self, pairs):
+        """Updates of parameter-server variables by a worker, Keras's rules on the host: it
+        reads each variable and its slots, computes the new values and adds the differences
+        one-sidedly (the ps tasks are not locked, so concurrent workers' updates interleave,
+        as asynchronous training's do)."""
+        h, lr = self._hyper, self._lr
+        t = None
+        if self._kind in (_c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW):
+            t = self._ps_step.fetch_add(1) + 1  # the cluster's update count, as TF's iterations
+        for v, g in pairs:
+            slots = self._ps_slots.get(id(v))
+            if slots is None:
+                raise DTensorError(f"apply_gradients: {v.name!r} lives on the ps tasks but the "
+                                   f"optimizer was not made in the strategy's scope (its slots "
+                                   f"must live there too)")
+            g = np.asarray(_read(_value(g)), dtype=v.dtype)
+            w = v._host()
+            old = [sl._host() for sl in slots]
+            new = list(old)
+            if self._kind == _c.OPTIMIZER_SGD:
+                if slots:
+                    new[0] = h["momentum"] * old[0] - lr * g
+                    step = h["momentum"] * new[0] - lr * g if h["nesterov"] else new[0]
+                    nw = w + step
+                else:
+                    nw = w - lr * g
+            elif self._kind == _c.OPTIMIZER_RMSPROP:
+                new[0] = h["rho"] * old[0] + (1 - h["rho"]) * g * g
+                d = lr * g / np.sqrt(new[0] + h["epsilon"])
+                if len(slots) > 1:
+                    new[1] = h["momentum"] * old[1] + d
+                    d = new[1]
+                nw = w - d
+            else:
+                base = w * (1 - lr * h["weight_decay"]) if self._kind == _c.OPTIMIZER_ADAMW \
+                    else w
+                new[0] = h["beta_1"] * old[0] + (1 - h["beta_1"]) * g
+                new[1] = h["beta_2"] * old[1] + (1 - h["beta_2"]) * g * g
+                lr_t = lr * np.sqrt(1 - h["beta_2"] ** t) / (1 - h["beta_1"] ** t)
+                nw = base - lr_t * new[0] / (np.sqrt(new[1]) + h["epsilon"])
+            for sl, a, b in zip(slots, old, new):
+                sl._add_host(np.asarray(b - a, dtype=v.dtype))
+            v._add_host(np.asarray(nw - w, dtype=v.dtype))
+
+    @property
+    def learning_rate(self):
+        """The learning rate as Keras shows it, a scalar variable (``numpy()``, ``assign``,
+        ``float()``); assigning ``optimizer.learning_rate = x`` sets it for the next updates
+        (every client alike)."""
+        return _LearningRate(self)
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        lr = float(_number(value, "Optimizer: learning_rate"))
+        _c.optimizer_set_learning_rate(self._handle, lr)
+        self._lr = lr
+
+    lr = learning_rate  # Keras 2's name
+
+    def get_config(self):
+        """The constructor's arguments (Keras's get_config): what a saved model recompiles
+        with."""
+        return dict(getattr(self, "_config", {}), learning_rate=self._lr)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
     def apply_gradients(self, grads_and_vars):
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -2750,6 +2850,15 @@ class Optimizer:
         return self.apply_gradients(zip(tape.gradient(loss, var_list), var_list))
 
     def _update(self, variables, grads):
+        _no_trace("an optimizer's update")
+        ps = [(v, g) for v, g in zip(variables, grads) if isinstance(v, PSVariable)]
+        if ps:
+            self._ps_update(ps)
+            pairs = [(v, g) for v, g in zip(variables, grads) if not isinstance(v, PSVariable)]
+            variables, grads = [v for v, _ in pairs], [g for _, g in pairs]
+            if not variables:
+                self.iterations += 1
+                return
         fitted = []
         for v, g in zip(variables, grads):
             if g.layout.mesh is not v.layout.mesh:
@@ -2764,13 +2873,53 @@ class Optimizer:
         self.iterations += 1
 
 
+class _LearningRate:
+    """An optimizer's learning rate, shown as Keras's scalar variable."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def numpy(self):
+        return np.float32(self._optimizer._lr)
+
+    def assign(self, value):
+        self._optimizer.learning_rate = value
+        return self
+
+    def __float__(self):
+        return float(self._optimizer._lr)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.numpy(), dtype=dtype)
+
+    def __format__(self, spec):
+        return format(self.numpy(), spec)
+
+    def __eq__(self, other):
+        return float(self) == other
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"<dtensor.Variable 'learning_rate:0' shape=() dtype=float32, "
+                f"numpy={self.numpy()}>")
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__"):
+    setattr(_LearningRate, _name,
+            lambda self, *other, _name=_name: getattr(float(self), _name)(*other))
+
+
 class SGD(Optimizer):
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
+        self._config = {"momentum": momentum, "nesterov": nesterov}
         super().__init__(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov)
 
 
 class Adam(Optimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self._config = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon)
 
 
@@ -2782,8 +2931,22 @@ class AdamW(Optimizer):
                  epsilon=1e-7):
         if not weight_decay > 0:
             raise ValueError(f"AdamW: weight_decay {weight_decay}, expected > 0 (Adam has none)")
+        self._config = {"weight_decay": weight_decay, "beta_1": beta_1, "beta_2": beta_2,
+                        "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_ADAMW, learning_rate, 0.0, False, beta_1, beta_2, epsilon,
                          weight_decay)
+
+
+class RMSprop(Optimizer):
+    """Keras's RMSprop (not centered): a running mean of squared gradients scales each step."""
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
+                 centered=False):
+        if centered:
+            raise errors.UnimplementedError("RMSprop: centered=True is not supported")
+        self._config = {"rho": rho, "momentum": momentum, "epsilon": epsilon}
+        super().__init__(_c.OPTIMIZER_RMSPROP, learning_rate, momentum, False, 0.0, 0.0,
+                         epsilon, 0.0, rho)
 
 
 # ---- strategies (tf.distribute) --------------------------------------------------------------
@@ -2869,6 +3032,12 @@ class Strategy:
             _c.STRATEGY_MIRRORED, _c.STRATEGY_PARAMETER_SERVER)
         if self._kind == _c.STRATEGY_DEFAULT:  # one replica, computed alike by every client
             self._local_replicas, self._first_replica = 1, 0
+            counts = [1]
+        elif self._kind == _c.STRATEGY_PARAMETER_SERVER:
+            # a worker is one replica (TensorFlow's with CPU workers): strategy.run calls fn
+            # once, on the worker's first device
+            self._replicas = self._local_replicas = 1
+            self._first_replica = 0
             counts = [1]
         else:
             self._local_replicas = len(local)
@@ -2958,9 +3127,14 @@ class Strategy:
 
     def experimental_local_results(self, value):
         """This client's replicas' values: a tuple (a DTensor per replica; one item for a
-        value that is not per-replica)."""
+        value that is not per-replica); of a structure (list, tuple, dict) holding PerReplica
+        values, one structure per replica, as TensorFlow's."""
         if isinstance(value, _replicas.PerReplica):
             return value.values
+        if isinstance(value, (list, tuple, dict)) and _replicas._holds_per_replica(value):
+            return tuple(_replicas._map(lambda v, i=i: v.values[i] if isinstance(
+                v, _replicas.PerReplica) else v, value)
+                for i in _builtins.range(self._local_replicas))
         if self._kind == _c.STRATEGY_DEFAULT:
             return (value,)
         if isinstance(value, DVariable) and not isinstance(value, PSVariable) and \
@@ -2974,6 +3148,24 @@ class Strategy:
         return (value,)
 
     experimental_run_v2 = property(lambda self: self.run)  # TensorFlow 2.0's name of run
+
+    def gather(self, value, axis):
+        """Every replica's part of ``value`` (a PerReplica, or a DTensor on this strategy's
+        mesh) concatenated along ``axis``, as a regular tensor on this client (the "current
+        device"), as tf.distribute.Strategy.gather; a value that is not distributed comes back
+        as it is. Collective when the replicas span clients."""
+        if isinstance(value, _replicas.PerReplica):
+            return _as_tensor(_replicas._gather_replicas(self, value.values, int(axis)))
+        if isinstance(value, (DTensor, DVariable)) and _value(value).layout.mesh is self.mesh \
+                and self._kind != _c.STRATEGY_DEFAULT:
+            return _as_tensor(gather(_value(value)))
+        return value
+
+    @property
+    def extended(self):
+        """tf.distribute.StrategyExtended's queries: ``variable_created_in_scope``,
+        ``worker_devices``, ``parameter_devices``."""
+        return _StrategyExtended(self)
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """The dataset's global batches split over the replicas (auto-sharded: each client
@@ -2992,7 +3184,8 @@ class Strategy:
         """PerReplica values ``value_fn(ValueContext)`` for each local replica."""
         values = []
         for i in _builtins.range(self._local_replicas):
-            v = value_fn(_replicas.ValueContext(self, i))
+            v = value_fn(_replicas.ValueContext(self._first_replica + i,
+                                                self.num_replicas_in_sync))
             values.append(v if isinstance(v, DTensor) else self._replica_tensor(v, i))
         return _replicas.PerReplica(values)
 
@@ -3002,6 +3195,30 @@ class Strategy:
 
     def __repr__(self):
         return f"{type(self).__name__}(num_replicas_in_sync={self._replicas}, mesh={self.mesh})"
+
+
+class _StrategyExtended:
+    """strategy.extended (tf.distribute.StrategyExtended)."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def variable_created_in_scope(self, v):
+        """Whether ``v`` was created in this strategy's scope."""
+        return getattr(v, "_scope", None) is self._strategy
+
+    @property
+    def worker_devices(self):
+        """TensorFlow's names of this client's replicas' devices."""
+        s = self._strategy
+        return tuple(_mesh_device(s._replica_mesh(i)) for i in _builtins.range(s._local_replicas))
+
+    @property
+    def parameter_devices(self):
+        """TensorFlow's names of the devices that hold the variables (this client's)."""
+        m = self._strategy.variable_mesh
+        return tuple(_device_name(m._device_ids[i], m.device_type())
+                     for i in m.local_device_ids())
 
 
 def _parse_device(device):
@@ -3150,13 +3367,29 @@ class MultiWorkerMirroredStrategy(Strategy):
             set_collective_algorithm(self.mesh, _algorithm_for(
                 self.mesh, communication_options.implementation))
         self.communication_options = communication_options
+        self._resolver = cluster_resolver
 
     @property
     def cluster_resolver(self):
-        """This client's task: ``task_type``, ``task_id`` and the cluster's task counts."""
+        """The cluster resolver (TensorFlow's): the one passed in, else TF_CONFIG's, with this
+        client's ``task_type`` and ``task_id`` and ``cluster_spec()``; without TF_CONFIG the
+        clients are the workers (a single client's task_type is None, as TensorFlow's)."""
+        if self._resolver is not None:
+            return self._resolver
+        import os
+        r = TFConfigClusterResolver()
         c = self._cluster
-        return _types.SimpleNamespace(task_type=c["task_type"], task_id=c["task_index"],
-                                      num_workers=c["workers"] + c["chief"])
+        r.num_workers = c["workers"] + c["chief"]
+        if not os.environ.get("TF_CONFIG"):  # the runtime's cluster (the ranks' tasks)
+            r._cluster = {}
+            if num_clients() > 1:
+                if c["chief"]:
+                    r._cluster["chief"] = ["rank:0"]
+                r._cluster["worker"] = [f"rank:{c['chief'] + i}"
+                                        for i in _builtins.range(c["workers"])]
+            r.task_type = c["task_type"] if num_clients() > 1 else None
+        r.task_id = c["task_index"]
+        return r
 
 
 class CentralStorageStrategy(Strategy):
@@ -3293,6 +3526,8 @@ class ParameterServerStrategy(Strategy):
                             f"{type(variable_partitioner).__name__}")
         args = dict(variable_partitioner._c_args) if variable_partitioner else {}
         self._max_shard_bytes = args.pop("max_shard_bytes", 0)
+        self._ps_variables = []  # weak references, in creation order (the same everywhere)
+        self._optimizers = []  # made in this scope: they keep slots of the ps variables
         super().__init__(**args)
         error = None
         if cluster_resolver is not None and cluster_resolver.task_type is not None and \
@@ -3338,7 +3573,8 @@ class PSVariable(DVariable):
     and adds to it one-sidedly (assign_add is an MPI accumulate, so the workers' updates do not
     wait for each other). Creation is collective."""
 
-    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
+    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None,
+                 _slot=False):
         strategy = _current_strategy()
         if not isinstance(strategy, ParameterServerStrategy):
             raise errors.FailedPreconditionError(
@@ -3353,7 +3589,23 @@ class PSVariable(DVariable):
         self._layout, self._shape, self._dtype = init.layout, TensorShape(a.shape), a.dtype
         self.trainable, self.name = trainable, name or "Variable"
         self._version, self._replicas, self._strategy = 0, {}, strategy
+        self._scope = strategy
         _live.add(self, keep=True)
+        if not _slot:  # the optimizers made in this scope keep slots for it on the ps tasks
+            strategy._ps_variables.append(weakref.ref(self))
+            for opt in strategy._optimizers:
+                opt._add_ps_slots(self)
+
+    def _host(self):
+        """The current value, read one-sidedly."""
+        host = np.empty(self._shape, dtype=self._dtype)
+        _c.ps_variable_io(self._handle, host, False)
+        return host
+
+    def _add_host(self, delta):
+        """Add a host array of the variable's shape, one-sidedly."""
+        _c.ps_variable_io(self._handle, np.ascontiguousarray(delta, dtype=self._dtype), True)
+        self._version += 1
 
     @property
     def device(self):
@@ -3370,9 +3622,13 @@ class PSVariable(DVariable):
 
     def read_value(self):
         """The whole current value, read from the ps tasks, on this client's devices."""
+        if _tracing() is not None:
+            return _tracing().variable(self)
         host = np.empty(self._shape, dtype=self._dtype)
         _c.ps_variable_io(self._handle, host, False)
-        t = dtensor_from_array(host, self._layout)
+        ctx = _replicas.current()  # inside strategy.run: on the replica's device
+        t = ctx.strategy._replica_tensor(host, ctx._local) if ctx is not None else \
+            dtensor_from_array(host, self._layout)
         if _tape._tapes():
             _tape.note_read(self, t)
         return t
@@ -3380,6 +3636,7 @@ class PSVariable(DVariable):
     value = read_value
 
     def _assign(self, value, mode):
+        _no_trace(f"assigning variable {self.name!r}")
         x = _host_array(value, self._dtype, f"variable {self.name!r}: value")
         try:
             x = np.broadcast_to(x, self._shape)
@@ -3413,21 +3670,35 @@ Variable = DVariable
 
 
 class RemoteValue:
-    """The result of a scheduled function (a number; None gives NaN). fetch() and get() wait
-    for it on the chief; on the other clients it has no value (the chief coordinates)."""
+    """The result of a scheduled function (a number; None gives NaN), as TensorFlow's
+    RemoteValue: ``fetch()`` (``get()``) gives it on every client. After a join every client
+    knows it at once; before one, fetch is collective (every client calls it, as every client
+    runs the program): it waits, as a join does, for every function scheduled so far. A
+    function that raised makes fetch raise its error."""
 
-    def __init__(self, handle):
-        self._handle = handle
+    def __init__(self, coordinator, step, handle):
+        self._coordinator, self._step, self._handle = coordinator, step, handle
+        self._known, self._value, self._error = False, None, None
         self.worker = self.attempts = None
 
     def fetch(self):
-        if self._handle is None:
-            raise DTensorError("RemoteValue.fetch: only the chief (the coordinator) holds the "
-                               "results of scheduled functions")
-        value, self.worker, self.attempts = _c.remote_fetch(self._handle)
-        return value
+        if not self._known:
+            self._coordinator._sync()
+        if self._error is not None:
+            self._coordinator._unreported.pop(self._step, None)  # reported here
+            raise _error_of(*self._error, self._step)
+        return self._value
 
     get = fetch
+
+
+def _error_of(kind, message, step):
+    """The exception a failed scheduled function's error is raised as: TensorFlow's class of
+    that name, else Python's, else DTensorError."""
+    cls = getattr(errors, kind, None) or getattr(_builtins, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = DTensorError
+    return cls(f"scheduled function {step} raised {kind}: {message}")
 
 
 class _SharedIterator:
@@ -3458,6 +3729,22 @@ class _SharedIterator:
         return next(self._it)
 
     get_next = __next__
+
+
+class _SharedCounter:
+    """An int64 counter on the ps tasks every worker adds to atomically (dt_ps_variable_
+    fetch_add). Creation is collective."""
+
+    def __init__(self, strategy):
+        zero = dtensor_from_array(np.zeros((1,), np.int64), Layout.replicated(strategy.mesh, 1))
+        self._handle = _c.ps_variable_create(strategy._handle, zero._handle)
+        _live.add(self, keep=True)  # its window is released collectively, at shutdown
+
+    def fetch_add(self, n):
+        """Add n; the value before."""
+        old = np.empty((1,), np.int64)
+        _c.ps_variable_fetch_add(self._handle, np.full((1,), n, np.int64), old)
+        return int(old[0])
 
 
 class PerWorkerDataset:
@@ -3494,6 +3781,9 @@ class ClusterCoordinator:
                             f"{type(strategy).__name__}")
         self._strategy = strategy
         self._closures = []
+        self._failed = {}  # step -> (class name, message): this worker's failed functions
+        self._pending = []  # RemoteValues whose results are not shared yet
+        self._unreported = {}  # step -> (class name, message): errors join has not raised
         self._shared = {}  # id(local iterator) -> (it, its cluster-wide iterator)
         self._step = self._run  # the C coordinator borrows it: kept alive here
         self._handle = _c.ps_coordinator_create(strategy._handle, self._step)
@@ -3507,7 +3797,14 @@ class ClusterCoordinator:
             raise DTensorError(f"scheduled function {step} was never scheduled on this worker: "
                                f"every client must run the same program")
         fn, args, kwargs = self._closures[step]
-        r = fn(*args, **kwargs)
+        try:
+            r = fn(*args, **kwargs)
+        except StopIteration:  # an exhausted iterator: TensorFlow's end of sequence
+            self._failed[step] = ("OutOfRangeError", "End of sequence")
+            raise errors.OutOfRangeError("End of sequence") from None
+        except Exception as e:
+            self._failed[step] = (type(e).__name__, str(e))
+            raise
         if isinstance(r, _replicas.PerReplica) and len(r.values) == 1:
             r = r.values[0]
         if r is None:
@@ -3522,11 +3819,47 @@ class ClusterCoordinator:
         args, kwargs = tuple(args), dict(kwargs or {})
         self._closures.append((fn, tuple(self._sharing(a) for a in args),
                                {key: self._sharing(a) for key, a in kwargs.items()}))
-        return RemoteValue(_c.ps_schedule(self._handle, k) if self._chief else None)
+        rv = RemoteValue(self, k, _c.ps_schedule(self._handle, k) if self._chief else None)
+        self._pending.append(rv)
+        return rv
+
+    def _sync(self):
+        """Every client: wait for every scheduled function (workers run them), then share
+        their results: the chief's values, the workers' errors. Collective."""
+        _c.ps_join_all(self._handle)
+        results = []
+        if self._chief:
+            for rv in self._pending:
+                try:
+                    value, rv.worker, rv.attempts = _c.remote_fetch(rv._handle)
+                    results.append([rv._step, value, None])
+                except DTensorError as e:
+                    results.append([rv._step, None, str(e)])
+        shared = _allgather_json([results if self._chief else None,
+                                  sorted(self._failed.items())])
+        results = next((r for r, _ in shared if r is not None), [])
+        failures = {step: tuple(f) for _, fs in shared for step, f in fs}
+        self._failed = {}
+        by_step = {rv._step: rv for rv in self._pending}
+        for step, value, error in results:
+            rv = by_step[step]
+            rv._known, rv._value = True, value
+            if error is not None:
+                rv._error = failures.get(step, ("DTensorError", error))
+                self._unreported[step] = rv._error
+        self._pending = []
 
     def join(self):
-        """Every client: wait until every scheduled function is done (workers run them)."""
-        _c.ps_join_all(self._handle)
+        """Every client: wait until every scheduled function is done (workers run them). A
+        function that raised makes join raise, on every client, the error of the first such
+        function (by schedule order) not yet raised, as TensorFlow's coordinator raises the
+        first error it saw; the others are dropped. Collective."""
+        self._sync()
+        if self._unreported:
+            step = min(self._unreported)
+            kind, message = self._unreported[step]
+            self._unreported = {}
+            raise _error_of(kind, message, step)
 
     def done(self):
         """Chief: whether every scheduled function has finished (without waiting)."""
