@@ -73,6 +73,8 @@ __all__ = [
     "sparse_softmax_cross_entropy_with_logits", "ClusterSpec", "CollectiveCommunication",
     "errors", "config", "distribute", "experimental", "list_physical_devices",
     "list_logical_devices", "set_logical_device_configuration", "LogicalDeviceConfiguration",
+    "Module", "nest", "io", "string", "dtypes", "conv2d", "max_pool2d", "avg_pool2d", "moments",
+    "batch_normalization", "MeshDimension",
 ]
 
 UNSHARDED = "unsharded"
@@ -593,6 +595,43 @@ class Mesh:
     def __contains__(self, dim_name):
         return dim_name in self._names
 
+    def __getitem__(self, dim_name):
+        """The dimension ``(name, size)`` (TensorFlow's MeshDimension)."""
+        return MeshDimension(dim_name, self.dim_size(dim_name))
+
+    @property
+    def strides(self):
+        """Row-major strides of the mesh: a device's coordinates are (id // strides) % shape."""
+        return [int(np.prod(self._sizes[k + 1:])) for k in _builtins.range(len(self._sizes))]
+
+    def unravel_index(self):
+        """{mesh device index: {dimension name: coordinate}} for every device of the mesh."""
+        return {i: dict(zip(self._names, (int(c) for c in np.unravel_index(i, self._sizes))))
+                for i in _builtins.range(self.size)}
+
+    def coords(self, device_idx):
+        """The mesh coordinates of device ``device_idx`` (an index into the mesh)."""
+        return [int(c) for c in np.unravel_index(int(device_idx), self._sizes)]
+
+    def local_device_locations(self):
+        """The coordinates ({dimension name: index}) of this client's devices, in local
+        order."""
+        where = self.unravel_index()
+        return [where[i] for i in self._local_ids]
+
+    def min_global_device_id(self):
+        return min(self._device_ids)
+
+    def is_remote(self):
+        """True when this client owns none of the mesh's devices."""
+        return not self._local_ids
+
+    def host_mesh(self):
+        """The mesh's CPU twin (TensorFlow's host mesh): itself for a CPU mesh."""
+        if self._device_type == "CPU":
+            return self
+        raise errors.UnimplementedError(f"host_mesh of {self}: a GPU mesh's host mesh")
+
     def __eq__(self, other):
         return isinstance(other, Mesh) and other._handle is self._handle
 
@@ -605,6 +644,16 @@ class Mesh:
 
 
 _meshes = weakref.WeakValueDictionary()  # (names, sizes, type, device ids) -> live Mesh
+
+
+class MeshDimension(_types.SimpleNamespace):
+    """A mesh dimension: ``name`` and ``size``."""
+
+    def __init__(self, name, size):
+        super().__init__(name=name, size=size)
+
+    def __iter__(self):
+        return iter((self.name, self.size))
 
 
 def _make_mesh(dims, kind, device_ids=None, name=""):
@@ -824,6 +873,17 @@ class Layout:
     @property
     def partial(self):
         return dict(self._partial)
+
+    @property
+    def shape(self):
+        """The number of shards of each tensor axis (TensorFlow's Layout.shape)."""
+        return [self.num_shards(i) for i in _builtins.range(self.rank)]
+
+    def delete(self, dims):
+        """The layout without the tensor axes ``dims`` (its sharding of the others kept)."""
+        dims = {int(d) % self.rank if self.rank else int(d) for d in dims}
+        return Layout([s for i, s in enumerate(self.sharding_specs) if i not in dims],
+                      self.mesh)
 
     def is_fully_replicated(self):
         return not self._partial and all(s == UNSHARDED for s in self._specs)
@@ -1412,6 +1472,30 @@ def _default_mesh():
     return _host_mesh()
 
 
+class _Symbolic:
+    """Base of symbolic values an op cannot compute (Keras's functional API's KerasTensor): an
+    op given one calls ``_make_node`` on it instead (see _symbolic_aware)."""
+
+
+class _SymbolicOperand(Exception):
+    pass
+
+
+def _symbolic_aware(fn):
+    """fn, or, when an operand is symbolic, the node ``symbolic._make_node(fn, args, kwargs)``
+    (a Keras functional model's op layer)."""
+    def op(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _SymbolicOperand:
+            first = next(v for v in _nest_flatten([list(args), kwargs])
+                         if isinstance(v, _Symbolic))
+            return first._make_node(fn, args, kwargs)
+    op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    op.__wrapped__ = fn
+    return op
+
+
 def _as_tensor(x, what="value", dtype=None):
     """A DTensor of a value: a DTensor (or a variable's value) as it is, anything else
     converted as TensorFlow converts it and replicated on the default mesh; None and other
@@ -1419,6 +1503,8 @@ def _as_tensor(x, what="value", dtype=None):
     if isinstance(x, (DTensor, DVariable)):
         t = _value(x)
         return t if dtype is None or np.dtype(dtype) == t.dtype else cast(t, dtype)
+    if isinstance(x, _Symbolic):
+        raise _SymbolicOperand()
     a = _host_array(x, dtype, what)
     layout = _requested()
     if layout is None or layout.rank != a.ndim:
@@ -1442,6 +1528,8 @@ def _operands(tensors, what):
                 break
         else:
             return tensors
+    if any(isinstance(t, _Symbolic) for t in tensors):
+        raise _SymbolicOperand()
     like = next((t for t in tensors if isinstance(t, (DTensor, DVariable))), None)
     out = [_value(t) if isinstance(t, (DTensor, DVariable)) else
            _as_dtensor(t, like, f"{what}: operand {i}") if like is not None else
@@ -1719,6 +1807,8 @@ def _as_dtensor(x, like, what="operand"):
     other objects raise TypeError."""
     if isinstance(x, (DTensor, DVariable)):
         return _value(x)
+    if isinstance(x, _Symbolic) or isinstance(like, _Symbolic):
+        raise _SymbolicOperand()
     like = _value(like)
     a = _host_array(x, None if isinstance(x, np.ndarray) else like.dtype, what)
     rep = Layout.replicated(like.layout.mesh, a.ndim)
@@ -1941,7 +2031,19 @@ def transpose(a, perm=None):
 
 
 def reshape(tensor, shape):
-    return _apply("reshape", [tensor], 0, [int(s) for s in shape])
+    """tf.reshape; one extent may be -1 (inferred from the others)."""
+    shape = [int(d) for d in (np.asarray(shape).reshape(-1).tolist()
+                              if isinstance(shape, (np.ndarray, DTensor)) else shape)]
+    if -1 in shape:
+        t = _as_tensor(tensor, "reshape: tensor")
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        total = int(np.prod(t.shape, dtype=np.int64))
+        if shape.count(-1) > 1 or known == 0 or total % known:
+            raise ValueError(f"reshape: cannot infer the -1 of {shape} for {total} elements "
+                             f"(shape {t.shape})")
+        shape[shape.index(-1)] = total // known
+        tensor = t
+    return _apply("reshape", [tensor], 0, shape)
 
 
 def slice(input_, begin, size):  # noqa: A001 (tf.slice)
@@ -3998,6 +4100,170 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits):
     return -reduce_sum(onehot * log_softmax(logits, axis=-1), axis=-1)
 
 
+# ---- convolution, pooling and batch statistics (tf.nn) ------------------------------------------
+# Composed of the ops above, so they run under every layout and differentiate through
+# GradientTape: a kh x kw convolution is kh*kw strided windows of the (padded) input
+# concatenated along the channels (im2col) and one einsum with the kernel; pooling takes the
+# elementwise maximum (or the mean) of the windows. NHWC, as Keras's default.
+
+def _hw(value, what):
+    """(h, w) of an int or a list of 1, 2 or 4 (NHWC) positive integers."""
+    v = [value] if isinstance(value, (int, np.integer)) else list(np.asarray(value).reshape(-1))
+    if len(v) == 4:
+        if int(v[0]) != 1 or int(v[3]) != 1:
+            raise ValueError(f"{what}: {value!r} moves along the batch or channels (NHWC: "
+                             f"the first and last entries must be 1)")
+        v = v[1:3]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or any(isinstance(d, (bool, np.bool_)) or int(d) != d or int(d) < 1
+                          for d in v):
+        raise ValueError(f"{what}: {value!r} is not 1, 2 or 4 positive integers")
+    return int(v[0]), int(v[1])
+
+
+def _strided(x, axis, start, count, step):
+    """``count`` elements of ``axis`` from ``start``, ``step`` apart (a slice; for step > 1 the
+    slice of count * step elements, padded at the end as needed, split into (count, step) and
+    its first column kept)."""
+    begin, size = [0] * x.ndim, list(x.shape)
+    if step == 1 or count <= 1:
+        begin[axis], size[axis] = start, count
+        return slice(x, begin, size)
+    over = start + count * step - x.shape[axis]
+    if over > 0:
+        paddings = [[0, 0]] * x.ndim
+        paddings[axis] = [0, over]
+        x = pad(x, paddings)
+    begin[axis], size[axis] = start, count * step
+    x = slice(x, begin, size)
+    shape = list(x.shape)
+    shape[axis:axis + 1] = [count, step]
+    x = reshape(x, shape)
+    size = list(x.shape)
+    size[axis + 1] = 1
+    x = slice(x, [0] * x.ndim, size)
+    return reshape(x, shape[:axis + 1] + shape[axis + 2:])
+
+
+def _windows(x, kh, kw, strides, padding, dilations, fill, what):
+    """The kh * kw windows of x (NHWC) as tensors of shape (N, out_h, out_w, C), and the
+    padding (top, bottom, left, right) that was added."""
+    if x.ndim != 4:
+        raise ValueError(f"{what}: input must be NHWC (rank 4), its shape is {x.shape}")
+    sh, sw = _hw(strides, f"{what}: strides")
+    dh, dw = _hw(dilations, f"{what}: dilations")
+    n, h, w, c = x.shape
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in ("VALID", "SAME"):
+            raise ValueError(f"{what}: padding {padding!r} is not 'VALID' or 'SAME'")
+        if mode == "VALID":
+            top = bottom = left = right = 0
+        else:  # TensorFlow's SAME: ceil(n / stride) outputs, the odd padding at the end
+            ph = max((-(-h // sh) - 1) * sh + span_h - h, 0)
+            pw = max((-(-w // sw) - 1) * sw + span_w - w, 0)
+            top, bottom, left, right = ph // 2, ph - ph // 2, pw // 2, pw - pw // 2
+    else:
+        p = np.asarray(padding).reshape(-1).tolist()
+        if len(p) != 8 or p[:2] != [0, 0] or p[6:] != [0, 0] or min(p) < 0:
+            raise ValueError(f"{what}: explicit padding {padding!r} must be [[0, 0], [top, "
+                             f"bottom], [left, right], [0, 0]] of non-negative integers")
+        top, bottom, left, right = (int(v) for v in p[2:6])
+    oh = (h + top + bottom - span_h) // sh + 1
+    ow = (w + left + right - span_w) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{what}: a {kh}x{kw} window does not fit the input {h}x{w} (padding "
+                         f"{padding!r})")
+    if top or bottom or left or right:
+        x = pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=fill)
+    out = []
+    for i in _builtins.range(kh):
+        rows = _strided(x, 1, i * dh, oh, sh)
+        out.extend(_strided(rows, 2, j * dw, ow, sw) for j in _builtins.range(kw))
+    return out, (top, bottom, left, right)
+
+
+def _nhwc(data_format, what):
+    if str(data_format).upper() not in ("NHWC", "CHANNELS_LAST"):
+        raise errors.UnimplementedError(f"{what}: data_format {data_format!r} (only NHWC)")
+
+
+def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC",  # noqa: A002
+           dilations=None, name=None):
+    """tf.nn.conv2d: input (N, H, W, C) with filters (kh, kw, C, F), VALID, SAME or explicit
+    padding, strides and dilations; NHWC."""
+    _nhwc(data_format, "conv2d")
+    x = _as_tensor(input, "conv2d: input")
+    f = _as_dtensor(filters, x, "conv2d: filters")
+    if f.ndim != 4 or x.ndim != 4 or f.shape[2] != x.shape[3]:
+        raise ValueError(f"conv2d: input {x.shape} (NHWC) and filters {f.shape} (kh, kw, C, F) "
+                         f"do not fit")
+    kh, kw, ci, co = f.shape
+    wins, _ = _windows(x, kh, kw, strides, padding, 1 if dilations is None else dilations, 0.0,
+                       "conv2d")
+    cols = wins[0] if len(wins) == 1 else concat(wins, 3)  # (N, oh, ow, kh * kw * C)
+    return einsum("nhwk,kf->nhwf", cols, reshape(f, [kh * kw * ci, co]))
+
+
+def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):  # noqa
+    """tf.nn.max_pool2d: the maximum of each ksize window (NHWC; SAME padding never wins)."""
+    _nhwc(data_format, "max_pool2d")
+    x = _as_tensor(input, "max_pool2d: input")
+    kh, kw = _hw(ksize, "max_pool2d: ksize")
+    wins, _ = _windows(x, kh, kw, strides, padding, 1, -np.inf, "max_pool2d")
+    out = wins[0]
+    for w in wins[1:]:
+        out = maximum(out, w)
+    return out
+
+
+def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):  # noqa
+    """tf.nn.avg_pool2d: the mean of each ksize window (NHWC; with SAME padding the mean of
+    the window's elements inside the input, as TensorFlow's)."""
+    _nhwc(data_format, "avg_pool2d")
+    x = _as_tensor(input, "avg_pool2d: input")
+    kh, kw = _hw(ksize, "avg_pool2d: ksize")
+    wins, (top, bottom, left, right) = _windows(x, kh, kw, strides, padding, 1, 0.0,
+                                                "avg_pool2d")
+    total = add_n(wins)
+    if not (top or bottom or left or right):
+        return total / float(kh * kw)
+    # the count of real elements in each window: the same windows of a ones image
+    ones = np.pad(np.ones((1,) + tuple(x.shape[1:3]) + (1,), dtype=x.dtype),
+                  [(0, 0), (top, bottom), (left, right), (0, 0)])
+    sh, sw = _hw(strides, "avg_pool2d: strides")
+    oh, ow = total.shape[1:3]
+    count = sum(ones[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
+                for i in _builtins.range(kh) for j in _builtins.range(kw))
+    return total / _as_dtensor(count, total, "avg_pool2d")
+
+
+def moments(x, axes, shift=None, keepdims=False, name=None):
+    """tf.nn.moments: (mean, variance) of x over ``axes``."""
+    x = _as_tensor(x, "moments: x")
+    axes = [int(a) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    mean = reduce_mean(x, axes, keepdims=True)
+    variance = reduce_mean(square(x - mean), axes, keepdims=True)
+    if not keepdims:
+        mean, variance = squeeze(mean, axes), squeeze(variance, axes)
+    return mean, variance
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """tf.nn.batch_normalization: (x - mean) / sqrt(variance + epsilon) * scale + offset
+    (scale and offset may be None)."""
+    x = _as_tensor(x, "batch_normalization: x")
+    inv = rsqrt(_as_dtensor(variance, x, "batch_normalization: variance") +
+                float(variance_epsilon))
+    if scale is not None:
+        inv = inv * _as_dtensor(scale, x, "batch_normalization: scale")
+    y = (x - _as_dtensor(mean, x, "batch_normalization: mean")) * inv
+    return y + _as_dtensor(offset, x, "batch_normalization: offset") if offset is not None \
+        else y
+
+
 # ---- tf.nn and tf.math: the names above under TensorFlow's module paths -----------------------
 
 nn = _types.SimpleNamespace(
@@ -4007,7 +4273,9 @@ nn = _types.SimpleNamespace(
     softmax_cross_entropy_with_logits=softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits=sparse_softmax_cross_entropy_with_logits,
     softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm,
-    embedding_lookup=embedding_lookup)
+    embedding_lookup=embedding_lookup, conv2d=conv2d, convolution=conv2d, max_pool2d=max_pool2d,
+    max_pool=max_pool2d, avg_pool2d=avg_pool2d, avg_pool=avg_pool2d, moments=moments,
+    batch_normalization=batch_normalization)
 math = _types.SimpleNamespace(
     add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
     floordiv=floordiv, floormod=floormod, mod=mod, maximum=maximum, minimum=minimum, pow=pow,
@@ -4019,6 +4287,204 @@ math = _types.SimpleNamespace(
     reduce_min=reduce_min, reduce_prod=reduce_prod, add_n=add_n,
     softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
     argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
+
+def _install_symbolic():
+    """Every op of the tf.math and tf.nn namespaces, and the array ops, builds a Keras
+    functional node when an operand is symbolic (a KerasTensor), as TensorFlow's ops do."""
+    g = globals()
+    names = {n for ns in (nn, math) for n, f in vars(ns).items() if callable(f)}
+    names |= {"cast", "reshape", "transpose", "concat", "stack", "matmul", "einsum", "where",
+              "expand_dims", "squeeze", "gather_rows", "take", "one_hot", "slice", "split",
+              "tile", "pad", "broadcast_to", "identity", "zeros_like", "ones_like", "relu",
+              "conv2d", "max_pool2d", "avg_pool2d", "moments", "batch_normalization"}
+    wrapped = {}
+    for name in sorted(names):
+        f = g.get(name)
+        if callable(f) and not isinstance(f, type) and not hasattr(f, "__wrapped__"):
+            wrapped[f] = g[name] = _symbolic_aware(f)
+    for ns in (nn, math):
+        for n, f in list(vars(ns).items()):
+            if f in wrapped:
+                setattr(ns, n, wrapped[f])
+
+
+_install_symbolic()
+
+
+# ---- tf.Module, tf.nest, tf.io.gfile, tf.dtypes: what TensorFlow programs use around the ops ----
+
+class Module:
+    """tf.Module: a container whose variables are found in its attributes (nested modules,
+    lists, tuples and dicts of them), each once, in attribute order."""
+
+    def __init__(self, name=None):
+        self._name = name or _re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()
+
+    @property
+    def name(self):
+        return self._name
+
+    def _walk(self, seen):
+        for key, value in sorted(vars(self).items()):
+            if key.startswith("_"):
+                continue
+            yield from _module_items(value, seen)
+
+    @property
+    def variables(self):
+        return tuple(v for v in self._walk(set()) if isinstance(v, DVariable))
+
+    @property
+    def trainable_variables(self):
+        return tuple(v for v in self.variables if v.trainable)
+
+    @property
+    def submodules(self):
+        seen, out = set(), []
+
+        def visit(m):
+            for key, value in sorted(vars(m).items()):
+                for x in _flat_values(value):
+                    if isinstance(x, Module) and id(x) not in seen:
+                        seen.add(id(x))
+                        out.append(x)
+                        visit(x)
+        visit(self)
+        return tuple(out)
+
+    @_contextlib.contextmanager
+    def name_scope(self):
+        yield self._name
+
+
+def _flat_values(value):
+    if isinstance(value, (list, tuple)):
+        return [y for v in value for y in _flat_values(v)]
+    if isinstance(value, dict):
+        return [y for k in sorted(value, key=str) for y in _flat_values(value[k])]
+    return [value]
+
+
+def _module_items(value, seen):
+    """The variables under an attribute value (modules walked), each once."""
+    for x in _flat_values(value):
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, DVariable):
+            yield x
+        elif isinstance(x, Module):
+            yield from x._walk(seen)
+        elif hasattr(x, "variables") and hasattr(x, "trainable_variables") and \
+                not isinstance(x, type):  # a Keras layer or model inside a module
+            yield from (v for v in x.variables if id(v) not in seen and not seen.add(id(v)))
+
+
+def _nest_flatten(structure):
+    """tf.nest.flatten: the leaves, dicts by sorted key."""
+    if isinstance(structure, (list, tuple)):
+        return [y for v in structure for y in _nest_flatten(v)]
+    if isinstance(structure, dict):
+        return [y for k in sorted(structure) for y in _nest_flatten(structure[k])]
+    return [structure]
+
+
+def _nest_map_structure(func, *structures):
+    """tf.nest.map_structure: func on the leaves of structures of one shape."""
+    first = structures[0]
+    if isinstance(first, (list, tuple)):
+        items = [_nest_map_structure(func, *parts) for parts in zip(*structures)]
+        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    if isinstance(first, dict):
+        return {k: _nest_map_structure(func, *(s[k] for s in structures)) for k in first}
+    return func(*structures)
+
+
+def _nest_pack_sequence_as(structure, flat_sequence):
+    flat = list(flat_sequence)
+    at = [0]
+
+    def build(x):
+        if isinstance(x, (list, tuple)):
+            items = [build(v) for v in x]
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+        if isinstance(x, dict):
+            return {k: build(x[k]) for k in sorted(x)}
+        at[0] += 1
+        return flat[at[0] - 1]
+    return build(structure)
+
+
+nest = _types.SimpleNamespace(flatten=_nest_flatten, map_structure=_nest_map_structure,
+                              pack_sequence_as=_nest_pack_sequence_as)
+
+
+def _makedirs(path):
+    import os  # noqa: PLC0415
+    os.makedirs(path, exist_ok=True)
+
+
+def _rmtree(path):
+    import shutil  # noqa: PLC0415
+    shutil.rmtree(path)
+
+
+def _gfile():
+    import glob as _glob  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    return _types.SimpleNamespace(
+        makedirs=_makedirs, mkdir=os.mkdir, rmtree=_rmtree, exists=os.path.exists,
+        isdir=os.path.isdir, listdir=os.listdir, glob=_glob.glob, remove=os.remove,
+        rename=lambda src, dst, overwrite=False: os.replace(src, dst) if overwrite or
+        not os.path.exists(dst) else (_ for _ in ()).throw(
+            errors.AlreadyExistsError(f"rename: {dst} exists")),
+        copy=lambda src, dst, overwrite=False: shutil.copyfile(src, dst), GFile=open,
+        walk=os.walk)
+
+
+#: tf.io: the file-system calls TensorFlow programs make (tf.io.gfile), on the local file system
+io = _types.SimpleNamespace(gfile=_gfile())
+
+#: tf.string: the dtype of Keras inputs of text (numpy's object arrays of str here)
+string = np.dtype(object)
+#: tf.dtypes: the dtypes under TensorFlow's module path
+dtypes = _types.SimpleNamespace(
+    float16=float16, bfloat16=bfloat16, float32=float32, float64=float64, int8=int8,
+    uint8=uint8, int32=int32, int64=int64, bool=bool_, string=string,
+    as_dtype=lambda d: string if d in ("string", str) else np.dtype(d))
+
+_global_generator = None
+
+
+def _global_rng():
+    global _global_generator
+    if _global_generator is None:
+        _global_generator = Generator(0)
+    return _global_generator
+
+
+def _set_seed(seed):
+    """tf.random.set_seed: the global generator restarts from ``seed``."""
+    _global_rng().reset_from_seed(int(seed))
+
+
+def _random_uniform(shape, minval=0, maxval=None, dtype=np.float32, seed=None, name=None):
+    """tf.random.uniform: the next draw of the global generator (the same on every client:
+    its stream depends on the seed and the draws made, never on the client)."""
+    g = Generator(seed) if seed is not None else _global_rng()
+    return g.uniform(shape, minval, maxval, dtype)
+
+
+def _random_normal(shape, mean=0.0, stddev=1.0, dtype=np.float32, seed=None, name=None):
+    g = Generator(seed) if seed is not None else _global_rng()
+    return g.normal(shape, mean, stddev, dtype)
+
+
+_Random.uniform = staticmethod(_random_uniform)
+_Random.normal = staticmethod(_random_normal)
+_Random.set_seed = staticmethod(_set_seed)
+
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
