@@ -1311,6 +1311,72 @@ def local_components(tensor):
     return [_Component(t, i) for i in _builtins.range(len(t._local_shapes))]
 
 
+def _capsule_header(capsule):
+    """(shape, numpy dtype, contiguous) of a DLPack capsule ("dltensor"), read without
+    consuming it (DLPack's DLManagedTensor: the DLTensor comes first)."""
+    import ctypes  # noqa: PLC0415
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        t = DLTensor.from_address(get(capsule, b"dltensor"))
+    except ValueError:
+        raise errors.InvalidArgumentError("from_dlpack: the capsule is not an unused DLPack "
+                                          "tensor (a capsule is consumed once)") from None
+    if t.device_type != 1:
+        raise errors.InvalidArgumentError(f"from_dlpack: the memory is on DLPack device "
+                                          f"{t.device_type}, not the CPU (1)")
+    kinds = {(0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
+             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16",
+             (6, 8): "bool"}
+    name = kinds.get((t.code, t.bits)) if t.lanes == 1 else None
+    if name is None:
+        raise TypeError(f"from_dlpack: DLPack dtype code {t.code}, {t.bits} bits, {t.lanes} "
+                        f"lanes is not one of dtensor's dtypes")
+    shape = [t.shape[i] for i in _builtins.range(t.ndim)]
+    contiguous = not t.strides or all(
+        shape[i] == 1 or t.strides[i] == int(np.prod(shape[i + 1:], dtype=np.int64))
+        for i in _builtins.range(t.ndim))
+    return shape, (bfloat16 if name == "bfloat16" else np.dtype(name)), contiguous
+
+
+def _to_dlpack(tensor):
+    """tf.experimental.dlpack.to_dlpack: a DLPack capsule lending the memory of a tensor with
+    one component on this client (a regular tensor, a replica's value), without a copy."""
+    t = _as_tensor(tensor, "to_dlpack: tensor")
+    return t._one_component().__dlpack__()
+
+
+def _from_dlpack_capsule(dlcapsule):
+    """tf.experimental.dlpack.from_dlpack: a regular tensor (this client's host mesh) whose
+    memory is a DLPack capsule's (or a ``__dlpack__`` object's, as numpy's and PyTorch's
+    arrays), without a copy; CPU memory only. Not collective: only this client takes part."""
+    if hasattr(dlcapsule, "__dlpack__"):
+        shape = [int(n) for n in dlcapsule.shape]
+        dtype = np.dtype(str(dlcapsule.dtype).replace("torch.", ""))
+        contiguous = getattr(getattr(dlcapsule, "flags", None), "c_contiguous", True)
+        if contiguous:
+            dlcapsule = dlcapsule.__dlpack__()
+    elif type(dlcapsule).__name__ == "PyCapsule":
+        shape, dtype, contiguous = _capsule_header(dlcapsule)
+    else:
+        raise TypeError(f"from_dlpack: expected a DLPack capsule or an object with "
+                        f"__dlpack__, got {type(dlcapsule).__name__}")
+    if not contiguous:
+        raise errors.InvalidArgumentError(f"from_dlpack: the memory of shape {tuple(shape)} "
+                                          f"is not contiguous")
+    layout = Layout.replicated(_host_mesh(), len(shape))
+    return DTensor(_c.tensor_from_dlpack(layout.mesh._handle, layout._text, _code(dtype),
+                                         shape, [dlcapsule]), layout)
+
+
 def _from_components(comps, layout, shape, dtype):
     """A DTensor from components already checked against the layout."""
     handle = _c.tensor_pack(layout.mesh._handle, layout._text, _code(dtype), list(shape),
