@@ -11,8 +11,13 @@
  *   eager_add        add of two 4x4 f32 tensors on a 1-GPU mesh (us per op, queued then waited)
  *   allreduce_2gpu   all-reduce of 256 MiB f32 between 2 logical GPUs, bus bandwidth
  *                    2(g-1)/g x bytes / time vs a 256 MiB device-to-device cudaMemcpy (GB/s:
- *                    bytes copied per second)
- *   philox_fill      uniform f32 fill of 256 MiB vs the same copy (GB/s written)
+ *                    bytes copied per second): the device copies and the combine kernel
+ *                    (target >= 0.45, the ceiling being 0.5); "nccl": the same through NCCL
+ *                    (one rank: the two logical GPUs combine on their GPU first)
+ *   philox_fill      uniform f32 fill of 256 MiB vs the same copy (GB/s written; target
+ *                    >= 0.8)
+ *   reduce_full      the sum of 256 MiB f32 to one value (a loss, a norm: every block of the
+ *                    GPU on it, two passes) vs the same copy (GB/s read)
  * Usage: bench_gpu [reps] (default 10). Run by benchmarks/gpu.sh. */
 #include "bench.h"
 #include "dtensor.h"
@@ -243,41 +248,16 @@ static double copy_rate(size_t bytes)
     return (double)bytes / t;
 }
 
-static void allreduce_and_fill(void)
+/* The Philox fill and a full sum of `bytes` of f32 on one GPU, against the copy rate. */
+static void fill_and_reduce(size_t bytes, double base)
 {
-    start(2, false);
-    const size_t bytes = (size_t)256 << 20;
-    double base = copy_rate(bytes);
-    dt_mesh *m = gpu_mesh(2);
-    dt_layout l;
-    BENCH_CHECK(dt_layout_parse(m, "unsharded;partial_sum=x", &l));
     int64_t n = (int64_t)(bytes / 4);
-    dt_op_options o = {.layout = &l};
-    dt_tensor *x = NULL, *y = NULL;
-    BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, &n, &o, &x));
     dt_layout r;
-    BENCH_CHECK(dt_layout_replicated(m, 1, &r));
-    double t0 = 0;
-    for (int it = -1; it < reps; it++) {
-        if (it == 0) {
-            BENCH_CHECK(dt_tensor_wait(x));
-            t0 = bench_now();
-        }
-        dt_tensor_free(y);
-        BENCH_CHECK(dt_relayout(x, &r, NULL, &y)); /* partial -> replicated: one all-reduce */
-    }
-    BENCH_CHECK(dt_tensor_wait(y));
-    double t = (bench_now() - t0) / reps, g = 2;
-    row("allreduce_2gpu", "256 MiB f32", 2 * (g - 1) / g * (double)bytes / t * 1e-9, base * 1e-9,
-        "GB/s");
-    dt_tensor_free(x);
-    dt_tensor_free(y);
-    dt_mesh_free(m);
-
     dt_mesh *one = gpu_mesh(1);
     BENCH_CHECK(dt_layout_replicated(one, 1, &r));
     dt_op_options ro = {.layout = &r};
-    dt_tensor *u = NULL;
+    dt_tensor *u = NULL, *s = NULL;
+    double t0 = 0;
     for (int it = -1; it < reps; it++) {
         if (it == 0) {
             BENCH_CHECK(dt_tensor_wait(u));
@@ -287,10 +267,62 @@ static void allreduce_and_fill(void)
         BENCH_CHECK(dt_random_uniform(DT_DTYPE_F32, 1, &n, 3, (uint64_t)it + 1, 0, 1, &ro, &u));
     }
     BENCH_CHECK(dt_tensor_wait(u));
-    t = (bench_now() - t0) / reps;
+    double t = (bench_now() - t0) / reps;
     row("philox_fill", "256 MiB f32", (double)bytes / t * 1e-9, base * 1e-9, "GB/s");
+    dt_layout scalar;
+    BENCH_CHECK(dt_layout_replicated(one, 0, &scalar));
+    dt_op_options so = {.layout = &scalar};
+    for (int it = -1; it < reps; it++) {
+        if (it == 0) {
+            BENCH_CHECK(dt_tensor_wait(s));
+            t0 = bench_now();
+        }
+        dt_tensor_free(s);
+        BENCH_CHECK(dt_reduce(DT_REDUCE_SUM, u, 0, NULL, 0, &so, &s));
+    }
+    BENCH_CHECK(dt_tensor_wait(s));
+    t = (bench_now() - t0) / reps;
+    row("reduce_full", "256 MiB f32 sum", (double)bytes / t * 1e-9, base * 1e-9, "GB/s");
     dt_tensor_free(u);
+    dt_tensor_free(s);
     dt_mesh_free(one);
+}
+
+static void allreduce_and_fill(void)
+{
+    start(2, false);
+    const size_t bytes = (size_t)256 << 20;
+    double base = copy_rate(bytes);
+    for (int nccl = 0; nccl < 2; nccl++) {
+        dt_mesh *m = gpu_mesh(2);
+        if (nccl)
+            BENCH_CHECK(dt_mesh_set_collective_algorithm(m, DT_ALGORITHM_NCCL));
+        dt_layout l;
+        BENCH_CHECK(dt_layout_parse(m, "unsharded;partial_sum=x", &l));
+        int64_t n = (int64_t)(bytes / 4);
+        dt_op_options o = {.layout = &l};
+        dt_tensor *x = NULL, *y = NULL;
+        BENCH_CHECK(dt_ones(DT_DTYPE_F32, 1, &n, &o, &x));
+        dt_layout r;
+        BENCH_CHECK(dt_layout_replicated(m, 1, &r));
+        double t0 = 0;
+        for (int it = -1; it < reps; it++) {
+            if (it == 0) {
+                BENCH_CHECK(dt_tensor_wait(x));
+                t0 = bench_now();
+            }
+            dt_tensor_free(y);
+            BENCH_CHECK(dt_relayout(x, &r, NULL, &y)); /* partial -> replicated: an all-reduce */
+        }
+        BENCH_CHECK(dt_tensor_wait(y));
+        double t = (bench_now() - t0) / reps, g = 2;
+        row("allreduce_2gpu", nccl ? "256 MiB f32 nccl" : "256 MiB f32",
+            2 * (g - 1) / g * (double)bytes / t * 1e-9, base * 1e-9, "GB/s");
+        dt_tensor_free(x);
+        dt_tensor_free(y);
+        dt_mesh_free(m);
+    }
+    fill_and_reduce(bytes, base);
     BENCH_CHECK(dt_finalize());
 }
 

@@ -10,7 +10,7 @@ Prints CSV: op, C us/op (bench_spmd dispatch on the same mesh), Python us/op, th
     DTENSOR_CPU_DEVICES=1 mpiexec.mpich -n 2 build/venv/bin/python benchmarks/bench_python.py \
         matmul [n ...]
 
-The contracting-sharded f32 matmul from Python (issue 14): A[U,x] @ B[x,U] -> replicated on a
+The contracting-sharded f32 matmul from Python: A[U,x] @ B[x,U] -> replicated on a
 mesh x of every device, eager, best of 5 after a warm-up, each timed between barriers on client
 0; beside numpy's matmul (its own OpenBLAS, all cores) timed by client 0 while the others wait
 in a barrier. Prints CSV: clients, devices, n, GFLOP/s of both, and their ratio.

@@ -1,4 +1,4 @@
-/* Sharding-scheme comparison harness (issue 7): matmul under each sharding scheme beside the
+/* Sharding-scheme comparison harness: matmul under each sharding scheme beside the
  * single-process OpenBLAS limit, every relayout transition against the minimum it must move,
  * and the calibration (alpha, beta, gamma) of the cost model used for projections.
  * benchmarks/run.sh runs all of it and benchmarks/report.py turns the CSV into JSON and plots.

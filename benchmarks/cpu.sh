@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's CPU comparison in one command: for 1 process x 2 devices and for mpiexec.mpich -n 2
+# The CPU comparison in one command: for 1 process x 2 devices and for mpiexec.mpich -n 2
 # (1 device each), on mesh x=2, f32:
 #   - matmul in three cases (contracting A[U,x] @ B[x,U] -> replicated with its all-reduce,
 #     row-sharded A[x,U] @ B[U,U], replicated) at n = 1024, 2048, 4096, beside single-process

@@ -1,4 +1,4 @@
-"""Tables of benchmarks/cpu.sh (issue 14) from the CSV files of one run, as markdown on stdout.
+"""Tables of benchmarks/cpu.sh from the CSV files of one run, as markdown on stdout.
 
     /usr/bin/python3 benchmarks/cpu_report.py benchmarks/results/cpu
 

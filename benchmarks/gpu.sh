@@ -15,6 +15,12 @@ fi
 ninja -C "$BUILD" benchmarks/bench_gpu examples/gpt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 "$BUILD/benchmarks/bench_gpu" "$REPS" | tee "$OUT/gpu.csv"
+# The kernels' targets, as ratios to a device copy measured in the same run
+awk -F, '$1 == "allreduce_2gpu" && $2 == "256 MiB f32" { t["all-reduce between 2 logical GPUs (combine)", 0.45] = $5 }
+         $1 == "philox_fill" { t["Philox uniform fill", 0.8] = $5 }
+         END { for (k in t) { split(k, p, SUBSEP)
+                   printf "target: %s %.3f of a device copy (>= %s): %s\n", p[1], t[k], p[2],
+                          t[k] >= p[2] ? "met" : "NOT met" } }' "$OUT/gpu.csv" | tee "$OUT/targets.txt"
 # The GPT example in bf16 on 4 logical GPUs of the one GPU (sharding "1" is one device), beside
 # the same model in PyTorch eager on that GPU (benchmarks/gpt_torch.py; skipped without it)
 DTENSOR_CUDA_DEVICES=4 "$BUILD/examples/gpt" bench 50 bf16 gpu | tee "$OUT/gpt.csv"

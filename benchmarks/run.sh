@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sharding-scheme comparison (issue 7) in one command: calibration, matmul under every
+# The sharding-scheme comparison in one command: calibration, matmul under every
 # scheme beside OpenBLAS and ScaLAPACK, every relayout, collectives against raw MPI, then CSV,
 # JSON, plots and the projection (benchmarks/report.py). See benchmarks/README.md.
 #
@@ -23,7 +23,8 @@ OUT=${OUT:-benchmarks/results}
 VENV=${VENV:-build/venv}
 COLL_MAX=${COLL_MAX:-67108864}
 MPIEXEC=mpiexec.mpich
-export OPENBLAS_NUM_THREADS=1 # ranks x threads would exceed the cores (TOOLCHAIN.md)
+# ranks x threads would exceed the cores (docs/ARCHITECTURE.md, toolchain)
+export OPENBLAS_NUM_THREADS=1
 
 start=$(date +%s)
 say() { echo "[run.sh $(($(date +%s) - start))s] $*" >&2; }

@@ -5,22 +5,51 @@
 
 #include "collectives.h"
 
+/* The hosts of a set of clients, for the by-host path: combine inside each host (MPI between
+ * the clients of one host goes through shared memory), cross between one leader per host (the
+ * host's first client), spread inside each host. Built only where the clients span several
+ * hosts and some host holds two or more of them (dt__hosts_build). Positions are the clients'
+ * indices in the set; hosts are numbered in the order of their first client. */
+typedef struct dt__hosts {
+    int num_hosts;
+    int my_host;
+    int *host_first; /* num_hosts + 1 offsets into host_order */
+    int *host_order; /* positions, host after host, ascending within a host */
+    bool host_major; /* host_order is 0, 1, 2, ...: every host's clients are consecutive */
+    int host_rank;   /* this client's index among its host's clients */
+    int host_size;   /* its host's clients */
+    MPI_Comm hcomm;  /* its host's clients, in position order (host_size > 1), or NULL */
+    MPI_Comm lcomm;  /* the hosts' leaders in host order (on leaders only), or NULL */
+} dt__hosts;
+
+/* The hosts of clients[0..n) (client ids, this client at position me), or *out = NULL when
+ * the by-host path does not apply. Local. */
+dt_status dt__hosts_build(const int clients[], int n, int me, dt__hosts **out);
+/* Its communicators, over ranks of parent (the client ids; tags tag and tag + 1). Collective
+ * over the n clients. */
+dt_status dt__hosts_connect(dt__hosts *h, MPI_Comm parent, const int clients[], int tag);
+void dt__hosts_free(dt__hosts *h);
+/* Frees what the reads' gather keeps (dt__coll_shutdown). */
+void dt__hosts_shutdown(void);
+/* Reads DTENSOR_COLLECTIVES_BY_HOST (dt__coll_init). */
+dt_status dt__hosts_configure(void);
+
 /* One group of an axis mask, as this client sees it. Member ranks follow device ids, and
  * clients own contiguous device blocks, so the members a client holds are a contiguous range
  * of member ranks and the clients of a group are listed in member-rank order. */
 typedef struct dt__cgroup {
-    int id;          /* global device id of member 0 */
-    int first_rank;  /* member rank of this client's first member */
-    int num_local;   /* k: members on this client */
-    int *local;      /* k local device indices, in member order */
-    int num_clients; /* clients holding members; > 1: the group spans clients */
-    int my_pos;      /* this client's index in `clients` */
-    int *clients;    /* client ids (ranks of the mesh communicator) */
-    int *rank_first; /* num_clients + 1: first member rank held by each client */
-    MPI_Comm comm;   /* over `clients` when the group spans clients */
-    bool owns_comm;  /* false when shared with an earlier group of the same clients */
-    void **nccl;     /* NCCL: one communicator per local member, created on first use */
-    void **streams;  /* NCCL: one CUDA stream per local member */
+    int id;           /* global device id of member 0 */
+    int first_rank;   /* member rank of this client's first member */
+    int num_local;    /* k: members on this client */
+    int *local;       /* k local device indices, in member order */
+    int num_clients;  /* clients holding members; > 1: the group spans clients */
+    int my_pos;       /* this client's index in `clients` */
+    int *clients;     /* client ids (ranks of the mesh communicator) */
+    int *rank_first;  /* num_clients + 1: first member rank held by each client */
+    MPI_Comm comm;    /* over `clients` when the group spans clients */
+    bool owns_comm;   /* false when shared with an earlier group of the same clients */
+    dt__hosts *hosts; /* by-host structure when it applies (made with comm), else NULL */
+    int xset;         /* device collectives: its communicators in the mesh's list (-1: unknown) */
 } dt__cgroup;
 
 /* Every group of one axis mask that holds a device of this client, by ascending id. */
@@ -42,6 +71,7 @@ typedef struct dt__cmask {
 
 struct dt__coll_mesh {
     dt__cmask *masks[1u << DT_MAX_MESH_AXES];
+    struct dt__devmesh *dev; /* device collectives' communicators (device.c), or NULL */
 };
 
 /* How one group's cross-client step is carried out. */
@@ -50,6 +80,7 @@ typedef enum dt__xmode {
     DT__X_NATIVE,       /* one nonblocking MPI collective */
     DT__X_RING,         /* ring over point-to-point messages */
     DT__X_REDUCE_BCAST, /* MPI_Ireduce to the first client, then MPI_Ibcast */
+    DT__X_HOSTS,        /* by host: in the host, between the hosts' leaders, in the host */
 } dt__xmode;
 
 /* One group's share of a collective. Counts are elements. */
@@ -73,6 +104,7 @@ typedef struct dt__gcall {
     int64_t *seg;     /* ring: num_clients + 1 segment offsets */
     char *acc, *tmp;  /* ring work buffers */
     bool own_scratch; /* acc and tmp were allocated for this call (the mask's were busy) */
+    char *hbuf;       /* by host: the leader's work buffers (one allocation) */
     bool uses_scratch;
     int tag;
     bool done;
@@ -91,6 +123,8 @@ struct dt__coll_req {
     double t0;
     bool parallel;                /* local phases on the device workers (large enough to pay off) */
     struct dt__coll_stage *stage; /* host copies of device buffers (staged.c), or NULL */
+    bool device;                  /* a device collective across clients (device.c) */
+    struct dt__dev_call *dev;     /* its state while in flight, or NULL */
 };
 
 /* DT_ERR_UNSUPPORTED unless algorithm `a` can run on devices of `type`. */
@@ -114,6 +148,14 @@ dt_status dt__coll_mpi_start(dt__coll_req *r);
 /* True when every group is done; a failure sets *status. */
 bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
 
+/* By host (hosts.c): should a group of p clients on h hosts, at most c on one, move `bytes` of
+ * `kind` by host under the mesh's algorithm a; buffers of the by-host path, set up before the
+ * local phase; the next step of a group once its last one completed (gc->phase counts them). */
+bool dt__hosts_choose(dt__coll_kind kind, dt_collective_algorithm a, const dt__hosts *h,
+                      int clients, int64_t bytes);
+dt_status dt__hosts_setup(dt__coll_req *r, dt__gcall *gc);
+dt_status dt__hosts_next(dt__coll_req *r, dt__gcall *gc);
+
 /* Devices whose memory host code cannot touch, in groups spanning clients without NCCL
  * (nccl_possible false: clients share GPUs, or the GPUs are emulated): stage_in copies each
  * local device's buffers to host memory and points r->c at the copies, so that the host path
@@ -129,9 +171,81 @@ void dt__coll_stage_free(dt__coll_stage *st);
  * access), and queue the collective on the members' streams. */
 dt_status dt__cuda_coll_check(const dt__coll_req *r);
 dt_status dt__cuda_coll_run(dt__coll_req *r);
-dt_status dt__nccl_run(dt__coll_req *r);
-void dt__nccl_group_free(dt__cgroup *g);
 #endif
+
+/* ---- device collectives across clients (device.c) ------------------------------------------
+ *
+ * A transport between physical GPUs: NCCL (nccl.c), or its emulation over MPI for GPUs
+ * emulated on the host (xport_emulated.c). A communicator is one rank of a set of physical
+ * GPUs; its ops run on the side stream of the rank's GPU (dt__dev_ops). */
+typedef struct dt__xcomm dt__xcomm;
+
+typedef enum dt__xop_kind {
+    DT__XOP_ALL_REDUCE,     /* send, recv: count */
+    DT__XOP_ALL_GATHER,     /* send: count, recv: nranks * count */
+    DT__XOP_REDUCE_SCATTER, /* send: nranks * count, recv: count */
+    DT__XOP_REDUCE,         /* send: count; recv (root `peer` only): count */
+    DT__XOP_BROADCAST,      /* send (root `peer` only), recv: count */
+    DT__XOP_SEND,           /* send: count, to rank `peer` */
+    DT__XOP_RECV,           /* recv: count, from rank `peer` */
+} dt__xop_kind;
+
+/* One op of one rank. Ops between the same two ranks match in the order they are given, on
+ * every client alike. */
+typedef struct dt__xop {
+    dt__xop_kind kind;
+    dt_dtype dtype;  /* f32 for 16-bit floats widened to f32 */
+    dt_reduce_op op; /* SUM, MAX, MIN or PROD */
+    const void *send;
+    void *recv;
+    int64_t count;
+    int peer;
+    dt__xcomm *comm;
+    dt__device *side; /* the rank's GPU's side device: the stream it runs on */
+} dt__xop;
+
+typedef struct dt__xport {
+    const char *name; /* the ledger's backend */
+    /* The communicators of `nranks` GPUs, ranks numbered as the caller chose: this client's k
+     * GPUs are ranks rank[j], their side devices side[j]; client_of[r] is the client (rank in
+     * comm) of rank r. out[j] gets rank[j]'s communicator. Collective over comm, whose every
+     * client calls it (with k = 0 when it holds no rank); MPI_COMM_NULL when every rank is
+     * this client's. `fail` (a fault injected for tests) makes this client fail as a rank
+     * whose creation failed does. */
+    dt_status (*init)(MPI_Comm comm, int nranks, const int client_of[], int k, const int rank[],
+                      dt__device *const side[], bool fail, dt__xcomm *out[]);
+    /* Communicators of the parents' ranks `members` (nm of them, ascending): every rank of the
+     * parents calls it, the k held here by this client; out[j] is NULL for a parent that is
+     * not a member. The new ranks are the members' places in the list. */
+    dt_status (*split)(int k, dt__xcomm *const parent[], int nm, const int members[],
+                       dt__xcomm *out[]);
+    /* Queue the ops (one group call: every op of every rank of this client, in an order
+     * every client follows). The host does not wait for them. */
+    dt_status (*run)(int n, const dt__xop ops[]);
+    /* End a communicator whose peers may be gone (in-flight ops abort), or an idle one. */
+    void (*abort)(dt__xcomm *c);
+    void (*free)(dt__xcomm *c);
+} dt__xport;
+
+extern const dt__xport dt__xport_emulated;
+#ifdef DT_HAVE_CUDA
+extern const dt__xport dt__xport_nccl;
+#endif
+
+/* Whether a collective of r runs as a device collective (its groups spanning clients, or NCCL
+ * asked for, on a backend with a transport whose GPUs no two clients share). Pure metadata. */
+bool dt__dev_applies(const dt__coll_req *r);
+/* Queue it: the side streams wait for the members' compute streams, combine the logical
+ * devices of each GPU, run the transport, and give each member its result; nothing waits on
+ * the host. Then wait: every member's compute stream waits for its side stream (consumers
+ * come after), and the request's temporaries go back. A failure aborts the mesh's
+ * communicators and marks its devices dead. */
+dt_status dt__dev_start(dt__coll_req *r);
+dt_status dt__dev_wait(dt__coll_req *r);
+void dt__dev_call_free(dt__coll_req *r);
+/* The mesh's device communicators (dt__coll_mesh_open makes them: every set of GPUs a group
+ * of some axis mask spans across clients, split from one per mesh), freed with it. */
+void dt__dev_mesh_free(dt_mesh *m);
 
 /* Ledger: record a finished collective. */
 void dt__ledger_record(const dt__coll_req *r, double seconds);

@@ -33,6 +33,7 @@ const char *dt_collective_algorithm_name(dt_collective_algorithm a)
 
 dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a)
 {
+    DT__SERIAL();
     if (!m)
         return dt__fail(DT_ERR_ARG, "dt_mesh_set_collective_algorithm: mesh is NULL");
     if ((unsigned)a >= DT_ALGORITHM_COUNT)
@@ -46,6 +47,7 @@ dt_status dt_mesh_set_collective_algorithm(dt_mesh *m, dt_collective_algorithm a
 
 dt_collective_algorithm dt_mesh_collective_algorithm(const dt_mesh *m)
 {
+    DT__SERIAL();
     return m ? m->coll_algorithm : DT_ALGORITHM_AUTO;
 }
 
@@ -226,12 +228,6 @@ typedef struct dt__sig {
     } groups[DT__SIG_GROUPS];
 } dt__sig;
 
-static bool check_enabled(void)
-{
-    const char *e = getenv("DTENSOR_CHECK_COLLECTIVES");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 typedef struct sig_ctx {
     const dt_mesh *m;
     const dt__sig *sig;
@@ -332,6 +328,7 @@ static void req_free(dt__coll_req *r)
                 MPI_Request_free(&gc->req[q]);
             }
         free(gc->stage);
+        free(gc->hbuf);
         char *work = gc->acc < gc->tmp ? gc->acc : gc->tmp; /* the ring may swap them */
         if (gc->own_scratch)
             free(work);
@@ -341,6 +338,7 @@ static void req_free(dt__coll_req *r)
     free(r->gc);
     free(r->block);
     dt__coll_stage_free(r->stage);
+    dt__dev_call_free(r);
     free(r);
 }
 
@@ -368,7 +366,7 @@ static dt_status plan(dt__coll_req *r)
     char *p = block;
     dt_collective_algorithm a =
         r->c.algorithm != DT_ALGORITHM_AUTO ? r->c.algorithm : r->m->coll_algorithm;
-    bool spans = false, stacked = false, ring = false, rtod = false;
+    bool spans = false, stacked = false, ring = false, rtod = false, hosts = false;
     for (int gi = 0; gi < ng; gi++) {
         dt__gcall *gc = &r->gc[gi];
         dt__cgroup *g = &k->groups[gi];
@@ -392,6 +390,8 @@ static dt_status plan(dt__coll_req *r)
             (r->c.kind == DT__COLL_ALL_REDUCE ? r->c.count : gc->total) * (int64_t)r->es;
         if (g->num_clients < 2)
             gc->mode = DT__X_NONE;
+        else if (dt__hosts_choose(r->c.kind, a, g->hosts, g->num_clients, bytes))
+            gc->mode = DT__X_HOSTS;
         else if (r->c.kind == DT__COLL_ALL_REDUCE && a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE)
             gc->mode = DT__X_REDUCE_BCAST;
         else if ((r->c.kind == DT__COLL_ALL_REDUCE || r->c.kind == DT__COLL_REDUCE_SCATTER ||
@@ -406,19 +406,23 @@ static dt_status plan(dt__coll_req *r)
         stacked |= g->num_clients > 1 && g->num_local > 1;
         ring |= gc->mode == DT__X_RING;
         rtod |= gc->mode == DT__X_REDUCE_BCAST;
+        hosts |= gc->mode == DT__X_HOSTS;
     }
     (void)G;
     r->block = block;
-    r->backend = !spans     ? "local"
-                 : r->stage ? (stacked ? "hierarchical (host-staged)" : "mpi (host-staged)")
-                 : stacked  ? "hierarchical"
-                            : "mpi";
+    /* [some group goes by host][staged to the host][several devices on a client of a group] */
+    static const char *const names[2][2][2] = {
+        {{"mpi", "hierarchical"}, {"mpi (host-staged)", "hierarchical (host-staged)"}},
+        {{"mpi by host", "hierarchical by host"},
+         {"mpi by host (host-staged)", "hierarchical by host (host-staged)"}},
+    };
+    r->backend = spans ? names[hosts][r->stage != NULL][stacked] : "local";
     /* GPU devices: groups inside this client exchange by device copies and reduction kernels
-     * (also between logical devices of one GPU, which NCCL refuses); NCCL when asked for or
-     * when a group spans clients, unless the buffers were staged to the host (staged.c). */
-    bool gpus = on_devices(r->m->type) && !r->stage,
-         nccl = gpus && (spans || a == DT_ALGORITHM_NCCL);
-    if (gpus)
+     * (also between logical devices of one GPU, which NCCL refuses); across clients, or when
+     * NCCL is asked for, device collectives (device.c: NCCL, one rank per physical GPU),
+     * unless the buffers were staged to the host (staged.c). */
+    bool gpus = on_devices(r->m->type) && !r->stage, nccl = r->device;
+    if (gpus || nccl)
         r->backend = nccl ? "nccl" : "cuda";
     r->algorithm = nccl   ? DT_ALGORITHM_NCCL
                    : gpus ? DT_ALGORITHM_AUTO
@@ -429,6 +433,17 @@ static dt_status plan(dt__coll_req *r)
     return DT_OK;
 }
 
+/* The host path reads and writes the buffers of devices the host cannot touch only after their
+ * queued work is done (emulated GPUs in one client; staged copies wait by themselves). */
+static dt_status host_ready(const dt__coll_req *r)
+{
+    const dt__backend *be = dt__backend_of(r->m->type);
+    dt__device *const *devs = dt__mesh_local_devices(r->m);
+    for (int i = 0; be && !be->host_accessible && be->sync && !r->stage && i < r->m->num_local; i++)
+        DT_TRY(be->sync(devs[i]));
+    return DT_OK;
+}
+
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out)
 {
     if (out)
@@ -436,7 +451,7 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     if (!out)
         return dt__fail(DT_ERR_ARG, "collective: out is NULL");
     dt_status s = validate_header(m, c);
-    bool check = check_enabled();
+    bool check = dt__rt.check_collectives;
     if (s != DT_OK && !(check && m && c))
         return s;
     dt__coll_req *r = calloc(1, sizeof *r);
@@ -449,29 +464,30 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     unsigned axes = c->axes & ((1u << m->num_axes) - 1u);
     if (s == DT_OK)
         s = dt__coll_mask(m, axes, false, &r->mask);
-    /* across clients, GPUs exchange through NCCL unless clients share a GPU (NCCL refuses
-     * two ranks on one); then, as for emulated GPUs, through host copies */
-    if (s == DT_OK && dt__coll_needs_stage(r, on_devices(m->type) && !dt__rt.gpus_shared))
+    /* across clients, GPUs exchange on the devices unless clients share a GPU (NCCL refuses
+     * two ranks on one); then through host copies */
+    r->device = s == DT_OK && dt__dev_applies(r);
+    if (s == DT_OK && !r->device && dt__coll_needs_stage(r, false))
         s = dt__coll_stage_in(r);
     if (s == DT_OK)
         s = plan(r);
 #ifdef DT_HAVE_CUDA
-    if (s == DT_OK && on_devices(m->type) && !r->stage && r->algorithm != DT_ALGORITHM_NCCL)
+    if (s == DT_OK && on_devices(m->type) && !r->stage && !r->device)
         s = dt__cuda_coll_check(r);
 #endif
     if (check)
         s = check_agreement(r, s);
     if (s == DT_OK)
-        s = dt__coll_mask(m, axes, true, &r->mask);
+        s = dt__coll_mask(m, axes, !r->device, &r->mask);
     if (s == DT_OK) {
         r->mask->seq++;
+        if (r->device)
+            s = dt__dev_start(r);
 #ifdef DT_HAVE_CUDA
-        if (on_devices(m->type) && !r->stage && r->algorithm == DT_ALGORITHM_NCCL)
-            s = dt__nccl_run(r);
         else if (on_devices(m->type) && !r->stage)
             s = dt__cuda_coll_run(r);
-        else
 #endif
+        else if ((s = host_ready(r)) == DT_OK)
             s = dt__coll_mpi_start(r);
     }
     if (s != DT_OK) {
@@ -507,7 +523,7 @@ static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
         if (gc->done)
             continue;
         gc->nreq = 0; /* left pending */
-        gc->stage = NULL;
+        gc->stage = gc->hbuf = NULL;
         r->stage = NULL; /* MPI may still write the host copies: abandoned to it */
         gc->uses_scratch = gc->own_scratch = false;
         if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {
@@ -524,7 +540,9 @@ dt_status dt__collective_wait(dt__coll_req *r)
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
-    if (!on_devices(r->m->type) || r->stage) {
+    if (r->device) {
+        s = dt__dev_wait(r);
+    } else if (!on_devices(r->m->type) || r->stage) {
         dt__waiter w;
         dt__wait_begin(&w);
         while (!dt__coll_mpi_progress(r, &s))

@@ -85,6 +85,18 @@ typedef struct dt__coll_req dt__coll_req;
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out);
 dt_status dt__collective_wait(dt__coll_req *r);
 
+/* How groups spanning hosts choose the by-host path (collectives/hosts.c): 0 never, 1 always
+ * where it applies, 2 by the cost model (the default; dt_init sets it from
+ * DTENSOR_COLLECTIVES_BY_HOST=0, 1 or auto). For benchmarks; every client sets it alike. */
+void dt__coll_set_by_host(int mode);
+
+/* The gather of dt_tensor_read across clients: client c's cnt[c] elements of `elem` (es
+ * bytes) at displ[c] of all, this client's already in place, into all on every client; by
+ * host where the clients span hosts with company and the cost model says so, else one MPI
+ * all-gather. Collective over every client. */
+dt_status dt__coll_gather_clients(const dt_mesh *m, void *all, const int cnt[], const int displ[],
+                                  MPI_Datatype elem, size_t es);
+
 /* Group arithmetic shared by the expansion engine and the backends. */
 int dt__group_size(const dt_mesh *m, unsigned axes);
 int dt__group_rank(const dt_mesh *m, unsigned axes, int device);

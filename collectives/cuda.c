@@ -64,32 +64,36 @@ static dt_status member(const dt__coll_req *r, const dt__gcall *gc, dt__device *
 {
     dt__device *d = mem[j];
     size_t es = r->es;
-    int by = r->c.op == DT_REDUCE_MEAN ? k : 1;
     const char *const *send = (const char *const *)gc->send;
     char *const *recv = (char *const *)gc->recv;
-    const void *src[DT__COMBINE_MAX];
-    void *dst[DT__COMBINE_MAX];
+    dt__combine cb = {.dtype = r->c.dtype,
+                      .op = r->c.op == DT_REDUCE_MEAN ? DT_REDUCE_SUM : r->c.op,
+                      .by = r->c.op == DT_REDUCE_MEAN ? k : 1,
+                      .nsrc = k};
     switch (r->c.kind) {
     case DT__COLL_ALL_REDUCE: {
         /* Member j reduces chunk j of every source into chunk j of every destination. */
         int64_t n = r->c.count, per = (n + k - 1) / k, off = per * j;
-        int64_t len = off >= n ? 0 : n - off < per ? n - off : per;
-        if (!len)
+        cb.n = off >= n ? 0 : n - off < per ? n - off : per;
+        if (!cb.n)
             return DT_OK;
+        cb.ndst = k;
         for (int s = 0; s < k; s++) {
-            src[s] = send[s] + off * (int64_t)es;
-            dst[s] = recv[s] + off * (int64_t)es;
+            cb.src[s] = send[s] + off * (int64_t)es;
+            cb.dst[s] = recv[s] + off * (int64_t)es;
         }
-        return dt__cuda_combine(&d->kx, r->c.dtype, r->c.op, k, src, k, dst, len, by);
+        return dt__cuda_combine(&d->kx, &cb);
     }
     case DT__COLL_REDUCE_SCATTER: {
-        int64_t len = dt__gc_block(r, gc, j, 0), off = dt__gc_block_off(r, gc, j);
-        if (!len)
+        int64_t off = dt__gc_block_off(r, gc, j);
+        cb.n = dt__gc_block(r, gc, j, 0);
+        if (!cb.n)
             return DT_OK;
         for (int s = 0; s < k; s++)
-            src[s] = send[s] + off * (int64_t)es;
-        dst[0] = recv[j];
-        return dt__cuda_combine(&d->kx, r->c.dtype, r->c.op, k, src, 1, dst, len, by);
+            cb.src[s] = send[s] + off * (int64_t)es;
+        cb.ndst = 1;
+        cb.dst[0] = recv[j];
+        return dt__cuda_combine(&d->kx, &cb);
     }
     case DT__COLL_ALL_GATHER:
         for (int s = 0; s < k; s++)

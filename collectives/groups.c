@@ -53,11 +53,9 @@ static void free_mask(dt__cmask *k)
         return;
     for (int i = 0; i < k->num_groups; i++) {
         dt__cgroup *g = &k->groups[i];
-#ifdef DT_HAVE_CUDA
-        dt__nccl_group_free(g);
-#endif
         if (g->owns_comm && g->comm != MPI_COMM_NULL)
             MPI_Comm_free(&g->comm);
+        dt__hosts_free(g->hosts);
         free(g->local);
         free(g->clients);
         free(g->rank_first);
@@ -74,6 +72,7 @@ void dt__coll_mesh_free(dt_mesh *m)
         return;
     for (unsigned a = 0; a < 1u << DT_MAX_MESH_AXES; a++)
         free_mask(m->coll->masks[a]);
+    dt__dev_mesh_free(m);
     free(m->coll);
     m->coll = NULL;
 }
@@ -112,6 +111,7 @@ static dt_status build_mask(const dt_mesh *m, unsigned axes, dt__cmask **out)
         dt__cgroup *g = &k->groups[gi];
         g->id = ids[gi];
         g->comm = MPI_COMM_NULL;
+        g->xset = -1;
         g->local = malloc(sizeof(int) * (size_t)k->size);
         g->clients = malloc(sizeof(int) * (size_t)k->size);
         g->rank_first = malloc(sizeof(int) * (size_t)(k->size + 1));
@@ -135,8 +135,11 @@ static dt_status build_mask(const dt_mesh *m, unsigned axes, dt__cmask **out)
             }
         }
         g->rank_first[g->num_clients] = k->size;
-        if (g->num_clients > 1)
+        if (g->num_clients > 1) {
             k->spans = true;
+            if ((s = dt__hosts_build(g->clients, g->num_clients, g->my_pos, &g->hosts)) != DT_OK)
+                goto done;
+        }
     }
     for (int i = 0; i < n; i++) {
         int id = dt__group_member(m, axes, m->first_local + i, 0);
@@ -169,6 +172,11 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         dt__cgroup *g = &k->groups[gi];
         if (g->num_clients < 2)
             continue;
+        /* the by-host path's communicators: two tags per group, apart from the groups' own
+         * (ids below the mesh's size) */
+        if (g->hosts && (s = dt__hosts_connect(g->hosts, m->comm, g->clients,
+                                               (m->size + 2 * g->id) % (tag_ub - 1))) != DT_OK)
+            break;
         for (int pj = 0; pj < gi; pj++) {
             dt__cgroup *p = &k->groups[pj];
             if (p->num_clients == g->num_clients &&
@@ -191,6 +199,10 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
                 s = dt__fail(DT_ERR_COMM, "collectives: MPI_Comm_idup for group %d failed", g->id);
             else
                 s = dt__mpi_wait_for(1, &req, where);
+            if (s != DT_OK) { /* a duplication still pending is MPI's: abandoned, never freed */
+                g->comm = MPI_COMM_NULL;
+                g->owns_comm = false;
+            }
             continue;
         }
         MPI_Group sub = MPI_GROUP_NULL;

@@ -5,12 +5,17 @@
 #include "coll_internal.h"
 #include "convert.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- element kernels, one per (dtype, op) ------------------------------------------------ */
 
-#define DT__MAX(a, b) ((a) > (b) ? (a) : (b))
-#define DT__MIN(a, b) ((a) < (b) ? (a) : (b))
+/* max and min as numpy's: a NaN on any member survives the reduction (b is taken when a is
+ * not larger, so a NaN b wins; a NaN a wins by the test). Integers cannot be NaN. */
+#define DT__ISNAN(a) \
+    _Generic((a), float : isnan((double)(a)), double : isnan((double)(a)), default : 0)
+#define DT__MAX(a, b) ((a) > (b) || DT__ISNAN(a) ? (a) : (b))
+#define DT__MIN(a, b) ((a) < (b) || DT__ISNAN(a) ? (a) : (b))
 
 /* The loop macros use elem_t, a typedef each kernel makes of its element type. Loops run in
  * blocks of DT__VB elements: a loop of constant trip count is vectorized at -O2
@@ -238,9 +243,10 @@ MPI_Datatype dt__coll_mpi_type(dt_dtype t)
     return types[t];
 }
 
-/* MPI's reductions know no 16-bit floats, and MPICH 4.0 compares MPI_UINT8_T (and
- * MPI_UNSIGNED_CHAR) as signed in MPI_MAX and MPI_MIN (3 > 255): user ops (created at dt_init)
- * run the library's own element loops there. */
+/* MPI's reductions know no 16-bit floats, MPICH 4.0 compares MPI_UINT8_T (and
+ * MPI_UNSIGNED_CHAR) as signed in MPI_MAX and MPI_MIN (3 > 255), and its MPI_MAX and MPI_MIN of
+ * floats keep or drop a NaN by the order of the operands: user ops (created at dt_init) run the
+ * library's own element loops there. */
 #define USER_MPI_FN(name, opname, OP)                                                   \
     static void mpi_##name##_##opname(void *in, void *inout, int *len, MPI_Datatype *t) \
     {                                                                                   \
@@ -256,11 +262,15 @@ USER_MPI_FNS(bf16)
 USER_MPI_FNS(f16)
 USER_MPI_FN(u8, max, DT_REDUCE_MAX)
 USER_MPI_FN(u8, min, DT_REDUCE_MIN)
+USER_MPI_FN(f32, max, DT_REDUCE_MAX)
+USER_MPI_FN(f32, min, DT_REDUCE_MIN)
+USER_MPI_FN(f64, max, DT_REDUCE_MAX)
+USER_MPI_FN(f64, min, DT_REDUCE_MIN)
 
 static MPI_Op user_ops[DT_DTYPE_COUNT][DT_REDUCE_COUNT];
 static bool user_ops_made;
 
-void dt__coll_init(void)
+dt_status dt__coll_init(void)
 {
 #define HALF_FNS(name)                     \
     {[DT_REDUCE_SUM] = mpi_##name##_sum,   \
@@ -272,6 +282,8 @@ void dt__coll_init(void)
         [DT_DTYPE_BF16] = HALF_FNS(bf16),
         [DT_DTYPE_F16] = HALF_FNS(f16),
         [DT_DTYPE_U8] = {[DT_REDUCE_MAX] = mpi_u8_max, [DT_REDUCE_MIN] = mpi_u8_min},
+        [DT_DTYPE_F32] = {[DT_REDUCE_MAX] = mpi_f32_max, [DT_REDUCE_MIN] = mpi_f32_min},
+        [DT_DTYPE_F64] = {[DT_REDUCE_MAX] = mpi_f64_max, [DT_REDUCE_MIN] = mpi_f64_min},
     };
 #undef HALF_FNS
     for (int t = 0; t < DT_DTYPE_COUNT; t++)
@@ -282,10 +294,12 @@ void dt__coll_init(void)
             if (fns[t][o])
                 MPI_Op_create(fns[t][o], 1, &user_ops[t][o]);
     user_ops_made = true;
+    return dt__hosts_configure();
 }
 
 void dt__coll_shutdown(void)
 {
+    dt__hosts_shutdown();
     for (int t = 0; user_ops_made && t < DT_DTYPE_COUNT; t++)
         for (int o = 0; o < DT_REDUCE_COUNT; o++)
             if (user_ops[t][o] != MPI_OP_NULL)

@@ -275,6 +275,8 @@ dt_status dt__coll_mpi_start(dt__coll_req *r)
             continue;
         }
         DT_TRY(setup(r, gc, gi));
+        if (gc->mode == DT__X_HOSTS)
+            DT_TRY(dt__hosts_setup(r, gc));
     }
     /* Local work before the messages (reductions into the first local member, packing). */
     dt__coll_local_pre(r);
@@ -286,6 +288,8 @@ dt_status dt__coll_mpi_start(dt__coll_req *r)
             gc->phase = r->c.kind == DT__COLL_ALL_GATHER ? 1 : 0;
             gc->step = -1;
             DT_TRY(ring_next(r, gc));
+        } else if (gc->mode == DT__X_HOSTS) {
+            DT_TRY(dt__hosts_next(r, gc));
         } else {
             DT_TRY(post_native(r, gc));
         }
@@ -315,6 +319,8 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
         dt_status s = DT_OK;
         if (gc->mode == DT__X_RING) {
             s = ring_next(r, gc);
+        } else if (gc->mode == DT__X_HOSTS) {
+            s = dt__hosts_next(r, gc);
         } else if (gc->mode == DT__X_REDUCE_BCAST && gc->phase == 0) {
             gc->phase = 1;
             MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);

@@ -4,8 +4,13 @@
  * buffers are copied to host memory (the backend's to_host, through its pinned staging), the
  * host path (shared memory inside the client, MPI across clients) runs on the copies, and the
  * received buffers are copied back (to_device). The ledger names the backend
- * "mpi (host-staged)" or "hierarchical (host-staged)". */
+ * "mpi (host-staged)" or "hierarchical (host-staged)".
+ *
+ * bf16 and f16 sums, means and products are staged as f32 and rounded once on the way back,
+ * as the device collectives and the in-client combine round them (a reduction across clients
+ * of the 16-bit values themselves would round at every step of MPI's tree). */
 #include "coll_internal.h"
+#include "convert.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +21,30 @@ struct dt__coll_stage {
     const void **send_ptrs;
     void **recv_ptrs;
     void *const *dev_recv; /* the caller's device buffers */
-    size_t *recv_bytes;
+    size_t *recv_bytes;    /* as the device holds them */
+    dt_dtype widened;      /* the 16-bit dtype staged as f32, or DT_DTYPE_F32 when none */
+    void *half;            /* the 16-bit values on their way through the host */
 };
+
+/* 16-bit float reductions whose every step would round: staged in f32. */
+static bool widen(const dt__coll_req *r)
+{
+    return (r->c.dtype == DT_DTYPE_BF16 || r->c.dtype == DT_DTYPE_F16) &&
+           (r->c.kind == DT__COLL_ALL_REDUCE || r->c.kind == DT__COLL_REDUCE_SCATTER) &&
+           r->c.op != DT_REDUCE_MAX && r->c.op != DT_REDUCE_MIN;
+}
+
+static void to_f32(dt_dtype t, float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = t == DT_DTYPE_BF16 ? dt__bf16_to_f32(src[i]) : dt__f16_to_f32(src[i]);
+}
+
+static void from_f32(dt_dtype t, uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = t == DT_DTYPE_BF16 ? dt__f32_to_bf16(src[i]) : dt__f32_to_f16(src[i]);
+}
 
 bool dt__coll_needs_stage(const dt__coll_req *r, bool nccl_possible)
 {
@@ -89,6 +116,7 @@ void dt__coll_stage_free(dt__coll_stage *st)
     free(st->send_ptrs);
     free(st->recv_ptrs);
     free(st->recv_bytes);
+    free(st->half);
     free(st);
 }
 
@@ -110,6 +138,9 @@ dt_status dt__coll_stage_in(dt__coll_req *r)
                         dt__coll_kind_name(r->c.kind));
     }
     dt__device *const *devs = dt__mesh_local_devices(r->m);
+    bool wide = widen(r);
+    size_t es = r->es, hs = wide ? sizeof(float) : es; /* on the device, on the host */
+    st->widened = wide ? r->c.dtype : DT_DTYPE_F32;
     dt_status s = DT_OK;
     for (int i = 0; s == DT_OK && i < n; i++) {
         int64_t ns, nr;
@@ -118,7 +149,7 @@ dt_status dt__coll_stage_in(dt__coll_req *r)
             return DT_OK; /* unstaged: the plan's validation fails this call */
         }
         const void *snd = r->c.send ? r->c.send[i] : NULL;
-        size_t sb = (size_t)ns * r->es, rb = (size_t)nr * r->es;
+        size_t sb = (size_t)ns * hs, rb = (size_t)nr * hs;
         st->recv[i] = malloc(rb ? rb : 1);
         st->send[i] = snd == r->c.recv[i] ? st->recv[i] : snd ? malloc(sb ? sb : 1) : NULL;
         if (!st->recv[i] || (snd && !st->send[i])) {
@@ -126,9 +157,19 @@ dt_status dt__coll_stage_in(dt__coll_req *r)
                          dt__coll_kind_name(r->c.kind), sb + rb);
             break;
         }
-        st->recv_bytes[i] = rb;
-        if (snd)
-            s = devs[i]->backend->to_host(devs[i], st->send[i], snd, snd == r->c.recv[i] ? rb : sb);
+        st->recv_bytes[i] = (size_t)nr * es;
+        size_t count = (size_t)(snd == r->c.recv[i] ? nr : ns);
+        if (snd && !wide)
+            s = devs[i]->backend->to_host(devs[i], st->send[i], snd, count * es);
+        if (snd && wide) { /* through 16-bit host memory into f32 */
+            void *half = realloc(st->half, count * es + 1);
+            s = half ? devs[i]->backend->to_host(devs[i], half, snd, count * es)
+                     : dt__fail(DT_ERR_NOMEM, "%s: no host staging for %zu bytes",
+                                dt__coll_kind_name(r->c.kind), count * es);
+            st->half = half ? half : st->half;
+            if (s == DT_OK)
+                to_f32(st->widened, (float *)st->send[i], half, count);
+        }
         st->send_ptrs[i] = st->send[i];
         st->recv_ptrs[i] = st->recv[i];
     }
@@ -139,6 +180,10 @@ dt_status dt__coll_stage_in(dt__coll_req *r)
     st->dev_recv = r->c.recv;
     r->c.send = r->c.send ? st->send_ptrs : NULL;
     r->c.recv = st->recv_ptrs;
+    if (wide) { /* the host path reduces f32 */
+        r->c.dtype = DT_DTYPE_F32;
+        r->es = sizeof(float);
+    }
     r->stage = st;
     return DT_OK;
 }
@@ -148,7 +193,21 @@ dt_status dt__coll_stage_out(dt__coll_req *r)
     dt__coll_stage *st = r->stage;
     dt__device *const *devs = dt__mesh_local_devices(r->m);
     dt_status s = DT_OK;
-    for (int i = 0; st && s == DT_OK && i < st->n; i++)
-        s = devs[i]->backend->to_device(devs[i], st->dev_recv[i], st->recv[i], st->recv_bytes[i]);
+    bool wide = st && st->widened != DT_DTYPE_F32;
+    for (int i = 0; st && s == DT_OK && i < st->n; i++) {
+        const void *out = st->recv[i];
+        if (wide) { /* rounded once, from the f32 result */
+            void *half = realloc(st->half, st->recv_bytes[i] + 1);
+            if (!half)
+                return dt__fail(DT_ERR_NOMEM, "%s: no host staging for %zu bytes",
+                                dt__coll_kind_name(r->c.kind), st->recv_bytes[i]);
+            st->half = half;
+            from_f32(st->widened, half, (const float *)st->recv[i], st->recv_bytes[i] / 2);
+            out = half;
+        }
+        s = devs[i]->backend->to_device(devs[i], st->dev_recv[i], out, st->recv_bytes[i]);
+    }
+    if (wide) /* the ledger records the collective's own dtype */
+        r->c.dtype = st->widened;
     return s;
 }

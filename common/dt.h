@@ -17,6 +17,33 @@
 /* Set the message verbatim (used to re-raise a message received from another client). */
 void dt__set_error(const char *msg);
 
+/* ---- the API lock: calls from several threads of one client ----------------------------- */
+
+/* Every public call that agrees with other clients, runs work on devices or touches the
+ * runtime's shared state (meshes' caches, the program cache, the agreement channel, each
+ * device's one task slot) holds one process-wide lock for its whole duration, so calls from
+ * several threads run one after another, each whole: collectives keep one order on every
+ * client as long as each client issues its calls in one order. The lock is recursive (a call
+ * made inside another, or from a callback the library runs under it, such as a strategy's
+ * step, takes it again), and callbacks that may block on the caller's own locks (a tensor's
+ * release function, a parameter-server step) run with it released (dt__api_suspend). Pure
+ * calls (layouts, names, getters of immutable objects, dt_last_error) take no lock.
+ * DT__SERIAL() as a function's first statement holds the lock until the function returns. */
+void dt__api_lock(void);
+void dt__api_unlock(void);
+/* Release every level of the lock this thread holds (around a callback); returns the count
+ * for dt__api_resume. */
+int dt__api_suspend(void);
+void dt__api_resume(int held);
+static inline void dt__api_scope_end(const int *held)
+{
+    (void)held;
+    dt__api_unlock();
+}
+#define DT__SERIAL()                                                              \
+    const int dt__api_scope __attribute__((cleanup(dt__api_scope_end), unused)) = \
+        (dt__api_lock(), 1)
+
 /* "[3,2]" into buf; returns buf. */
 char *dt__shape_str(char *buf, size_t size, int rank, const int64_t shape[]);
 #define DT__SHAPE_STR_MAX (DT_MAX_RANK * 21 + 3)
@@ -35,6 +62,13 @@ bool dt__dtype_valid(dt_dtype d);
 /* DT_OK when d is valid and of one of `kinds`, else DT_ERR_DTYPE naming `what`, d and the
  * dtypes it takes ("matmul: bool, expected f32, f64, i32, i64, bf16, f16, u8 or i8"). */
 dt_status dt__dtype_check(const char *what, dt_dtype d, unsigned kinds);
+/* DT_OK when `value` (an element given as a double: a fill value, one_hot's on and off values)
+ * becomes an element of d without wrapping: any value for the floats; for the integers a finite
+ * value whose integer part is in d's range (the fraction is dropped, as numpy's conversion
+ * does); for bool any value but NaN (nonzero is true). Else DT_ERR_ARG naming `what`, the
+ * value, d and its range ("fill: value 1099511627776 does not fit i32 (-2147483648 to
+ * 2147483647)"). */
+dt_status dt__value_check(const char *what, double value, dt_dtype d);
 
 /* ---- integer arithmetic ------------------------------------------------------------------ */
 
@@ -94,10 +128,33 @@ typedef struct dt__backend {
     dt_status (*sync)(dt__device *d);
     /* Local kernels by (kernel, dtype); NULL when the backend has none. */
     const dt__kernel_fn (*kernels)[DT_DTYPE_COUNT];
+    /* Run kernel fn of the table on d, or queue it (emulated streams); NULL: the executor
+     * calls fn itself with d's kernel context. */
+    dt_status (*launch)(dt__device *d, dt__kernel_fn fn, const dt__kargs *k, const void *const in[],
+                        void *out);
     /* Collectives between its devices run on the devices (CUDA copies and kernels, NCCL);
      * otherwise through host memory (the shared-memory and MPI phases). */
     bool device_collectives;
+    /* Collectives across clients on the devices (collectives/device.c), with a transport
+     * between physical GPUs (NCCL, or its emulation); NULL: they go through host memory. */
+    const struct dt__dev_ops *dev;
 } dt__backend;
+
+/* What device collectives need of a backend besides its kernels and copies. Every device has,
+ * beside its compute stream, a side stream: the collectives across clients of one physical GPU
+ * run on the side stream of its first device (its "side device"), ordered against the compute
+ * streams of the devices whose buffers they use, both ways, as PyTorch's ProcessGroupNCCL
+ * orders its NCCL stream. Nothing here waits on the host. */
+typedef struct dt__dev_ops {
+    /* side's side stream waits for everything queued on member's compute stream so far (an
+     * event recorded there) */
+    dt_status (*side_after)(dt__device *side, dt__device *member);
+    /* member's compute stream waits for everything queued on side's side stream so far */
+    dt_status (*after_side)(dt__device *member, dt__device *side);
+    /* queued on side's side stream: a device copy, and the combine of common/kernels.h */
+    dt_status (*side_copy)(dt__device *side, void *dst, const void *src, size_t bytes);
+    dt_status (*side_combine)(dt__device *side, const dt__combine *c);
+} dt__dev_ops;
 
 extern const dt__backend dt__cpu_backend;
 /* CUDA devices emulated on the host (DTENSOR_EMULATE_CUDA, where no GPU is visible): the CPU's
@@ -109,13 +166,26 @@ extern const dt__backend dt__emulated_cuda_backend;
  * on the host share its cores), so concurrent GEMMs of several devices do not oversubscribe
  * them; unchanged when the user set OPENBLAS_NUM_THREADS (*user). Returns the count in use. */
 int dt__cpu_blas_threads(int cores_per_device, bool *user);
+/* Test hook of emulated GPUs: true defers the work queued on every compute stream until the
+ * host waits for it (a reader, a sync, a free) or a side stream is ordered after it, as a slow
+ * GPU would, and checks every device collective's ordering against the compute streams (a
+ * kernel touching a buffer a collective still uses, or a collective reading a buffer a queued
+ * kernel has yet to write, fails the device with DT_ERR_DEVICE). DTENSOR_EMULATE_LATE=1 sets
+ * it at dt_init. */
+void dt__emulate_late(bool on);
+/* An emulated side stream of `side` reads (writes) bytes at p: the transport's use of a
+ * buffer, checked and remembered as dt__dev_ops's side copies are. */
+dt_status dt__emulate_side_use(dt__device *side, const void *p, size_t bytes, bool write);
 #ifdef DT_HAVE_CUDA
 extern const dt__backend dt__cuda_backend;
 /* Usable GPUs of this process (0 without a driver or a GPU: any error counts as none). */
 int dt__cuda_device_count(void);
+/* The 16-byte identity of visible GPU `ordinal`: its UUID, or its PCI address where it has
+ * none. False when CUDA cannot tell. */
+bool dt__cuda_identity(int ordinal, unsigned char id[16]);
 /* Let every GPU of `ordinals` read and write the others' memory where the hardware allows
  * (kernels of one client's collectives read peers directly). */
-void dt__cuda_enable_peers(int n, const int ordinals[]);
+dt_status dt__cuda_enable_peers(int n, const int ordinals[]);
 /* True when a kernel on GPU `a` can read memory of GPU `b` (same GPU, or peer access on). */
 bool dt__cuda_can_access(int a, int b);
 #endif
@@ -141,10 +211,21 @@ struct dt__device {
     int local_index; /* among this client's devices of the type */
     int ordinal;     /* CUDA device ordinal; core index a CPU worker is bound to, or -1 */
     int logical;     /* CUDA: index of this logical device on its physical GPU */
+    int gpu;         /* CUDA: the job-wide number of its physical GPU (dt__rt.gpu_of) */
     const dt__backend *backend;
     dt__kctx kx;              /* what kernels see (stream, BLAS handle, TF32) */
     void *ev_ready, *ev_done; /* CUDA events ordering collectives between devices' streams */
-    void *pinned[2];          /* CUDA: host staging buffers for transfers, made on first use */
+    /* Device collectives (dt__dev_ops): the side stream and the events recorded on the compute
+     * stream (ev_in) and on the side stream (ev_out); the device whose side stream may still
+     * use this device's buffers (set while a collective is in flight: a buffer freed then is
+     * reused only after the compute stream waits for that side stream) */
+    void *side, *ev_in, *ev_out;
+    dt__device *_Atomic fence;
+    /* A failure that leaves the device unusable (a sticky CUDA error, an aborted or timed-out
+     * collective): 0 alive, 1 being marked, 2 dead with dead_msg. */
+    atomic_int dead;
+    char dead_msg[400];
+    void *pinned[2]; /* CUDA: host staging buffers for transfers, made on first use */
     void *pinned_ev[2];
     atomic_size_t bytes_current; /* in use: bytes the callers asked for */
     atomic_size_t bytes_peak;
@@ -177,6 +258,11 @@ dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out);
 void dt__device_free(dt__device *d, void *p, size_t bytes);
 /* Hand every cached block of d back to the system. */
 void dt__device_release_cache(dt__device *d);
+/* Mark d dead with the message of the current failure (dt_last_error()): from now on every
+ * allocation and kernel on it fails with DT_ERR_DEVICE naming it. The first mark stays.
+ * dt__device_alive: DT_OK, or that failure again. */
+void dt__device_kill(dt__device *d);
+dt_status dt__device_alive(const dt__device *d);
 /* Test hook: from now on, this process's device allocations of more than `bytes` fail with
  * DT_ERR_NOMEM (SIZE_MAX, the default, turns it off). Simulates one client running out. */
 void dt__device_fail_allocs_over(size_t bytes);
@@ -202,8 +288,11 @@ typedef struct dt__runtime {
      * NCCL refuses two ranks on one GPU, so GPUs of different clients exchange through host
      * copies (collectives/staged.c). */
     bool gpus_shared;
-    int blas_threads;       /* threads of one OpenBLAS call */
-    int timeout_s;          /* a wait for other clients gives up after this (dt_init_options) */
+    int blas_threads; /* threads of one OpenBLAS call */
+    int timeout_s;    /* a wait for other clients gives up after this (dt_init_options) */
+    /* DTENSOR_CHECK_COLLECTIVES: every collective is agreed on first (read and agreed at dt_init,
+     * so that every client checks or none does) */
+    bool check_collectives;
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;
@@ -215,11 +304,38 @@ typedef struct dt__runtime {
     /* per type: devices of each client, and the exclusive prefix sums (first global id) */
     int *client_devices[DT_DEVICE_COUNT];
     int *client_first[DT_DEVICE_COUNT];
+    /* per global CUDA device: the job-wide number of its physical GPU (GPUs told apart by
+     * identity, dt__gpu_assign); the same table on every client */
+    int *gpu_of;
     atomic_int live_meshes;
     atomic_int live_tensors;
 } dt__runtime;
 
 extern dt__runtime dt__rt;
+
+/* ---- GPU identity (mesh/runtime.c) ------------------------------------------------------- */
+
+/* Physical GPUs one client uses at most. */
+#define DT__MAX_GPUS 64
+/* The GPUs one client sees, in its ordinal order (CUDA_VISIBLE_DEVICES applied): 16 bytes of
+ * identity each (dt__cuda_identity; emulated GPUs get made-up ones). */
+typedef struct dt__gpu_view {
+    int n;
+    unsigned char id[DT__MAX_GPUS][16];
+} dt__gpu_view;
+/* The GPUs client `me` of `nclients` takes, as indices into its view (take[], *ntake, at most
+ * DT__MAX_GPUS), from every client's view. GPUs are told apart by identity, not counted: a GPU
+ * that several clients see goes to one of them, the clients seeing the same set of GPUs taking
+ * those GPUs in turn (client k of them: its k-th, (k + n)-th, ... of the set), so eight clients
+ * each under its own CUDA_VISIBLE_DEVICES take one GPU each, and eight clients seeing the same
+ * eight GPUs take one each too. A client left without one while it sees some shares one (its
+ * k-th modulo what it sees): *shared is then true, as it is for every client (some GPU serves
+ * two clients, which NCCL refuses). Pure: every client computes every client's answer alike. */
+void dt__gpu_assign(int nclients, const dt__gpu_view views[], int me, int take[], int *ntake,
+                    bool *shared);
+/* The job-wide number of GPU `index` of client c's view: its position among the distinct GPUs
+ * of every view, in client order then view order. Pure. */
+int dt__gpu_number(int nclients, const dt__gpu_view views[], int c, int index);
 
 /* DT_ERR_STATE with the calling function's name unless dt_init has run. */
 dt_status dt__require_init(const char *fn);
@@ -234,17 +350,34 @@ dt_status dt__require_init(const char *fn);
  * dt__wait_end restores what the wait changed (the thread's timer slack). */
 typedef struct dt__waiter {
     double start, waited; /* seconds: the first pause, and the time waited so far */
+    double watch_at;      /* when the wait next asks whether a client was lost */
     long sleep_ns;
     unsigned polls; /* pauses while spinning */
     int slack;      /* the thread's timer slack before the wait sleeps (-1: untouched) */
     bool spin;
+    bool lost; /* it gave up because a client was lost (dt__watch_poll), not at the timeout */
 } dt__waiter;
 void dt__wait_begin(dt__waiter *w);
 bool dt__wait_pause(dt__waiter *w);
 void dt__wait_end(dt__waiter *w);
 /* DT_ERR_COMM for a wait that gave up: names the call (dt__current_call), where it waited
- * ("in all_reduce over ...") and, when known, the clients not heard from. */
+ * ("in all_reduce over ...") and either the client that was lost (dt__watch_why) or, at the
+ * timeout, the clients not heard from when known. */
 dt_status dt__gave_up(const dt__waiter *w, const char *where, const char *missing);
+
+/* Liveness of the other clients (mesh/watch.c): a wait asks dt__watch_poll once it has lasted
+ * a tenth of a second, then every tenth; a client is lost when its process is gone (clients
+ * of this host), its host's heartbeat stopped (other hosts), or MPI reported it unreachable
+ * (dt__watch_unreachable). A loss is never forgotten: later waits fail at once and dt_finalize
+ * waits for no one. dt__watch_open is collective over the world, with every client alive. */
+dt_status dt__watch_open(MPI_Comm host, const int members[], const int leader_of[],
+                         const int leaders[], int nleaders);
+void dt__watch_close(void);
+bool dt__watch_lost(void);
+bool dt__watch_poll(void);
+void dt__watch_unreachable(int client, const char *mpi_says);
+/* This client's account of the first loss: "client 3 died (its process, pid 812, is gone)". */
+void dt__watch_why(char *buf, size_t size);
 /* The call this thread is making, as the last agreement named it ("matmul"); a timeout names
  * it. dt__set_current_call restores a saved name. */
 const char *dt__current_call(void);
@@ -252,8 +385,9 @@ void dt__set_current_call(const char *what);
 /* "clients 0-3, 5" for a sorted list of clients. */
 void dt__clients_str(char *buf, size_t size, const int ranks[], int n);
 
-/* Complete requests by polling with the wait above (blocking MPICH calls spin, TOOLCHAIN.md);
- * `where` says what for in a timeout's message ("for all clients"). */
+/* Complete requests by polling with the wait above (blocking MPICH calls spin,
+ * docs/ARCHITECTURE.md, toolchain); `where` says what for in a timeout's message ("for all
+ * clients"). */
 dt_status dt__mpi_wait_for(int n, MPI_Request reqs[], const char *where);
 dt_status dt__mpi_wait_all(int n, MPI_Request reqs[]);
 /* Every client contributes `bytes` and receives all contributions in client order. With one
@@ -313,6 +447,9 @@ dt_status dt__mesh_agree(const dt_mesh *m, dt_status local, const dt__agreement 
 size_t dt__stage_capacity(void);
 void *dt__stage_next(void);
 const void *dt__stage_last(int client);
+/* The host of a client as the channel groups them (shared memory, or DTENSOR_AGREE_HOSTS): the
+ * world rank of its host's first client; -1 without the channel (a single client). */
+int dt__host_of(int client);
 /* Agree on a status alone, naming the calling function: over every client when comm spans them
  * (the channel), over comm's clients otherwise; MPI_COMM_NULL returns local. Collective over
  * comm. */
@@ -363,9 +500,14 @@ int dt__program_cache_count(void);
 
 /* Free the collectives' per-mesh state (communicators included). Collective. */
 void dt__coll_mesh_free(dt_mesh *m);
+/* The communicators a mesh's collectives need before any step runs (device collectives
+ * across clients), made when the mesh is; the outcome is agreed by every client. Collective
+ * (a mesh that is not client-local). */
+dt_status dt__coll_mesh_open(const dt_mesh *m);
 /* MPI objects of the collectives (the 16-bit float reductions): made once MPI is up, freed
- * before it goes down. */
-void dt__coll_init(void);
+ * before it goes down. Also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that
+ * is not 0, 1 or auto (the other objects are made all the same). */
+dt_status dt__coll_init(void);
 void dt__coll_shutdown(void);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);

@@ -35,6 +35,7 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(NORM, norm)                     \
     X(SCAN, scan)                     \
     X(ARG_REDUCE, arg_reduce)         \
+    X(ATTENTION, attention)           \
     DT__KERNEL_LIST_SHAPE(X)
 
 /* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
@@ -135,7 +136,13 @@ typedef struct dt__kargs {
  *                extremum's bits (its storage, zero-extended) and its global index (k->start
  *                added; -1 for an empty shard)
  *   MERGE        in records of g shards (in_shape[0]: axis of extent 2g, in shard order)
- *                                           out the winner's global index (k->to) */
+ *                                           out the winner's global index (k->to)
+ * ATTENTION (f32, f64; q, k, v of one local shape in_shape[0] = [..., T, E], the leading axes
+ * independent slices; k->a: the scale; | DT__ATTN_CAUSAL: key j only for queries i >= j):
+ *   FORWARD      in q, k, v                 out y = softmax(a q k^T) v, [..., T, E]
+ *   GRAD         in q, k, v, dy             out [3, ..., T, E]: dq, dk, dv
+ *   Tiled with an online softmax (blocks of queries and keys): scratch of a block, never
+ *   [T, T]. */
 enum {
     DT__SOFTMAX_SUMEXP,
     DT__SOFTMAX_SOFTMAX,
@@ -157,6 +164,9 @@ enum {
     DT__ARG_INDEX = 0,
     DT__ARG_RECORDS,
     DT__ARG_MERGE,
+    DT__ATTN_FORWARD = 0,
+    DT__ATTN_GRAD,
+    DT__ATTN_CAUSAL = 16,
 };
 /* The kernel's mode without its flags. */
 #define DT__MODE_KIND(m) ((m)&15u)
@@ -169,11 +179,19 @@ typedef struct dt__kctx {
     void *stream;     /* CUDA: the device's cudaStream_t (every kernel and copy goes on it) */
     void *blas;       /* CUDA: cublasHandle_t bound to the stream */
     bool tf32;        /* CUDA: f32 gemm may use TF32 tensor cores (opt-in) */
+    int sms;          /* CUDA: the GPU's multiprocessors (grids of a few waves), 0 unknown */
+    /* CUDA: device scratch the kernels of this stream may use between launches (multi-block
+     * reductions' partial results), scratch_bytes of it; NULL: none */
+    void *scratch;
+    size_t scratch_bytes;
 } dt__kctx;
 
 /* Binary operators whose result is bool (one byte per element) whatever the operands' dtype;
  * the kernel table is indexed by the operands' dtype. */
 #define DT__BINARY_IS_COMPARISON(op) ((op) >= DT_BINARY_EQ && (op) <= DT_BINARY_GE)
+
+/* Operands a kernel takes at most: in[] has this many entries, NULL past the last. */
+#define DT__KERNEL_MAX_IN 5
 
 /* One local kernel on one device. CPU kernels finish before they return; CUDA kernels are
  * enqueued on x->stream and return without waiting (a launch failure is reported here, an
@@ -186,16 +204,30 @@ typedef dt_status (*dt__kernel_fn)(const dt__kctx *x, const dt__kargs *k, const 
 extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 
-/* Combine for collectives between devices of one client (CUDA): for each i < n,
- *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right, as the CPU does)
- *   v = v / by when by > 1                                 (mean: the element type's division)
- *   dst[d][i] = v for every d < ndst
- * Every element is read from every source before it is written, so a dst may alias a src at
- * the same offset (in-place all-reduce). 1 <= nsrc, ndst <= DT__COMBINE_MAX. Pointers may be
- * on other GPUs with peer access (unified addressing). Enqueued on x->stream. */
+/* Combine for collectives on devices: for each i < n,
+ *   v = src[0][i] op src[1][i] op ... op src[nsrc-1][i]   (left to right in the compute type,
+ *                                                          as the CPU does)
+ *   v = v / by when by > 1                                 (mean: the compute type's division)
+ *   dst[d][i] = v for every d < ndst                       (16-bit floats rounded once)
+ * With src_wide (dst_wide) the sources (destinations) of a bf16 or f16 combine hold f32: a
+ * reduction widened to f32 across several steps is rounded once, at its last. Every element
+ * is read from every source before it is written, so a dst may alias a src at the same offset
+ * (in-place all-reduce). 1 <= nsrc, ndst <= DT__COMBINE_MAX. */
 #define DT__COMBINE_MAX 16
-dt_status dt__cuda_combine(const dt__kctx *x, dt_dtype t, dt_reduce_op op, int nsrc,
-                           const void *const src[], int ndst, void *const dst[], int64_t n, int by);
+typedef struct dt__combine {
+    dt_dtype dtype;
+    dt_reduce_op op; /* MEAN combines as SUM; `by` divides */
+    int nsrc, ndst, by;
+    bool src_wide, dst_wide;
+    const void *src[DT__COMBINE_MAX];
+    void *dst[DT__COMBINE_MAX];
+    int64_t n;
+} dt__combine;
+/* The combine on the CPU (host memory; emulated GPUs). */
+void dt__cpu_combine(const dt__combine *c);
+/* The combine as a CUDA kernel, enqueued on x->stream. Pointers may be on other GPUs with peer
+ * access (unified addressing). */
+dt_status dt__cuda_combine(const dt__kctx *x, const dt__combine *c);
 
 #ifdef __cplusplus
 }

@@ -2,11 +2,43 @@
 #include "convert.h"
 #include "dt.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char dt__error[1024];
+
+/* ---- the API lock ------------------------------------------------------------------------- */
+
+static pthread_mutex_t api_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static _Thread_local int api_held; /* levels this thread holds */
+
+void dt__api_lock(void)
+{
+    pthread_mutex_lock(&api_lock);
+    api_held++;
+}
+
+void dt__api_unlock(void)
+{
+    api_held--;
+    pthread_mutex_unlock(&api_lock);
+}
+
+int dt__api_suspend(void)
+{
+    int held = api_held;
+    while (api_held > 0)
+        dt__api_unlock();
+    return held;
+}
+
+void dt__api_resume(int held)
+{
+    for (int i = 0; i < held; i++)
+        dt__api_lock();
+}
 
 dt_status dt__fail(dt_status s, const char *fmt, ...)
 {
@@ -109,6 +141,42 @@ dt_status dt__dtype_check(const char *what, dt_dtype d, unsigned kinds)
     if (!dt__dtype_valid(d))
         return dt__fail(DT_ERR_DTYPE, "%s: dtype %d is not one of %s", what, (int)d, list);
     return dt__fail(DT_ERR_DTYPE, "%s: dtype %s, expected %s", what, dt_dtype_name(d), list);
+}
+
+dt_status dt__value_check(const char *what, double value, dt_dtype d)
+{
+    /* the integers' ranges; as doubles lo is exact and so is hi + 1 (a power of two) */
+    int64_t lo, hi;
+    switch (d) {
+    case DT_DTYPE_I8:
+        lo = INT8_MIN, hi = INT8_MAX;
+        break;
+    case DT_DTYPE_U8:
+        lo = 0, hi = UINT8_MAX;
+        break;
+    case DT_DTYPE_I32:
+        lo = INT32_MIN, hi = INT32_MAX;
+        break;
+    case DT_DTYPE_I64:
+        lo = INT64_MIN, hi = INT64_MAX;
+        break;
+    case DT_DTYPE_BOOL:
+        if (isnan(value))
+            return dt__fail(DT_ERR_ARG, "%s: value nan is not a bool", what);
+        return DT_OK;
+    default:
+        return DT_OK;
+    }
+    double t = trunc(value), hi_excl = 2.0 * (double)(hi / 2 + 1);
+    if (t >= (double)lo && t < hi_excl)
+        return DT_OK;
+    char v[48];
+    if (fabs(value) < 0x1p64 && value == t) /* a whole number: every digit */
+        snprintf(v, sizeof v, "%.0f", value);
+    else
+        snprintf(v, sizeof v, "%.17g", value);
+    return dt__fail(DT_ERR_ARG, "%s: value %s does not fit %s (%lld to %lld)", what, v,
+                    dt_dtype_name(d), (long long)lo, (long long)hi);
 }
 
 int dt_dtype_is_floating(dt_dtype d)

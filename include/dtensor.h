@@ -38,6 +38,24 @@
  *   before the first message is sent, so every client fails the same way and none hangs.
  *   Functions not so marked touch only this client.
  * - Nothing aborts on user input.
+ *
+ * Threads. Any thread of a client may call any function. Calls that communicate, run work on
+ * devices or change shared state (every op, function run, tensor creation, read, pack, unpack
+ * and free, mesh and variable creation and free, every strategy, model, optimizer,
+ * checkpoint, parameter-server and cluster call, dt_init, dt_finalize, dt_barrier) take one
+ * lock of the runtime for their whole duration: they run one after another, each whole,
+ * never interleaved and never deadlocked (a call made from inside another on the same thread,
+ * such as ops in a strategy's step, takes the lock again). These run concurrently, taking
+ * no lock: layout functions, getters of meshes, tensors, models and strategies (their
+ * objects do not change after creation), names, dtype helpers and dt_last_error. Collective
+ * calls keep one order on every client, as MPI and NCCL require: when several threads of a
+ * client make them, the program must order them alike on every client (for instance one
+ * thread makes every collective call, the others compute on client-local meshes); clients
+ * that differ fail with DT_ERR_MISMATCH rather than hang. Callbacks: a strategy's step runs
+ * under the lock (it may call the API; it must not wait for another thread that does);
+ * a wrapped tensor's release function and a parameter-server step run without it (they may
+ * take locks of their own that a thread waiting for the API lock holds). Freeing or changing
+ * an object while another thread uses it remains the caller's error.
  */
 #ifndef DTENSOR_H
 #define DTENSOR_H
@@ -220,7 +238,10 @@ dt_status dt_init(const dt_init_options *opts);
 /* Stop worker threads, free devices, and finalize MPI if dt_init started it. Every mesh and
  * tensor must have been freed first, on every client: if any client still holds one, every
  * client returns DT_ERR_STATE naming that client and its counts, and nothing is stopped (the
- * runtime stays usable). Collective. */
+ * runtime stays usable). When the clients span hosts, it ends with one byte between every
+ * two clients and 50 ms without MPI, so that MPI_Finalize (its own, or the caller's right
+ * after it) does not hang in MPICH 4.0's TCP transport (README "Running on several hosts").
+ * Collective. */
 dt_status dt_finalize(void);
 
 int dt_is_initialized(void);
@@ -331,6 +352,10 @@ int dt_mesh_num_local_devices(const dt_mesh *m);
 /* Mesh id (row-major index in the mesh) of this client's i-th device of the mesh; -1 when
  * out of range. On a mesh over every device it is also the device's global id. */
 int dt_mesh_local_device_id(const dt_mesh *m, int i);
+/* The CUDA stream (a cudaStream_t) on which the work of this client's i-th device of the mesh
+ * is ordered, for another library to order its own work against it (DLPack's `stream`): NULL
+ * for CPU devices and GPUs emulated on the host, or when i is out of range. */
+void *dt_mesh_local_stream(const dt_mesh *m, int i);
 /* Runtime global device id (devices of the mesh's type over all clients, client 0's first) of
  * the mesh's device `mesh_id`; -1 when out of range. */
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id);
@@ -647,6 +672,17 @@ dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts
  * shards a reduced axis. */
 dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                        const dt_op_options *opts, dt_tensor **out);
+
+/* torch.nn.functional.scaled_dot_product_attention without dropout: y = softmax(scale q k^T)
+ * v, causal (query i sees keys 0..i) or not, for q, k, v of one shape and floating dtype
+ * [..., T, E] (the leading axes, e.g. batch and heads, independent); scale <= 0 means
+ * 1 / sqrt(E). Fused and tiled as FlashAttention: blocks of queries and keys with an online
+ * softmax, so memory grows with T (no [T, T] scores are held), and its gradient is one fused
+ * kernel too. The leading axes may be sharded: each device computes its own slices with no
+ * collective (a split T or E axis is gathered first). bf16 and f16 compute in f32 and round
+ * once. CPU devices (on CUDA meshes DT_ERR_UNSUPPORTED for now). */
+dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v, int causal,
+                       double scale, const dt_op_options *opts, dt_tensor **out);
 
 /* Layer normalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma + beta with
  * the mean and the biased variance of each row; rms_norm: x / sqrt(mean(x^2) + epsilon) * gamma.
@@ -1338,6 +1374,84 @@ dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value,
 /* Read a replicated (or any) scalar tensor of s's meshes into a double, on every client
  * (gathered, so clients owning no device of the mesh get it too). Collective over s's mesh. */
 dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, double *value);
+
+/* ---- sharding presets for transformers ------------------------------------------------- */
+/*
+ * How a model whose parameters play Megatron-LM's roles is laid out on a 2-D mesh "batch" x
+ * "model" over every device (layout/strategy.c). One model code serves every preset: it keeps
+ * each parameter in its stored layout, brings it to its used layout where it is read
+ * (dt_relayout, marked recompute: a no-op when the two are equal), and lays its inputs and its
+ * residual stream out as the preset says. PyTorch's counterparts:
+ *   DATA_PARALLEL      DistributedDataParallel: parameters replicated, the batch split over
+ *                      "batch"; gradients come out partial and are all-reduced.
+ *   FULLY_SHARDED      FSDP2's fully_shard (ZeRO-3): every parameter, its gradient and its
+ *                      optimizer slots stored split on their first axis over "batch"; each
+ *                      parameter is all-gathered where it is used and freed after its last
+ *                      forward use, gathered again in the backward pass (the recompute
+ *                      mark), and its gradient is reduce-scattered into the stored shards.
+ *   TENSOR_PARALLEL    parallelize_module with ColwiseParallel / RowwiseParallel and
+ *                      SequenceParallel: column-parallel weights split on their output axis,
+ *                      row-parallel ones on their input axis, the vocabulary split, the
+ *                      residual stream split along the sequence between the regions.
+ *   FULLY_SHARDED_TENSOR_PARALLEL  2-D: tensor parallel over "model" and fully sharded over
+ *                      "batch" (fully_shard on a 2-D DeviceMesh after parallelize_module).
+ */
+#define DT_STRATEGY_PRESET_LIST(X)      \
+    X(DATA_PARALLEL, data_parallel)     \
+    X(FULLY_SHARDED, fully_sharded)     \
+    X(TENSOR_PARALLEL, tensor_parallel) \
+    X(FULLY_SHARDED_TENSOR_PARALLEL, fully_sharded_tensor_parallel)
+
+typedef enum dt_strategy_preset {
+#define DT__PRESET_ENUM(NAME, name) DT_STRATEGY_PRESET_##NAME,
+    DT_STRATEGY_PRESET_LIST(DT__PRESET_ENUM)
+#undef DT__PRESET_ENUM
+        DT_STRATEGY_PRESET_COUNT
+} dt_strategy_preset;
+
+/* X(NAME, name): what a parameter does, as Megatron-LM splits it. COLUMN: a weight whose axis 1
+ * (the output features, or heads) splits over "model" (ColwiseParallel); COLUMN_BIAS: its bias,
+ * axis 0; ROW: a weight whose axis 0 (the input features) splits (RowwiseParallel); VOCAB: an
+ * embedding [vocabulary, ...] split over the vocabulary (tied with the output projection);
+ * REPLICATED: the rest (layer norms, row-parallel biases, position embeddings). */
+#define DT_PARAM_ROLE_LIST(X)   \
+    X(REPLICATED, replicated)   \
+    X(COLUMN, column)           \
+    X(COLUMN_BIAS, column_bias) \
+    X(ROW, row)                 \
+    X(VOCAB, vocab)
+
+typedef enum dt_param_role {
+#define DT__ROLE_ENUM(NAME, name) DT_PARAM_##NAME,
+    DT_PARAM_ROLE_LIST(DT__ROLE_ENUM)
+#undef DT__ROLE_ENUM
+        DT_PARAM_ROLE_COUNT
+} dt_param_role;
+
+/* "fully_sharded"; "?" outside the list. */
+const char *dt_strategy_preset_name(dt_strategy_preset p);
+const char *dt_param_role_name(dt_param_role r);
+
+/* The mesh "batch" x "model" of a preset over every device of `type`: DATA_PARALLEL and
+ * FULLY_SHARDED N x 1, TENSOR_PARALLEL 1 x N, FULLY_SHARDED_TENSOR_PARALLEL N / model_size x
+ * model_size (model_size 0: 2). DT_ERR_MESH when model_size does not divide the devices.
+ * Collective. */
+dt_status dt_strategy_preset_mesh(dt_strategy_preset p, int model_size, dt_device_type type,
+                                  dt_mesh **out);
+/* A parameter of role `role` and `shape` on m (a mesh with axes "batch" and "model"): `stored`
+ * is where it, its gradient and its optimizer slots live, `used` where it is read. Its used
+ * layout follows its role over "model" (replicated for DATA_PARALLEL and FULLY_SHARDED, whose
+ * "model" axis has size 1); the fully sharded presets store it with the first axis the used
+ * layout leaves unsharded, of extent at least the "batch" axis's size, split over "batch" (as
+ * used when there is none). Either pointer may be NULL. Pure. */
+dt_status dt_strategy_preset_parameter_layout(dt_strategy_preset p, const dt_mesh *m,
+                                              dt_param_role role, int rank, const int64_t shape[],
+                                              dt_layout *stored, dt_layout *used);
+/* Activations [batch, sequence, ...] of rank >= 2: the batch over "batch" and, between the
+ * tensor-parallel regions (the residual stream, the layer norms), the sequence over "model"
+ * (sequence parallelism; nothing moves while "model" has size 1). Inputs [batch, ...] take
+ * dt_layout_batch_sharded(m, "batch", ...). Pure. */
+dt_status dt_strategy_preset_sequence_layout(const dt_mesh *m, int rank, dt_layout *out);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Parameter server                                                                         */

@@ -101,3 +101,103 @@ int dt__preset_ps_num_shards(const dt_partitioner *p, int64_t rows, int64_t row_
         n = rows;
     return n < 1 ? 1 : (int)n;
 }
+
+/* ---- sharding presets for transformers ------------------------------------------------- */
+
+const char *dt_strategy_preset_name(dt_strategy_preset p)
+{
+    static const char *const names[] = {
+#define PRESET_NAME(NAME, name) [DT_STRATEGY_PRESET_##NAME] = #name,
+        DT_STRATEGY_PRESET_LIST(PRESET_NAME)
+#undef PRESET_NAME
+    };
+    return (unsigned)p < DT_STRATEGY_PRESET_COUNT ? names[p] : "?";
+}
+
+const char *dt_param_role_name(dt_param_role r)
+{
+    static const char *const names[] = {
+#define ROLE_NAME(NAME, name) [DT_PARAM_##NAME] = #name,
+        DT_PARAM_ROLE_LIST(ROLE_NAME)
+#undef ROLE_NAME
+    };
+    return (unsigned)r < DT_PARAM_ROLE_COUNT ? names[r] : "?";
+}
+
+dt_status dt_strategy_preset_mesh(dt_strategy_preset p, int model_size, dt_device_type type,
+                                  dt_mesh **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_strategy_preset_mesh: out is NULL");
+    *out = NULL;
+    if ((unsigned)p >= DT_STRATEGY_PRESET_COUNT || model_size < 0)
+        return dt__fail(DT_ERR_ARG, "dt_strategy_preset_mesh: preset %d, model size %d", (int)p,
+                        model_size);
+    int n = dt_num_global_devices(type), model = 1;
+    if (p == DT_STRATEGY_PRESET_TENSOR_PARALLEL)
+        model = n;
+    else if (p == DT_STRATEGY_PRESET_FULLY_SHARDED_TENSOR_PARALLEL)
+        model = model_size ? model_size : 2;
+    if (n < 1 || n % model)
+        return dt__fail(DT_ERR_MESH,
+                        "dt_strategy_preset_mesh: %s over %d %s devices: a model axis "
+                        "of %d does not divide them",
+                        dt_strategy_preset_name(p), n, dt_device_type_name(type), model);
+    const char *names[2] = {"batch", "model"};
+    return dt_mesh_create(2, names, (int[]){n / model, model}, type, out);
+}
+
+dt_status dt_strategy_preset_parameter_layout(dt_strategy_preset p, const dt_mesh *m,
+                                              dt_param_role role, int rank, const int64_t shape[],
+                                              dt_layout *stored, dt_layout *used)
+{
+    int batch = m ? dt_mesh_axis_index(m, "batch") : -1;
+    int model = m ? dt_mesh_axis_index(m, "model") : -1;
+    if ((unsigned)p >= DT_STRATEGY_PRESET_COUNT || (unsigned)role >= DT_PARAM_ROLE_COUNT ||
+        batch < 0 || model < 0 || rank < 0 || rank > DT_MAX_RANK || (rank && !shape))
+        return dt__fail(DT_ERR_ARG,
+                        "dt_strategy_preset_parameter_layout: preset %d, role %d, rank %d on a "
+                        "mesh %s axes \"batch\" and \"model\"",
+                        (int)p, (int)role, rank, m ? "without both" : "NULL, not one with");
+    /* the axis split over "model" by the role (none: -1) */
+    int split = role == DT_PARAM_COLUMN ? 1
+                : role == DT_PARAM_COLUMN_BIAS || role == DT_PARAM_ROW || role == DT_PARAM_VOCAB
+                    ? 0
+                    : -1;
+    bool tensor = p == DT_STRATEGY_PRESET_TENSOR_PARALLEL ||
+                  p == DT_STRATEGY_PRESET_FULLY_SHARDED_TENSOR_PARALLEL;
+    if (!tensor || split >= rank)
+        split = -1;
+    dt_layout u;
+    DT_TRY(dt_layout_replicated(m, rank, &u));
+    if (split >= 0)
+        u.axes[split] = model;
+    dt_layout s = u;
+    if (p == DT_STRATEGY_PRESET_FULLY_SHARDED ||
+        p == DT_STRATEGY_PRESET_FULLY_SHARDED_TENSOR_PARALLEL)
+        for (int i = 0; i < rank; i++)
+            if (s.axes[i] == DT_UNSHARDED && shape[i] >= dt_mesh_axis_size(m, batch)) {
+                s.axes[i] = batch;
+                break;
+            }
+    if (stored)
+        *stored = s;
+    if (used)
+        *used = u;
+    return DT_OK;
+}
+
+dt_status dt_strategy_preset_sequence_layout(const dt_mesh *m, int rank, dt_layout *out)
+{
+    int batch = m ? dt_mesh_axis_index(m, "batch") : -1;
+    int model = m ? dt_mesh_axis_index(m, "model") : -1;
+    if (!out || batch < 0 || model < 0 || rank < 2 || rank > DT_MAX_RANK)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_strategy_preset_sequence_layout: rank %d (at least 2) on a mesh with "
+                        "axes \"batch\" and \"model\"",
+                        rank);
+    DT_TRY(dt_layout_replicated(m, rank, out));
+    out->axes[0] = batch;
+    out->axes[1] = model;
+    return DT_OK;
+}

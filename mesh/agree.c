@@ -65,6 +65,11 @@
 /* The timer slack of a sleeping waiter (the kernel's default of 50 us would stretch every
  * pause to that); restored when the wait ends. */
 #define DT__WAIT_SLACK_NS 1000
+/* A wait this old asks whether a client was lost (mesh/watch.c), and again this often: a dead
+ * client is named in well under a second on one host, within the heartbeat's silence across
+ * hosts, whatever DTENSOR_TIMEOUT is. */
+#define DT__WATCH_AFTER_S 0.1
+#define DT__WATCH_EVERY_S 0.1
 
 /* Until when this thread's waits sleep rather than yield (a slow yield was seen). */
 static _Thread_local double sleepy_until;
@@ -144,6 +149,13 @@ static bool wait_pause(dt__waiter *w, bell *b, uint32_t mark)
     w->waited = waited;
     if (waited > dt__rt.timeout_s)
         return true;
+    if (dt__watch_lost() || (waited >= DT__WATCH_AFTER_S && now >= w->watch_at)) {
+        w->watch_at = now + DT__WATCH_EVERY_S;
+        if (dt__watch_poll()) {
+            w->lost = true;
+            return true;
+        }
+    }
     if (b && (now < sleepy_until || waited > DT__WAIT_BLOCK_AFTER_S)) {
         bell_sleep(b, mark, DT__WAIT_BLOCK_NS);
         return false;
@@ -192,6 +204,14 @@ void dt__set_current_call(const char *what)
 
 dt_status dt__gave_up(const dt__waiter *w, const char *where, const char *missing)
 {
+    if (w->lost) {
+        char why[160];
+        dt__watch_why(why, sizeof why);
+        return dt__fail(DT_ERR_COMM,
+                        "%s: client %d stopped waiting %s after %.1f s: %s; what it waited for "
+                        "stays pending, stop the program (dt_finalize waits for no one now)",
+                        dt__current_call(), dt__rt.client, where, w->waited, why);
+    }
     return dt__fail(DT_ERR_COMM,
                     "%s: client %d waited %.1f s %s and gave up (DTENSOR_TIMEOUT is %d s)%s%s: a "
                     "client died, or is stuck in another call; what it waited for stays "
@@ -224,6 +244,41 @@ void dt__clients_str(char *buf, size_t size, const int ranks[], int n)
         clients_str(buf, size, ranks, n);
 }
 
+/* What MPI says of an error: the last line of its message (MPICH's is a stack, innermost
+ * last, e.g. "... MPIDI_UCX_send Endpoint timeout)"). */
+static void mpi_says(int err, char *buf, size_t size)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(err, text, &len) != MPI_SUCCESS || len <= 0) {
+        snprintf(buf, size, "error %d", err);
+        return;
+    }
+    text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        text[--len] = '\0';
+    const char *last = strrchr(text, '\n');
+    last = last ? last + 1 : text;
+    size_t keep = size > 4 ? size - 4 : 0, len_last = strlen(last);
+    if (len_last > keep) /* the cause ends the line: keep its end */
+        snprintf(buf, size, "...%s", last + len_last - keep);
+    else
+        snprintf(buf, size, "%s", last);
+}
+
+/* A message to or from `client` failed in MPI: it is lost (unreachable), and the wait stops
+ * naming it, or the client a liveness check found lost first. */
+static dt_status message_failed(int client, int err, const char *where)
+{
+    char says[96];
+    mpi_says(err, says, sizeof says);
+    dt__watch_unreachable(client, says);
+    dt__waiter w;
+    dt__wait_begin(&w);
+    w.lost = dt__watch_poll();
+    return dt__gave_up(&w, where, NULL);
+}
+
 dt_status dt__mpi_wait_for(int n, MPI_Request reqs[], const char *where)
 {
     MPI_Status st[8];
@@ -234,8 +289,14 @@ dt_status dt__mpi_wait_for(int n, MPI_Request reqs[], const char *where)
         int done = 1;
         for (int i = 0; i < n; i += 8) {
             int k = n - i < 8 ? n - i : 8, flag = 0;
-            if (MPI_Testall(k, reqs + i, &flag, st) != MPI_SUCCESS) {
-                s = dt__fail(DT_ERR_COMM, "%s: MPI_Testall failed %s", dt__current_call(), where);
+            int e = MPI_Testall(k, reqs + i, &flag, st);
+            if (e != MPI_SUCCESS) { /* which client is unknown: a liveness check may tell */
+                char says[160];
+                mpi_says(e, says, sizeof says);
+                w.lost = dt__watch_poll();
+                s = w.lost ? dt__gave_up(&w, where, NULL)
+                           : dt__fail(DT_ERR_COMM, "%s: a message failed %s (MPI: %s)",
+                                      dt__current_call(), where, says);
                 goto done;
             }
             done &= flag;
@@ -375,13 +436,17 @@ static dt_status hosts_mode(int *out)
 
 void dt__channel_close(void)
 {
-    if (ch.win != MPI_WIN_NULL)
+    dt__watch_close();
+    /* with a client lost, no collective free (MPI_Win_free waits for every client of the
+     * host): the windows and communicators stay MPI's */
+    bool lost = dt__watch_lost();
+    if (ch.win != MPI_WIN_NULL && !lost)
         MPI_Win_free(&ch.win);
-    if (ch.stage_win != MPI_WIN_NULL)
+    if (ch.stage_win != MPI_WIN_NULL && !lost)
         MPI_Win_free(&ch.stage_win);
-    if (ch.host != MPI_COMM_NULL)
+    if (ch.host != MPI_COMM_NULL && !lost)
         MPI_Comm_free(&ch.host);
-    if (ch.comm != MPI_COMM_NULL)
+    if (ch.comm != MPI_COMM_NULL && !lost)
         MPI_Comm_free(&ch.comm);
     free(ch.members);
     free(ch.slots);
@@ -434,6 +499,11 @@ const void *dt__stage_last(int client)
     while (i < ch.host_size - 1 && ch.members[i] != client)
         i++;
     return ch.stage[i] + (ch.seq & 1) * DT__STAGE_BYTES;
+}
+
+int dt__host_of(int client)
+{
+    return ch.open && client >= 0 && client < dt__rt.num_clients ? ch.leader_of[client] : -1;
 }
 
 /* An all-reduce (max) of a few words over the world, for the channel's own set-up. */
@@ -537,6 +607,8 @@ dt_status dt__channel_open(void)
     }
     if (s == DT_OK && ch.nleaders == 1)
         s = stage_open();
+    if (s == DT_OK)
+        s = dt__watch_open(ch.host, ch.members, ch.leader_of, ch.leaders, ch.nleaders);
     /* every slot is zeroed before any client's first agreement reads it */
     int64_t failed[1] = {s != DT_OK};
     dt_status s2 = world_max(failed, 1);
@@ -683,11 +755,12 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
         done[i] = done[n + i] = i == self;
         if (i == self || s != DT_OK)
             continue;
-        if (MPI_Irecv(in + (size_t)i * bytes, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm,
-                      &req[i]) != MPI_SUCCESS ||
-            MPI_Isend(out, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm, &req[n + i]) !=
-                MPI_SUCCESS)
-            s = dt__fail(DT_ERR_COMM, "agreement: cannot post a message to client %d", ranks[i]);
+        int e = MPI_Irecv(in + (size_t)i * bytes, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm,
+                          &req[i]);
+        if (e == MPI_SUCCESS)
+            e = MPI_Isend(out, (int)bytes, MPI_BYTE, ranks[i], tag, ch.comm, &req[n + i]);
+        if (e != MPI_SUCCESS) /* MPI knows it cannot reach the client (its host is gone) */
+            s = message_failed(ranks[i], e, where);
     }
     dt__waiter w;
     dt__wait_begin(&w);
@@ -703,7 +776,9 @@ static dt_status swap(const int ranks[], int n, int self, const void *mine, void
             int count = -1;
             if (e == MPI_SUCCESS && i < n)
                 MPI_Get_count(&st, MPI_BYTE, &count);
-            if (e != MPI_SUCCESS || (i < n && count != (int)bytes))
+            if (e != MPI_SUCCESS)
+                s = message_failed(ranks[i % n], e, where);
+            else if (i < n && count != (int)bytes)
                 s = dt__fail(DT_ERR_COMM,
                              "%s: a malformed agreement message %s client %d (%d bytes, "
                              "expected %zu)",

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -158,9 +159,29 @@ void dt__device_release_cache(dt__device *d)
     pthread_mutex_unlock(&d->cache_lock);
 }
 
+void dt__device_kill(dt__device *d)
+{
+    int alive = 0;
+    if (!atomic_compare_exchange_strong(&d->dead, &alive, 1))
+        return;
+    snprintf(d->dead_msg, sizeof d->dead_msg, "%s", dt_last_error());
+    atomic_store(&d->dead, 2);
+}
+
+dt_status dt__device_alive(const dt__device *d)
+{
+    int k = atomic_load(&d->dead);
+    if (!k)
+        return DT_OK;
+    return dt__fail(DT_ERR_DEVICE, "%s:%d is unusable since an earlier failure: %s",
+                    dt_device_type_name(d->type), d->local_index,
+                    k == 2 ? d->dead_msg : "(being recorded)");
+}
+
 dt_status dt__device_alloc(dt__device *d, size_t bytes, void **out)
 {
     *out = NULL;
+    DT_TRY(dt__device_alive(d));
     if (bytes > atomic_load(&fail_over))
         return dt__fail(DT_ERR_NOMEM, "%s:%d: cannot allocate %zu bytes (test hook)",
                         dt_device_type_name(d->type), d->local_index, bytes);
@@ -191,6 +212,12 @@ void dt__device_free(dt__device *d, void *p, size_t bytes)
 {
     if (!p)
         return;
+    /* Stream-aware: while a device collective may still use d's buffers on a side stream,
+     * the block is handed back only once d's compute stream, where it will be reused, waits
+     * for that side stream (a failure there marks the device dead: nothing runs on it). */
+    dt__device *side = atomic_exchange(&d->fence, NULL);
+    if (side && d->backend->dev->after_side(d, side) != DT_OK)
+        dt__device_kill(d);
     atomic_fetch_sub(&d->bytes_current, bytes);
     size_t size;
     int cls = size_class(bytes, &size);
@@ -244,7 +271,10 @@ void *dt__device_worker(void *arg)
     }
 }
 
-/* Post fn to devices[first..n) and, when `here`, run index 0 on the caller; wait for all. */
+/* Post fn to devices[first..n) and, when `here`, run index 0 on the caller; wait for all.
+ * One thread posts at a time: every caller holds the API lock (common/dt.h), so a device's
+ * one task slot is free whenever a task is posted (two threads posting at once overwrote each
+ * other's tasks, and the members of one collective would wait for tasks that never came). */
 static void run_on(dt__device *const devices[], int n, dt__task_fn fn, void *arg, bool here)
 {
     int first = here ? 1 : 0;

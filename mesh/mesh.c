@@ -85,13 +85,16 @@ static dt_status validate(int num_axes, const char *const names[], const int siz
 }
 
 /* The whole description as structure (every name in full, every size, the type, every
- * device id), hashed: what clients compare. Defensive about any input. */
+ * device id), hashed: what clients compare. Defensive about any input: the arrays are read
+ * only when the count is one validate accepts (a count of 9 or INT_MAX says nothing of how
+ * long the caller's arrays are). */
 static uint64_t structure(int num_axes, const char *const names[], const int sizes[],
                           dt_device_type type, int num_devices, const int ids[])
 {
     uint64_t h = dt__hash(DT__HASH_SEED, &num_axes, sizeof num_axes);
     h = dt__hash(h, &type, sizeof type);
-    for (int a = 0; names && sizes && a < num_axes && a <= DT_MAX_MESH_AXES; a++) {
+    bool arrays = names && sizes && num_axes <= DT_MAX_MESH_AXES;
+    for (int a = 0; arrays && a < num_axes; a++) {
         size_t len = names[a] ? strnlen(names[a], 4096) : 0;
         h = dt__hash(h, &len, sizeof len);
         h = names[a] ? dt__hash(h, names[a], len) : h;
@@ -285,6 +288,12 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
         }
     }
     atomic_fetch_add(&dt__rt.live_meshes, 1);
+    /* communicators of device collectives are made now, agreed, never inside a step */
+    dt_status s = client_local ? DT_OK : dt__coll_mesh_open(m);
+    if (s != DT_OK) {
+        dt_mesh_free(m);
+        return s;
+    }
     *out = m;
     return DT_OK;
 }
@@ -351,6 +360,7 @@ static dt_status create(const char *fn, int num_axes, const char *const names[],
 dt_status dt_mesh_create(int num_axes, const char *const names[], const int sizes[],
                          dt_device_type type, dt_mesh **out)
 {
+    DT__SERIAL();
     return create("dt_mesh_create", num_axes, names, sizes, type, -1, NULL, out);
 }
 
@@ -358,6 +368,7 @@ dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], con
                                     dt_device_type type, int num_devices, const int device_ids[],
                                     dt_mesh **out)
 {
+    DT__SERIAL();
     return create("dt_mesh_create_on_devices", num_axes, names, sizes, type,
                   num_devices < 0 ? 0 : num_devices, device_ids, out);
 }
@@ -365,6 +376,7 @@ dt_status dt_mesh_create_on_devices(int num_axes, const char *const names[], con
 dt_status dt_mesh_create_local(int num_axes, const char *const names[], const int sizes[],
                                dt_device_type type, int first_local, dt_mesh **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_mesh_create_local: out is NULL");
     *out = NULL;
@@ -394,6 +406,7 @@ dt_status dt_mesh_create_local(int num_axes, const char *const names[], const in
 
 dt_status dt_mesh_create_from_string(const char *spec, dt_device_type type, dt_mesh **out)
 {
+    DT__SERIAL();
     if (!out)
         return no_out("dt_mesh_create_from_string");
     *out = NULL;
@@ -446,6 +459,7 @@ dt_mesh *dt__mesh_retain(const dt_mesh *m)
 
 void dt_mesh_free(dt_mesh *m)
 {
+    DT__SERIAL();
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
     dt__program_cache_drop_mesh(m);
@@ -507,6 +521,13 @@ int dt_mesh_num_local_devices(const dt_mesh *m)
 int dt_mesh_local_device_id(const dt_mesh *m, int i)
 {
     return m && i >= 0 && i < m->num_local ? m->first_local + i : -1;
+}
+
+void *dt_mesh_local_stream(const dt_mesh *m, int i)
+{
+    if (!m || i < 0 || i >= m->num_local || m->type != DT_DEVICE_CUDA || dt__rt.cuda_emulated)
+        return NULL;
+    return m->local[i]->kx.stream;
 }
 
 int dt_mesh_global_device_id(const dt_mesh *m, int mesh_id)

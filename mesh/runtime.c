@@ -15,9 +15,6 @@ static hwloc_topology_t topology;
 
 enum { BIND_AUTO = -1, BIND_NONE = 0, BIND_REQUIRED = 1, BIND_NEVER = 2 };
 
-/* Physical GPUs one client uses at most. */
-#define DT__MAX_GPUS 64
-
 dt_status dt__require_init(const char *fn)
 {
     if (!dt__rt.initialized)
@@ -27,21 +24,25 @@ dt_status dt__require_init(const char *fn)
 
 int dt_is_initialized(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized;
 }
 
 int dt_client_id(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.client : 0;
 }
 
 int dt_num_clients(void)
 {
+    DT__SERIAL();
     return dt__rt.initialized ? dt__rt.num_clients : 1;
 }
 
 int dt_num_local_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.num_devices[type];
@@ -49,6 +50,7 @@ int dt_num_local_devices(dt_device_type type)
 
 int dt_num_global_devices(dt_device_type type)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT)
         return 0;
     return dt__rt.client_first[type][dt__rt.num_clients];
@@ -56,6 +58,7 @@ int dt_num_global_devices(dt_device_type type)
 
 int dt_global_device_id(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     if (!dt__rt.initialized || (unsigned)type >= DT_DEVICE_COUNT || local_index < 0 ||
         local_index >= dt__rt.num_devices[type])
         return -1;
@@ -77,6 +80,7 @@ static dt_status local_device(const char *fn, dt_device_type type, int local_ind
 
 dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory_stats *out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_device_memory_stats: out is NULL");
     *out = (dt_memory_stats){0};
@@ -94,6 +98,7 @@ dt_status dt_device_memory_stats(dt_device_type type, int local_index, dt_memory
 
 dt_status dt_device_release_cache(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     dt__device *d;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_release_cache"));
@@ -108,6 +113,7 @@ dt_status dt_device_release_cache(dt_device_type type, int local_index)
 
 dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 {
+    DT__SERIAL();
     int first = local_index, last = local_index;
     if (local_index == -1 && (unsigned)type < DT_DEVICE_COUNT) {
         DT_TRY(dt__require_init("dt_device_memory_reset_peak"));
@@ -125,6 +131,7 @@ dt_status dt_device_memory_reset_peak(dt_device_type type, int local_index)
 
 dt_status dt_device_memory(dt_device_type type, int local_index, size_t *current, size_t *peak)
 {
+    DT__SERIAL();
     dt__device *d;
     DT_TRY(local_device("dt_device_memory", type, local_index, &d));
     if (current)
@@ -170,6 +177,7 @@ typedef struct init_cfg {
     int emulate;      /* emulated GPUs where none is visible (DTENSOR_EMULATE_CUDA) */
     bool tf32;
     int timeout_s;
+    int32_t check_collectives; /* DTENSOR_CHECK_COLLECTIVES set and not "0" */
 } init_cfg;
 
 /* An option: `given` when non-zero, else the environment variable `env` when set (an integer
@@ -216,7 +224,22 @@ static dt_status read_options(const dt_init_options *opts, init_cfg *cfg)
     cfg->tf32 = tf32 == 1;
     DT_TRY(option("timeout_seconds", o.timeout_seconds, "DTENSOR_TIMEOUT", 1, 7 * 86400, 600,
                   &cfg->timeout_s));
+    const char *check = getenv("DTENSOR_CHECK_COLLECTIVES");
+    cfg->check_collectives = check && *check && strcmp(check, "0") != 0;
     return DT_OK;
+}
+
+/* The settings every client must share, as the clients compare them at dt_init: a client
+ * checking collectives (DTENSOR_CHECK_COLLECTIVES) agrees on each before it runs, so a client
+ * that does not would leave it waiting in that agreement while it waits in the collective. */
+static int settings_fields(const void *ctx, dt__field out[], int max)
+{
+    const init_cfg *c = ctx;
+    if (max < 1)
+        return 0;
+    dt__field_set(&out[0], "DTENSOR_CHECK_COLLECTIVES", &c->check_collectives,
+                  sizeof c->check_collectives, "%s", c->check_collectives ? "on" : "off");
+    return 1;
 }
 
 static int bind_core_of(const dt__device *d);
@@ -319,22 +342,22 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
     return DT_OK;
 }
 
-/* What a client tells the others of its GPUs at dt_init. */
-enum { GPU_SHARED = 1, GPU_EMULATED = 2, GPU_REAL = 4 };
+/* What a client tells the others of its GPUs at dt_init besides its device counts. */
+enum { GPU_EMULATED = 1, GPU_REAL = 2 };
 
 /* Per type, every client's device count and the prefix sums, and what the clients' GPUs are:
- * whether some share one, and whether they are emulated. Emulation is the whole job's (a
- * client without DTENSOR_EMULATE_CUDA, owning no GPU, takes the emulated backend too), so that
- * every client decides alike what a CUDA mesh's ops do (kernels, the agreement on their
- * outcome, the collectives' path). Collective over world. */
-static dt_status exchange_counts(bool gpu_shared_here)
+ * whether they are emulated. Emulation is the whole job's (a client without
+ * DTENSOR_EMULATE_CUDA, owning no GPU, takes the emulated backend too), so that every client
+ * decides alike what a CUDA mesh's ops do (kernels, the agreement on their outcome, the
+ * collectives' path). Collective over world. */
+static dt_status exchange_counts(void)
 {
     int n = dt__rt.num_clients;
     int mine[DT_DEVICE_COUNT + 1]; /* the counts, then the GPU_ flags */
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         mine[t] = dt__rt.num_devices[t];
     mine[DT_DEVICE_COUNT] =
-        (gpu_shared_here ? GPU_SHARED : 0) | (dt__rt.cuda_emulated ? GPU_EMULATED : 0) |
+        (dt__rt.cuda_emulated ? GPU_EMULATED : 0) |
         (!dt__rt.cuda_emulated && dt__rt.num_devices[DT_DEVICE_CUDA] ? GPU_REAL : 0);
     int *all = malloc(sizeof mine * (size_t)n);
     if (!all)
@@ -343,7 +366,6 @@ static dt_status exchange_counts(bool gpu_shared_here)
     int flags = 0;
     for (int c = 0; s == DT_OK && c < n; c++)
         flags |= all[c * (DT_DEVICE_COUNT + 1) + DT_DEVICE_COUNT];
-    dt__rt.gpus_shared = flags & GPU_SHARED;
     dt__rt.cuda_emulated = flags & GPU_EMULATED;
     if (s == DT_OK && (flags & GPU_EMULATED) && (flags & GPU_REAL))
         s = dt__fail(DT_ERR_ARG, "dt_init: some clients emulate GPUs (DTENSOR_EMULATE_CUDA) while "
@@ -366,8 +388,180 @@ static dt_status exchange_counts(bool gpu_shared_here)
     return s;
 }
 
+/* ---- GPU identity ------------------------------------------------------------------------ */
+
+static bool same_id(const unsigned char a[16], const unsigned char b[16])
+{
+    return memcmp(a, b, 16) == 0;
+}
+
+/* Index of `id` in view v (its first occurrence), or -1. */
+static int seen_at(const dt__gpu_view *v, const unsigned char id[16])
+{
+    for (int i = 0; i < v->n; i++)
+        if (same_id(v->id[i], id))
+            return i;
+    return -1;
+}
+
+/* Whether the clients seeing a and b are the same set. */
+static bool same_viewers(int nclients, const dt__gpu_view views[], const unsigned char a[16],
+                         const unsigned char b[16])
+{
+    for (int c = 0; c < nclients; c++)
+        if ((seen_at(&views[c], a) < 0) != (seen_at(&views[c], b) < 0))
+            return false;
+    return true;
+}
+
+/* The client that takes GPU `id` (which some client sees): among the clients seeing it, the
+ * one whose turn its place is, its place being its index among the GPUs of the same viewers
+ * in the first viewer's order. */
+static int owner_of(int nclients, const dt__gpu_view views[], const unsigned char id[16])
+{
+    int nv = 0, first = -1;
+    for (int c = 0; c < nclients; c++)
+        if (seen_at(&views[c], id) >= 0) {
+            first = first < 0 ? c : first;
+            nv++;
+        }
+    const dt__gpu_view *v = &views[first];
+    int place = 0, at = seen_at(v, id);
+    for (int i = 0; i < at; i++)
+        if (seen_at(v, v->id[i]) == i && same_viewers(nclients, views, v->id[i], id))
+            place++;
+    int turn = place % nv;
+    for (int c = first; c < nclients; c++)
+        if (seen_at(&views[c], id) >= 0 && turn-- == 0)
+            return c;
+    return first;
+}
+
+/* Client me's own GPUs (those it takes by turn), as indices into its view. */
+static int own_gpus(int nclients, const dt__gpu_view views[], int me, int take[])
+{
+    const dt__gpu_view *v = &views[me];
+    int n = 0;
+    for (int i = 0; i < v->n && n < DT__MAX_GPUS; i++)
+        if (seen_at(v, v->id[i]) == i && owner_of(nclients, views, v->id[i]) == me)
+            take[n++] = i;
+    return n;
+}
+
+void dt__gpu_assign(int nclients, const dt__gpu_view views[], int me, int take[], int *ntake,
+                    bool *shared)
+{
+    *shared = false;
+    int scratch[DT__MAX_GPUS];
+    for (int c = 0; c < nclients; c++)
+        if (views[c].n > 0 && own_gpus(nclients, views, c, scratch) == 0)
+            *shared = true;
+    *ntake = own_gpus(nclients, views, me, take);
+    const dt__gpu_view *v = &views[me];
+    if (*ntake == 0 && v->n > 0) {
+        /* none left for this client: the k-th of the clients seeing its first GPU shares its
+         * k-th GPU (modulo those it sees), as clients outnumbering a host's GPUs do */
+        int k = 0;
+        for (int c = 0; c < me; c++)
+            k += seen_at(&views[c], v->id[0]) >= 0;
+        take[0] = k % v->n;
+        *ntake = 1;
+    }
+}
+
+int dt__gpu_number(int nclients, const dt__gpu_view views[], int c, int index)
+{
+    const unsigned char *id = views[c].id[index];
+    int number = 0;
+    for (int k = 0; k < nclients; k++)
+        for (int i = 0; i < views[k].n; i++) {
+            const unsigned char *x = views[k].id[i];
+            if (same_id(x, id))
+                return number;
+            /* distinct: not seen earlier in this view or an earlier client's */
+            bool earlier = seen_at(&views[k], x) < i;
+            for (int j = 0; !earlier && j < k; j++)
+                earlier = seen_at(&views[j], x) >= 0;
+            number += !earlier;
+        }
+    return number;
+}
+
+/* What a client tells the others of its GPUs: what it sees and its logical devices per GPU. */
+typedef struct gpu_record {
+    dt__gpu_view view;
+    int logical;
+} gpu_record;
+
+/* A made-up identity for emulated GPU g: the client's own (DTENSOR_EMULATE_CUDA_VISIBLE unset
+ * or "client", as under a launcher giving each rank its own GPUs), or the host's, seen by every
+ * client of the host ("host", as clients sharing a machine's GPUs). */
+static void emulated_id(bool host_wide, int owner, int g, unsigned char id[16])
+{
+    memset(id, 0, 16);
+    memcpy(id, host_wide ? "emuh" : "emuc", 4);
+    memcpy(id + 4, &owner, sizeof owner);
+    memcpy(id + 8, &g, sizeof g);
+}
+
+static dt_status emulated_visibility(bool *host_wide)
+{
+    const char *e = getenv("DTENSOR_EMULATE_CUDA_VISIBLE");
+    *host_wide = e && strcmp(e, "host") == 0;
+    if (e && *e && strcmp(e, "host") != 0 && strcmp(e, "client") != 0)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_init: DTENSOR_EMULATE_CUDA_VISIBLE is \"%s\", expected client or host",
+                        e);
+    return DT_OK;
+}
+
+/* Every client's GPU record (collective over world), this client's GPUs (take[], *ntake: view
+ * indices) and whether clients share GPUs; records[] stays for the device table. */
+static dt_status exchange_gpus(const gpu_record *mine, gpu_record *records, int take[], int *ntake)
+{
+    DT_TRY(dt__allgather_bytes(dt__rt.world, mine, sizeof *mine, records));
+    dt__gpu_view *views = malloc(sizeof *views * (size_t)dt__rt.num_clients);
+    if (!views)
+        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d GPU views",
+                        dt__rt.num_clients);
+    for (int c = 0; c < dt__rt.num_clients; c++)
+        views[c] = records[c].view;
+    bool shared;
+    dt__gpu_assign(dt__rt.num_clients, views, dt__rt.client, take, ntake, &shared);
+    dt__rt.gpus_shared = shared;
+    free(views);
+    return DT_OK;
+}
+
+/* The physical GPU of every global CUDA device, and of each local one (d->gpu). */
+static dt_status gpu_table(const gpu_record *records)
+{
+    int n = dt__rt.num_clients, total = dt__rt.client_first[DT_DEVICE_CUDA][n];
+    dt__gpu_view *views = malloc(sizeof *views * (size_t)n);
+    dt__rt.gpu_of = calloc((size_t)total + 1, sizeof *dt__rt.gpu_of);
+    if (!views || !dt__rt.gpu_of) {
+        free(views);
+        return dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for the GPU table");
+    }
+    for (int c = 0; c < n; c++)
+        views[c] = records[c].view;
+    int take[DT__MAX_GPUS], k;
+    bool shared;
+    for (int c = 0; c < n; c++) {
+        dt__gpu_assign(n, views, c, take, &k, &shared);
+        int first = dt__rt.client_first[DT_DEVICE_CUDA][c], per = records[c].logical;
+        for (int i = 0; i < dt__rt.client_devices[DT_DEVICE_CUDA][c] && i < k * per; i++)
+            dt__rt.gpu_of[first + i] = dt__gpu_number(n, views, c, take[i / per]);
+    }
+    free(views);
+    int mine = dt__rt.client_first[DT_DEVICE_CUDA][dt__rt.client];
+    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++)
+        dt__rt.devices[DT_DEVICE_CUDA][i].gpu = dt__rt.gpu_of[mine + i];
+    return DT_OK;
+}
+
 /* Where this client's workers go: clients on one host share its cores in rank order. */
-static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gpu_slot)
+static dt_status plan_binding(int bind, int cpu_devices, int *host_leader)
 {
     dt__rt.cores = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE);
     if (dt__rt.cores <= 0)
@@ -380,8 +574,10 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
             return dt__fail(DT_ERR_COMM, "dt_init: MPI_Comm_split_type failed");
         MPI_Comm_rank(host, &host_rank);
         MPI_Comm_size(host, &host_size);
-        int *counts = malloc(sizeof(int) * (size_t)host_size);
-        dt_status s = counts ? dt__allgather_bytes(host, &cpu_devices, sizeof(int), counts)
+        /* per client of the host: its CPU devices and its world rank */
+        int mine[2] = {cpu_devices, dt__rt.client};
+        int *counts = malloc(sizeof mine * (size_t)host_size);
+        dt_status s = counts ? dt__allgather_bytes(host, mine, sizeof mine, counts)
                              : dt__fail(DT_ERR_NOMEM, "dt_init: out of memory");
         MPI_Comm_free(&host);
         if (s != DT_OK) {
@@ -391,14 +587,13 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
         total = 0;
         for (int r = 0; r < host_size; r++) {
             if (r < host_rank)
-                before += counts[r];
-            total += counts[r];
+                before += counts[2 * r];
+            total += counts[2 * r];
         }
+        *host_leader = counts[1];
         free(counts);
     }
     dt__rt.clients_on_host = host_size;
-    *gpu_share = host_size;
-    *gpu_slot = host_rank;
     first_core = -1;
     bool fits = total <= dt__rt.cores;
     workers_fit = fits;
@@ -413,20 +608,75 @@ static dt_status plan_binding(int bind, int cpu_devices, int *gpu_share, int *gp
     return DT_OK;
 }
 
-static void release_all(void)
+/* How long the clients of a job over several hosts stay out of MPI before MPI_Finalize: well
+ * above how far apart the clients leave the last exchange (see quiesce): 0.2 to 11 ms at -n 4
+ * and 7 ms at -n 8 on 2 namespace hosts of 2 cores with a load average of 15 to 24. A client
+ * delayed longer than this can still hang MPICH 4.0's MPI_Finalize. */
+#define DT__FINALIZE_QUIET_S 0.05
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Before MPI_Finalize, when the clients span hosts (they reach each other over UCX's TCP
+ * transport). MPICH 4.0's MPI_Finalize closes every UCX endpoint in "flush" mode, then waits in
+ * the launcher's barrier. Over TCP, flushing an endpoint that has sent anything since its last
+ * flush sends an empty put and waits for the peer's acknowledgement, which the peer sends only
+ * while it drives UCX; a peer that has already closed its own endpoints waits in the launcher's
+ * barrier, not driving UCX, and the two wait for each other for ever (MPICH 4.2 moved the
+ * barrier before the closes). Two things make every peer still drive UCX when the flush
+ * reaches it: every client sends one byte to every other one and receives theirs, so every
+ * endpoint between two clients has sent since its last flush, in both directions, and each
+ * closing client waits for its peers' acknowledgements, which they send only after their own
+ * flush (TCP keeps a peer's messages in order); and no client drives MPI between that exchange
+ * and MPI_Finalize, waiting DT__FINALIZE_QUIET_S instead, so that no client acknowledges a
+ * peer's flush before it has sent its own. Also when the caller owns MPI: its MPI_Finalize
+ * right after dt_finalize is then just as safe. Returns when the quiet time started. */
+static double quiesce(void)
+{
+    int n = dt__rt.num_clients, me = dt__rt.client, k = 0;
+    char one = 1, *in = malloc((size_t)n);
+    MPI_Request *req = malloc(sizeof *req * 2 * (size_t)n);
+    for (int c = 0; in && req && c < n; c++) {
+        if (c == me)
+            continue;
+        MPI_Irecv(&in[c], 1, MPI_CHAR, c, 0, dt__rt.world, &req[k++]);
+        MPI_Isend(&one, 1, MPI_CHAR, c, 0, dt__rt.world, &req[k++]);
+    }
+    if (in && req)
+        dt__mpi_wait_for(k, req, "in dt_finalize's last exchange between hosts");
+    free(in);
+    free(req);
+    return seconds_now();
+}
+
+/* finalizing: every client is here (dt_finalize agreed), so the clients may exchange. With a
+ * client lost (mesh/watch.c) nothing here waits for it: no MPI call that involves other
+ * clients, and MPI is not finalized (MPI_Finalize waits for every process). */
+static void release_all(bool finalizing)
 {
     for (int t = 0; t < DT_DEVICE_COUNT; t++)
         stop_devices((dt_device_type)t);
+    free(dt__rt.gpu_of);
     dt__channel_close();
-    if (dt__rt.world != MPI_COMM_NULL)
-        MPI_Comm_free(&dt__rt.world);
+    bool lost = dt__watch_lost();
     if (dt__rt.mpi_used)
         dt__coll_shutdown();
+    bool hosts =
+        finalizing && !lost && dt__rt.mpi_used && dt__rt.clients_on_host < dt__rt.num_clients;
+    double quiet = hosts ? quiesce() : 0;
+    if (dt__rt.world != MPI_COMM_NULL && !lost)
+        MPI_Comm_free(&dt__rt.world);
     if (topology) {
         hwloc_topology_destroy(topology);
         topology = NULL;
     }
-    if (dt__rt.mpi_owned)
+    for (double left; hosts && (left = quiet + DT__FINALIZE_QUIET_S - seconds_now()) > 0;)
+        nanosleep(&(struct timespec){.tv_nsec = (long)(left * 1e9)}, NULL);
+    if (dt__rt.mpi_owned && !lost)
         MPI_Finalize();
     first_core = -1;
     workers_fit = false;
@@ -436,9 +686,18 @@ static void release_all(void)
 
 dt_status dt_init(const dt_init_options *opts)
 {
+    DT__SERIAL();
     if (dt__rt.initialized)
         return dt__fail(DT_ERR_STATE, "dt_init: already initialized (client %d of %d)",
                         dt__rt.client, dt__rt.num_clients);
+    if (dt__watch_lost()) { /* MPI still counts the lost client: an agreement would wait */
+        char why[160];
+        dt__watch_why(why, sizeof why);
+        return dt__fail(DT_ERR_STATE,
+                        "dt_init: a client was lost earlier in this process (%s); "
+                        "start a new job",
+                        why);
+    }
     int mpi_init = 0, mpi_done = 0;
     MPI_Initialized(&mpi_init);
     MPI_Finalized(&mpi_done);
@@ -453,93 +712,112 @@ dt_status dt_init(const dt_init_options *opts)
     if (mpi_init || launched_by_mpi()) {
         if (!mpi_init) {
             int provided;
-            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            /* MULTIPLE: the heartbeat thread of a host's leader (mesh/watch.c) sends while
+             * the client's own calls use MPI; those are serialized by the API lock */
+            if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
                 return dt__fail(DT_ERR_COMM, "dt_init: MPI_Init_thread failed");
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
-        dt__coll_init();
+        dt_status c = dt__coll_init();
+        local = local == DT_OK ? c : local;
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
+        /* errors are statuses, never an abort of the job: a message that fails because a client
+         * died must leave the others able to report it (every communicator made from this one
+         * inherits the handler) */
+        MPI_Comm_set_errhandler(dt__rt.world, MPI_ERRORS_RETURN);
         MPI_Comm_rank(dt__rt.world, &dt__rt.client);
         MPI_Comm_size(dt__rt.world, &dt__rt.num_clients);
     }
     /* every later agreement goes through the channel */
     dt_status s = dt__channel_open();
     if (s != DT_OK) {
-        release_all();
+        release_all(false);
         return s;
     }
-    s = dt__agree(dt__rt.world, local);
-    int gpu_share = 1, gpu_slot = 0;
-    bool gpu_shared_here = false;
+    s = dt__agree_on(&(dt__agreement){.what = "dt_init",
+                                      .fingerprint = dt__hash(DT__HASH_SEED, &cfg.check_collectives,
+                                                              sizeof cfg.check_collectives),
+                                      .fields = settings_fields,
+                                      .ctx = &cfg},
+                     local);
+    int host_leader = dt__rt.client;
     if (s == DT_OK) {
         hwloc_topology_init(&topology);
         hwloc_topology_load(topology);
-        s = plan_binding(cfg.bind, cfg.cpu_devices, &gpu_share, &gpu_slot);
+        s = plan_binding(cfg.bind, cfg.cpu_devices, &host_leader);
         s = dt__agree(dt__rt.world, s);
     }
+    /* The GPUs every client sees, by identity: which this client takes, whether clients share
+     * some (collective; every client has the same verdict so far) */
+    int visible = 0;
+#ifdef DT_HAVE_CUDA
+    visible = dt__cuda_device_count();
+#endif
+    bool emulate = cfg.emulate && !visible, host_wide = false;
+    gpu_record mine = {.logical = cfg.cuda_logical};
+    if (s == DT_OK && emulate)
+        s = emulated_visibility(&host_wide);
+    for (int g = 0; emulate && g < cfg.emulate; g++)
+        emulated_id(host_wide, host_wide ? host_leader : dt__rt.client, g, mine.view.id[g]);
+    mine.view.n = emulate ? cfg.emulate : visible < DT__MAX_GPUS ? visible : DT__MAX_GPUS;
+#ifdef DT_HAVE_CUDA
+    /* a GPU CUDA cannot identify is told apart by its host and ordinal */
+    for (int g = 0; !emulate && g < mine.view.n; g++)
+        if (!dt__cuda_identity(g, mine.view.id[g]))
+            emulated_id(true, host_leader, g, mine.view.id[g]);
+#endif
+    gpu_record *records = malloc(sizeof *records * (size_t)dt__rt.num_clients);
+    if (s == DT_OK && !records)
+        s = dt__fail(DT_ERR_NOMEM, "dt_init: out of memory for %d GPU records", dt__rt.num_clients);
+    s = dt__agree(dt__rt.world, s);
+    int take[DT__MAX_GPUS], ntake = 0;
+    if (s == DT_OK)
+        s = exchange_gpus(&mine, records, take, &ntake);
     if (s == DT_OK) {
         s = start_devices(DT_DEVICE_CPU, cfg.cpu_devices, &dt__cpu_backend, NULL, NULL, false);
         dt__rt.blas_threads =
             dt__cpu_blas_threads(dt__rt.cores / (host_cpu_devices > 0 ? host_cpu_devices : 1),
                                  &dt__rt.blas_threads_user);
     }
-    int visible = 0;
-#ifdef DT_HAVE_CUDA
-    visible = dt__cuda_device_count();
-#endif
-    if (s == DT_OK && cfg.emulate && !visible) {
-        /* cfg.emulate GPUs of this client, each hosting cfg.cuda_logical devices */
-        int n = cfg.emulate * cfg.cuda_logical, ordinals[DT__MAX_GPUS * 64],
-            logical[DT__MAX_GPUS * 64];
-        for (int i = 0; i < n; i++) {
-            ordinals[i] = i / cfg.cuda_logical;
-            logical[i] = i % cfg.cuda_logical;
-        }
+    /* Each GPU this client takes hosts cfg.cuda_logical devices (logical GPUs), consecutive in
+     * the device list; emulated GPUs are numbered by their place in the view. */
+    int n = ntake * cfg.cuda_logical, ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
+    for (int i = 0; i < n; i++) {
+        ordinals[i] = take[i / cfg.cuda_logical];
+        logical[i] = i % cfg.cuda_logical;
+    }
+    if (s == DT_OK && emulate) {
         dt__rt.cuda_emulated = true;
         s = start_devices(DT_DEVICE_CUDA, n, &dt__emulated_cuda_backend, ordinals, logical,
                           cfg.tf32);
     }
 #ifdef DT_HAVE_CUDA
     else if (s == DT_OK) {
-        /* Clients on one host share its GPUs round-robin; with more clients than GPUs, client
-         * k of the host takes GPU k mod the GPUs, which other clients use too. Each GPU of
-         * this client hosts cfg.cuda_logical devices (logical GPUs), consecutive in the
-         * device list. */
-        int gpus = 0, mine = 0;
-        int physical[DT__MAX_GPUS], ordinals[DT__MAX_GPUS * 64], logical[DT__MAX_GPUS * 64];
-        gpu_shared_here = visible > 0 && gpu_share > visible;
-        if (gpu_shared_here)
-            physical[gpus++] = gpu_slot % visible;
-        for (int g = gpu_slot; !gpu_shared_here && g < visible && gpus < DT__MAX_GPUS;
-             g += gpu_share)
-            physical[gpus++] = g;
-        for (int g = 0; g < gpus; g++)
-            for (int l = 0; l < cfg.cuda_logical; l++) {
-                ordinals[mine] = physical[g];
-                logical[mine++] = l;
-            }
-        dt__cuda_enable_peers(gpus, physical);
-        s = start_devices(DT_DEVICE_CUDA, mine, &dt__cuda_backend, ordinals, logical, cfg.tf32);
+        s = dt__cuda_enable_peers(ntake, take);
+        if (s == DT_OK)
+            s = start_devices(DT_DEVICE_CUDA, n, &dt__cuda_backend, ordinals, logical, cfg.tf32);
     }
-#else
-    (void)gpu_share;
-    (void)gpu_slot;
 #endif
     s = dt__agree(dt__rt.world, s);
     if (s == DT_OK)
-        s = exchange_counts(gpu_shared_here);
+        s = exchange_counts();
+    if (s == DT_OK)
+        s = gpu_table(records);
+    free(records);
     if (s != DT_OK) {
-        release_all();
+        release_all(false);
         return s;
     }
     dt__rt.cuda_tf32 = cfg.tf32;
+    dt__rt.check_collectives = cfg.check_collectives;
     dt__rt.initialized = true;
     return DT_OK;
 }
 
 dt_status dt_finalize(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_finalize"));
     /* Agreed: if any client still holds a mesh or tensor, every client refuses (and stays
      * usable), rather than the others ending MPI under it. */
@@ -550,15 +828,21 @@ dt_status dt_finalize(void)
                          "dt_finalize: client %d still has %d meshes and %d tensors alive; no "
                          "client finalizes",
                          dt__rt.client, meshes, tensors);
-    DT_TRY(dt__agree(dt__rt.world, local));
+    /* after a client was lost, this client releases its own resources at once, agreeing with
+     * no one (release_all makes no call that waits for other clients) */
+    if (dt__watch_lost())
+        DT_TRY(local);
+    else
+        DT_TRY(dt__agree(dt__rt.world, local));
     dt__program_cache_free();
     dt__mesh_all_free();
-    release_all();
+    release_all(true);
     return DT_OK;
 }
 
 dt_status dt_devices_print(FILE *f)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_devices_print"));
     if (!f)
         return dt__fail(DT_ERR_ARG, "dt_devices_print: FILE is NULL");
@@ -582,11 +866,15 @@ dt_status dt_devices_print(FILE *f)
             fprintf(f, "  %s:%d global id %d, backend %s, ", dt_device_type_name(d->type), i,
                     first + i, d->backend->name);
             if (d->type == DT_DEVICE_CUDA && dt__rt.cuda_emulated)
-                fprintf(f, "emulated GPU %d (logical device %d of it; DTENSOR_EMULATE_CUDA)",
-                        d->ordinal, d->logical);
+                fprintf(f,
+                        "emulated GPU %d (job-wide GPU %d, logical device %d of it; "
+                        "DTENSOR_EMULATE_CUDA%s)",
+                        d->ordinal, d->gpu, d->logical, dt__rt.gpus_shared ? ", shared" : "");
             else if (d->type == DT_DEVICE_CUDA)
-                fprintf(f, "GPU ordinal %d (logical device %d of it), f32 gemm %s", d->ordinal,
-                        d->logical, d->kx.tf32 ? "TF32" : "FP32");
+                fprintf(
+                    f, "GPU ordinal %d (job-wide GPU %d, logical device %d of it%s), f32 gemm %s",
+                    d->ordinal, d->gpu, d->logical,
+                    dt__rt.gpus_shared ? "; clients share GPUs" : "", d->kx.tf32 ? "TF32" : "FP32");
             else if (d->ordinal >= 0)
                 fprintf(f, "worker bound to core %d", d->ordinal);
             else
@@ -611,6 +899,7 @@ dt_status dt_devices_print(FILE *f)
 
 dt_status dt_barrier(void)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_barrier"));
     return dt__agree(dt__rt.world, DT_OK);
 }
@@ -626,6 +915,7 @@ static int bytes_fields(const void *ctx, dt__field out[], int max)
 
 dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_client_allgather"));
     /* the count is agreed first: a client passing another count (or no buffers) fails every
      * client instead of leaving them in MPI calls that do not match */
@@ -647,6 +937,7 @@ dt_status dt_client_allgather(const void *send, size_t bytes, void *recv)
 
 dt_status dt_print_ordered(FILE *f, const char *text)
 {
+    DT__SERIAL();
     DT_TRY(dt__require_init("dt_print_ordered"));
     /* only client 0 writes, but a NULL FILE is an error on every client alike */
     DT_TRY(dt__agree(dt__rt.world,

@@ -15,7 +15,7 @@ if [ ! -f "$dir/build.ninja" ]; then
         -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
 fi
 ninja -C "$dir" libdtensor_core.a >/dev/null
-libs=$(pkg-config --libs mpich hwloc openblas jansson hdf5-mpich)
+libs=$(pkg-config --libs mpich hwloc openblas jansson hdf5-mpich sleef)
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export ASAN_OPTIONS="detect_leaks=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install the Python package with pip (meson-python) into build/venv and run its tests as one
-# client and under mpiexec.mpich -n 2 and -n 3. JUnit reports go to build/pytest/.
+# client, under mpiexec.mpich -n 2 and -n 3, and as 4 clients on 2 hosts (scripts/multihost.sh).
+# JUnit reports go to build/pytest/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 venv=build/venv
-# meson and the C extension use the system interpreter (TOOLCHAIN.md).
+# meson and the C extension use the system interpreter (docs/ARCHITECTURE.md, toolchain).
 [ -x $venv/bin/python ] || /usr/bin/python3 -m venv $venv || exit 1
 $venv/bin/pip install -q --disable-pip-version-check numpy ml_dtypes pytest meson-python meson ninja h5py || exit 1
 $venv/bin/pip install -q --disable-pip-version-check --no-build-isolation \
@@ -24,4 +25,10 @@ run() { # name, launcher...
 run singleton
 run n2 mpiexec.mpich -n 2
 run n3 mpiexec.mpich -n 3
+# 4 clients on 2 hosts of network namespaces (scripts/multihost.sh), where they can be made
+if scripts/multihost.sh --check; then
+    run hosts2 scripts/multihost.sh -H 2 -n 4
+else
+    echo "== pytest: hosts2 skipped (no namespace hosts here)"
+fi
 exit $status

@@ -600,6 +600,30 @@ static dt_status vjp_softmax(ad *a, const dt__node *n, dt_tensor *const x[], dt_
     }
 }
 
+/* Attention: its gradient op gives dq, dk, dv stacked on a leading axis of 3, each sliced off
+ * (a local slice: that axis is never split). */
+static dt_status vjp_attention(ad *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                               dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    if (n->attrs.op != DT__ATTN_FORWARD)
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: of attention's own gradient");
+    dt_tensor *g;
+    DT_TRY(keep(a, dt__attention_grad(x[0], x[1], x[2], dy, n->attrs.axis, n->attrs.a, &g), &g));
+    int r = x[0]->rank;
+    int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+    size[0] = 1;
+    for (int i = 0; i < r; i++)
+        size[i + 1] = x[0]->shape[i];
+    for (int j = 0; j < 3; j++) {
+        dt_tensor *s;
+        begin[0] = j;
+        DT_TRY(keep(a, dt_slice(g, begin, size, NULL, &s), &s));
+        DT_TRY(reshape(a, s, r, x[0]->shape, &dx[j]));
+    }
+    return DT_OK;
+}
+
 /* With xhat the normalized x (the op itself without gamma and beta), r = 1 / sqrt(var + eps)
  * and g = dy gamma: layer_norm dx = r (g - mean(g) - xhat mean(g xhat)), rms_norm
  * dx = r (g - xhat mean(g xhat)), means over the last axis; dgamma = sum(dy xhat) and
@@ -956,6 +980,7 @@ static dt_status record_gradient(const dt__graph *g, dt_function *nf, int loss_o
 dt_status dt_function_gradient(const dt_function *f, int loss_output, int num_wrt, const int wrt[],
                                dt_function **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_function_gradient: out is NULL");
     *out = NULL;

@@ -36,6 +36,7 @@
     X(NORM, norm)                 \
     X(ARG_REDUCE, arg_reduce)     \
     X(CUMSUM, cumsum)             \
+    X(ATTENTION, attention)       \
     DT__OP_LIST_SHAPE(X)
 
 /* The shape and index ops (gather, unsorted_segment_sum, one_hot, einsum, stack, pad, tile,
@@ -137,7 +138,7 @@ typedef struct dt__dist {
 typedef enum dt__step_kind { DT__STEP_KERNEL, DT__STEP_COLL, DT__STEP_TRANSFER } dt__step_kind;
 
 /* Operands of one kernel step (where: condition, x, y; norm: x, two statistics, gamma, beta). */
-#define DT__STEP_MAX_IN 5
+#define DT__STEP_MAX_IN DT__KERNEL_MAX_IN
 
 typedef struct dt__step {
     dt__step_kind kind;
@@ -452,6 +453,12 @@ dt_status dt__infer_same_tensor(const dt__node *n, const dt__val *const in[], dt
 /* An op of one operand whose result is asked in `layout` (relayout, copy_to_mesh). */
 dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
                              const dt_layout *layout, const dt_op_options *opts, dt_tensor **out);
+
+/* The gradient of dt_attention(q, k, v, causal, scale) for dy: one tensor [3, ..., T, E] holding
+ * dq, dk and dv (the attention op in mode DT__ATTN_GRAD; scale as the forward call resolved
+ * it). Collective when eager, as every op. */
+dt_status dt__attention_grad(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                             const dt_tensor *dy, int causal, double scale, dt_tensor **out);
 
 /* The graph of an ended function (NULL when it was not ended successfully); read by the
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */

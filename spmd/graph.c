@@ -138,6 +138,16 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
     dt__val out = {0};
     out.mesh = nin ? ins[0]->mesh : (want ? want->mesh : NULL);
     DT_TRY(def->infer(n, ins, &out));
+    /* every result, whatever its shape rule, has a count of elements and of bytes that fit
+     * (one_hot's depth, tile's multiples, pad's widths can make one that wraps) */
+    int64_t elems = dt__num_elements(out.rank, out.shape);
+    size_t es = dt_dtype_size(out.dtype);
+    if (elems < 0 || (es && (uint64_t)elems > (uint64_t)INT64_MAX / es)) {
+        char sb[DT__SHAPE_STR_MAX];
+        return dt__fail(
+            DT_ERR_SHAPE, "%s: the result %s %s has a negative extent or more than 2^63 bytes",
+            def->name, dt_dtype_name(out.dtype), dt__shape_str(sb, sizeof sb, out.rank, out.shape));
+    }
     if (op == DT__OP_COPY_TO_MESH && want)
         out.mesh = want->mesh;
     if (want) {
@@ -662,6 +672,7 @@ static dt_status symbolic_tensor(dt_function *f, int value, dt_tensor **out)
 
 dt_status dt_function_begin(dt_function **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_function_begin: out is NULL");
     *out = NULL;
@@ -680,6 +691,7 @@ dt_status dt_function_begin(dt_function **out)
 dt_status dt_function_input(dt_function *f, const dt_layout *layout, dt_dtype dtype, int rank,
                             const int64_t shape[], dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_function_input: out is NULL");
     *out = NULL;
@@ -706,6 +718,7 @@ dt_status dt_function_input(dt_function *f, const dt_layout *layout, dt_dtype dt
 
 dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outputs[])
 {
+    DT__SERIAL();
     if (!f || f != tracing)
         return dt__fail(DT_ERR_STATE, "dt_function_end: the function is not recording on this "
                                       "thread");
@@ -763,6 +776,7 @@ static dt_status check_bound(const char *fn, int i, const dt_tensor *t, const dt
 dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor *const inputs[],
                           int num_outputs, dt_tensor *results[])
 {
+    DT__SERIAL();
     if (results)
         for (int i = 0; i < num_outputs; i++)
             results[i] = NULL;
@@ -797,6 +811,7 @@ dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor 
 
 void dt_function_free(dt_function *f)
 {
+    DT__SERIAL();
     if (!f)
         return;
     if (tracing == f)
@@ -813,6 +828,7 @@ const dt__graph *dt__function_graph(const dt_function *f)
 
 dt_status dt_function_print(const dt_function *f, FILE *out)
 {
+    DT__SERIAL();
     if (!f || !f->ended || f->failed || !out)
         return dt__fail(DT_ERR_STATE, "dt_function_print: the function was not ended "
                                       "successfully (or out is NULL)");
@@ -822,6 +838,7 @@ dt_status dt_function_print(const dt_function *f, FILE *out)
 dt_status dt_function_cost(const dt_function *f, double *multiplies, int *collectives,
                            double *bytes_per_device)
 {
+    DT__SERIAL();
     if (!f || !f->ended || f->failed)
         return dt__fail(DT_ERR_STATE, "dt_function_cost: the function was not ended "
                                       "successfully");
@@ -935,6 +952,7 @@ static dt_status eager(dt__op op, const dt__attrs *attrs, int nin, const dt_tens
 dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const dt_op_options *opts,
                         dt_status s)
 {
+    DT__SERIAL();
     if (tracing)
         return s;
     const dt_layout *want = opts ? opts->layout : NULL;
@@ -945,6 +963,7 @@ dt_status dt__call_fail(dt__op op, int nin, const dt_tensor *const in[], const d
 dt_status dt__call(dt__op op, const dt__attrs *attrs, int nin, const dt_tensor *const in[],
                    const dt_op_options *opts, dt_tensor **out)
 {
+    DT__SERIAL();
     const dt__op_def *def = dt__op_get(op);
     DT_TRY(dt__require_init(def->name));
     const dt_layout *want = opts ? opts->layout : NULL;

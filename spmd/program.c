@@ -484,9 +484,11 @@ static void kernel_task(dt__device *d, int i, void *arg)
     for (int j = 0; j < st->nin; j++)
         in[j] = slot_buf(c, st->in[j], i);
     dt_status s = d->backend->enter ? d->backend->enter(d) : DT_OK;
-    if (s == DT_OK)
-        s = d->backend->kernels[st->kernel][st->dtype](&d->kx, &st->args[i], in,
-                                                       slot_buf(c, st->out, i));
+    dt__kernel_fn fn = d->backend->kernels[st->kernel][st->dtype];
+    if (s == DT_OK && d->backend->launch)
+        s = d->backend->launch(d, fn, &st->args[i], in, slot_buf(c, st->out, i));
+    else if (s == DT_OK)
+        s = fn(&d->kx, &st->args[i], in, slot_buf(c, st->out, i));
     if (s != DT_OK)
         c->failed[i] = (dt__failure){.status = s};
     if (s != DT_OK)

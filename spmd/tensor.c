@@ -73,8 +73,12 @@ static void no_release(void *ctx)
 static void release(dt_tensor *t)
 {
     dt__device *const *devs = dt__mesh_local_devices(t->mesh);
-    if (t->release)
-        t->release(t->release_ctx); /* the caller's buffers (dt_tensor_wrap) */
+    if (t->release) { /* the caller's buffers (dt_tensor_wrap); its code runs without the API
+                       * lock, which it may need to wait for (a binding's own lock) */
+        int held = dt__api_suspend();
+        t->release(t->release_ctx);
+        dt__api_resume(held);
+    }
     for (int i = 0; !t->release && i < t->num_local; i++)
         dt__device_free(devs[i], t->data[i], t->bytes[i]);
     free(t->data);
@@ -125,6 +129,7 @@ dt_status dt__tensor_alloc(const dt_layout *l, dt_dtype dtype, int rank, const i
 
 void dt_tensor_free(dt_tensor *t)
 {
+    DT__SERIAL();
     if (!t)
         return;
     release(t);
@@ -190,6 +195,7 @@ static void from_host_task(dt__device *d, int i, void *arg)
 dt_status dt_tensor_from_host(const dt_layout *l, dt_dtype dtype, int rank, const int64_t shape[],
                               const void *host, size_t bytes, dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_tensor_from_host: out is NULL");
     *out = NULL;
@@ -248,6 +254,7 @@ dt_status dt_tensor_pack(const dt_layout *l, dt_dtype dtype, int rank, const int
                          int num_components, const void *const components[],
                          const int64_t *const component_shapes[], dt_tensor **out)
 {
+    DT__SERIAL();
     DT_TRY(
         check_pieces("dt_tensor_pack", "components", l, dtype, rank, shape, num_components, out));
     const dt_mesh *m = l->mesh;
@@ -292,6 +299,7 @@ dt_status dt_tensor_wrap(const dt_layout *l, dt_dtype dtype, int rank, const int
                          int num_buffers, void *const buffers[], const size_t bytes[],
                          dt_release_fn release, void *ctx, dt_tensor **out)
 {
+    DT__SERIAL();
     DT_TRY(check_pieces("dt_tensor_wrap", "buffers", l, dtype, rank, shape, num_buffers, out));
     const dt_mesh *m = l->mesh;
     if (num_buffers && (!buffers || !bytes))
@@ -340,6 +348,7 @@ dt_status dt_tensor_wrap(const dt_layout *l, dt_dtype dtype, int rank, const int
 
 dt_status dt_tensor_local_buffer(const dt_tensor *t, int i, dt_local_buffer *out)
 {
+    DT__SERIAL();
     if (!t || !out)
         return dt__fail(DT_ERR_ARG, "dt_tensor_local_buffer: %s is NULL", t ? "out" : "tensor");
     DT_TRY(dt__tensor_require_values(t, "dt_tensor_local_buffer"));
@@ -366,6 +375,7 @@ dt_status dt__tensor_require_values(const dt_tensor *t, const char *fn)
 
 dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes)
 {
+    DT__SERIAL();
     if (!t)
         return dt__fail(DT_ERR_ARG, "dt_tensor_unpack: tensor is NULL");
     DT_TRY(dt__tensor_require_values(t, "dt_tensor_unpack"));
@@ -383,6 +393,7 @@ dt_status dt_tensor_unpack(const dt_tensor *t, int i, void *dst, size_t bytes)
 
 dt_status dt_tensor_wait(const dt_tensor *t)
 {
+    DT__SERIAL();
     if (!t)
         return dt__fail(DT_ERR_ARG, "dt_tensor_wait: tensor is NULL");
     DT_TRY(dt__tensor_require_values(t, "dt_tensor_wait"));
@@ -483,6 +494,7 @@ static uint64_t tensor_fingerprint(const dt_tensor *t)
 
 dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
 {
+    DT__SERIAL();
     dt__agreement a = {.what = "dt_tensor_read"};
     if (!t) /* the mesh is unknown: agree with every client, so that none waits for this one */
         return dt__mesh_agree(NULL, dt__fail(DT_ERR_ARG, "dt_tensor_read: tensor is NULL"), &a);
@@ -537,7 +549,8 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
     int64_t mine = 0;
     for (int c = 0; s == DT_OK && c < m->num_clients && c < dt__rt.client; c++)
         mine += counts[c];
-    bool shared = counts && m->comm != MPI_COMM_NULL && m->num_clients == dt__rt.num_clients;
+    bool shared = counts && m->comm != MPI_COMM_NULL && m->num_clients == dt__rt.num_clients &&
+                  dt__stage_capacity() > 0; /* no staging across hosts, even for 0 bytes */
     for (int c = 0; shared && c < nc; c++)
         shared = (size_t)counts[c] <= dt__stage_capacity();
     char *to = s != DT_OK ? NULL : shared ? (char *)dt__stage_next() : all + mine;
@@ -570,12 +583,7 @@ dt_status dt_tensor_read(const dt_tensor *t, void *dst, size_t bytes)
             displ[c] = (int)(at / (int64_t)es);
             at += counts[c];
         }
-        MPI_Request req;
-        if (MPI_Iallgatherv(MPI_IN_PLACE, 0, elem, all, cnt, displ, elem, m->comm, &req) !=
-            MPI_SUCCESS)
-            s = dt__fail(DT_ERR_COMM, "dt_tensor_read: MPI_Iallgatherv failed");
-        else
-            s = dt__mpi_wait_all(1, &req);
+        s = dt__coll_gather_clients(m, all, cnt, displ, elem, es);
         MPI_Type_free(&elem);
     }
     /* Every client places every contributing component, in global device order. */

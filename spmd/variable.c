@@ -15,6 +15,7 @@ static dt_status copy_of(const dt_tensor *x, dt_tensor **out)
 
 dt_status dt_variable_create(const dt_tensor *initial, dt_variable **out)
 {
+    DT__SERIAL();
     const dt__agreement a = {.what = "dt_variable_create"};
     if (out)
         *out = NULL;
@@ -95,6 +96,7 @@ static dt_status replace(dt_variable *v, dt_status s, dt_tensor *next)
 
 dt_status dt_variable_assign(dt_variable *v, const dt_tensor *value)
 {
+    DT__SERIAL();
     DT_TRY(check_value("dt_variable_assign", v, value));
     dt_tensor *next;
     dt_status s = copy_of(value, &next);
@@ -120,16 +122,19 @@ static dt_status update(const char *fn, dt_binary_op op, dt_variable *v, const d
 
 dt_status dt_variable_assign_add(dt_variable *v, const dt_tensor *value)
 {
+    DT__SERIAL();
     return update("dt_variable_assign_add", DT_BINARY_ADD, v, value);
 }
 
 dt_status dt_variable_assign_sub(dt_variable *v, const dt_tensor *value)
 {
+    DT__SERIAL();
     return update("dt_variable_assign_sub", DT_BINARY_SUB, v, value);
 }
 
 const dt_tensor *dt_variable_value(const dt_variable *v)
 {
+    DT__SERIAL();
     return v ? v->value : NULL;
 }
 
@@ -140,6 +145,7 @@ const dt_layout *dt_variable_layout(const dt_variable *v)
 
 void dt_variable_free(dt_variable *v)
 {
+    DT__SERIAL();
     if (!v)
         return;
     dt_tensor_free(v->value);

@@ -1103,6 +1103,7 @@ static dt_status publish(const char *fn, const char *tmp, const char *path)
 
 dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_write";
     DT_TRY(dt__require_init(fn));
     witem *items = NULL;
@@ -1114,8 +1115,9 @@ dt_status dt_checkpoint_write(dt_checkpoint *c, const char *path)
     if (s == DT_OK)
         s = plan_write(c, &items, &n);
     /* the plan is metadata, but a client passing another path or objects must not leave the
-     * others in HDF5's collectives: agree on it, with a fingerprint of what each writes */
-    plan_desc pd = {path, items, s == DT_OK ? n : 0};
+     * others in HDF5's collectives: agree on it, with a fingerprint of what each writes (a
+     * NULL path, refused above, is described, not read) */
+    plan_desc pd = {path ? path : "(null)", items, s == DT_OK ? n : 0};
     s = dt__agree_on(&(dt__agreement){.what = "dt_checkpoint_write",
                                       .fingerprint = plan_hash(&pd),
                                       .fields = plan_fields,
@@ -1200,6 +1202,7 @@ done:
 
 dt_status dt_checkpoint_save(dt_checkpoint *c, const char *prefix, char *path, size_t size)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_save";
     if (path && size)
         path[0] = 0;
@@ -1594,6 +1597,7 @@ static dt_status plan_read(dt_checkpoint *c, hid_t f, const char *file, ritem *i
 
 dt_status dt_checkpoint_read(dt_checkpoint *c, const char *path)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_read";
     DT_TRY(dt__require_init(fn));
     ritem *items = NULL;
@@ -1715,6 +1719,7 @@ done:
 dt_status dt_checkpoint_read_tensor(const char *path, const char *name, const dt_layout *layout,
                                     dt_tensor **out)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_read_tensor";
     if (!out)
         return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
@@ -1766,6 +1771,7 @@ dt_status dt_checkpoint_read_tensor(const char *path, const char *name, const dt
 dt_status dt_checkpoint_tensor_info(const char *path, const char *name, dt_dtype *dtype, int *rank,
                                     int64_t shape[])
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_tensor_info";
     if (!dtype || !rank || !shape)
         return dt__fail(DT_ERR_ARG, "%s: an out-parameter is NULL", fn);
@@ -1850,6 +1856,7 @@ static dt_status scan_dir(const char *fn, const char *dir, int64_t **nums, int *
 
 dt_status dt_checkpoint_latest(const char *directory, char *path, size_t size)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_latest";
     if (!path || !size)
         return dt__fail(DT_ERR_ARG, "%s: path buffer is NULL or empty", fn);
@@ -1903,6 +1910,7 @@ static dt_status mgr_names(dt_checkpoint_manager *m)
 
 void dt_checkpoint_manager_free(dt_checkpoint_manager *m)
 {
+    DT__SERIAL();
     if (!m)
         return;
     for (int i = 0; m->paths && i < m->npaths; i++)
@@ -1930,6 +1938,7 @@ static int make_dirs(const char *dir)
 dt_status dt_checkpoint_manager_create(dt_checkpoint *c, const char *directory, int max_to_keep,
                                        dt_checkpoint_manager **out)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_manager_create";
     if (!out)
         return dt__fail(DT_ERR_ARG, "%s: out is NULL", fn);
@@ -1983,6 +1992,7 @@ dt_status dt_checkpoint_manager_create(dt_checkpoint *c, const char *directory, 
 
 dt_status dt_checkpoint_manager_save(dt_checkpoint_manager *m, int64_t number, const char **path)
 {
+    DT__SERIAL();
     const char *fn = "dt_checkpoint_manager_save";
     if (path)
         *path = NULL;

@@ -95,10 +95,12 @@ static dt_status parse_tf_config(const char *text, tf_config *c)
     return s;
 }
 
-/* "chief=1,worker=2,ps=1" */
+/* "chief=1,worker=2,ps=1"; a role given twice is an error (as a duplicate key of TF_CONFIG
+ * is), never the last one winning. */
 static dt_status parse_spec(const char *spec, tf_config *c)
 {
     const char *p = spec;
+    unsigned seen = 0;
     while (*p) {
         const char *eq = strchr(p, '=');
         if (!eq)
@@ -108,6 +110,10 @@ static dt_status parse_spec(const char *spec, tf_config *c)
         long v = strtol(eq + 1, &end, 10);
         if (t < 0 || end == eq + 1 || v < 0 || v > 1 << 20 || (*end && *end != ','))
             break;
+        if (seen & 1u << t)
+            return dt__fail(DT_ERR_ARG, "DTENSOR_CLUSTER \"%.200s\": role %.*s given twice", spec,
+                            (int)(eq - p), p);
+        seen |= 1u << t;
         c->counts[t] = (int)v;
         p = *end ? end + 1 : end;
     }
@@ -190,6 +196,7 @@ static int cluster_fields(const void *ctx, dt__field out[], int max)
 
 dt_status dt_cluster_resolve(dt_cluster *out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_cluster_resolve: out is NULL");
     DT_TRY(dt__require_init("dt_cluster_resolve"));

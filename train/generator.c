@@ -42,6 +42,7 @@ static dt_status draw(const char *fn, dt_generator *g, bool normal, dt_dtype dty
 dt_status dt_generator_uniform(dt_generator *g, dt_dtype dtype, int rank, const int64_t shape[],
                                double low, double high, const dt_op_options *opts, dt_tensor **out)
 {
+    DT__SERIAL();
     return draw("dt_generator_uniform", g, false, dtype, rank, shape, low, high, opts, out);
 }
 
@@ -49,6 +50,7 @@ dt_status dt_generator_normal(dt_generator *g, dt_dtype dtype, int rank, const i
                               double mean, double stddev, const dt_op_options *opts,
                               dt_tensor **out)
 {
+    DT__SERIAL();
     return draw("dt_generator_normal", g, true, dtype, rank, shape, mean, stddev, opts, out);
 }
 

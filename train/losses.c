@@ -80,6 +80,7 @@ static dt_status check_loss_args(dt_loss loss, const dt_tensor *y, const dt_tens
 dt_status dt_loss_per_example(dt_loss loss, const dt_tensor *labels, const dt_tensor *predictions,
                               dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_loss_per_example: out is NULL");
     *out = NULL;
@@ -176,6 +177,7 @@ static dt_status scaled_sum(const char *fn, const dt_tensor *x, double scale, bo
 dt_status dt_compute_average_loss(const dt_tensor *per_example, int64_t global_batch_size,
                                   dt_tensor **out)
 {
+    DT__SERIAL();
     if (global_batch_size < 1) {
         if (out)
             *out = NULL;
@@ -188,6 +190,7 @@ dt_status dt_compute_average_loss(const dt_tensor *per_example, int64_t global_b
 
 dt_status dt_scale_regularization_loss(const dt_tensor *loss, int num_replicas, dt_tensor **out)
 {
+    DT__SERIAL();
     if (num_replicas < 1) {
         if (out)
             *out = NULL;
@@ -199,6 +202,7 @@ dt_status dt_scale_regularization_loss(const dt_tensor *loss, int num_replicas, 
 dt_status dt_initializer_run(dt_initializer init, dt_dtype dtype, int rank, const int64_t shape[],
                              uint64_t seed, uint64_t key, const dt_layout *layout, dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_initializer_run: out is NULL");
     *out = NULL;

@@ -39,6 +39,7 @@ const char *dt_model_variable_name(const dt_model *m, int i)
 
 void dt_model_free(dt_model *m)
 {
+    DT__SERIAL();
     if (!m)
         return;
     for (int i = 0; i < m->nvars; i++) {
@@ -94,6 +95,7 @@ static dt_status create_vars(dt_model *m, uint64_t seed)
 dt_status dt_model_create(int64_t input_features, int num_layers, const dt_dense_config layers[],
                           dt_dtype dtype, uint64_t seed, dt_model **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_model_create: out is NULL");
     *out = NULL;
@@ -252,6 +254,7 @@ static void free_all(int n, dt_tensor *t[])
 
 dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_model_predict: out is NULL");
     *out = NULL;
@@ -276,6 +279,7 @@ dt_status dt_model_predict(const dt_model *m, const dt_tensor *x, dt_tensor **ou
 dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x, const dt_tensor *y,
                             double *mean_loss)
 {
+    DT__SERIAL();
     if (!m || !x || !y || !mean_loss)
         return dt__fail(DT_ERR_ARG, "dt_model_evaluate: an argument is NULL");
     dt_tensor *p = NULL, *per = NULL, *avg = NULL, *yc = NULL;
@@ -533,6 +537,7 @@ static dt_status step_body(dt_model *m, dt_loss loss, dt_optimizer *opt, const d
 dt_status dt_model_train_step(dt_strategy *s, dt_model *m, dt_loss loss, dt_optimizer *opt,
                               const dt_tensor *x, const dt_tensor *y, double *step_loss)
 {
+    DT__SERIAL();
     if (!m)
         return check_step(s, m, opt, x, y);
     dt_tensor *xc = NULL, *yc = NULL;

@@ -58,6 +58,7 @@ dt_status dt__optimizer_set_slot(dt_optimizer *o, const dt_variable *v, dt_tenso
 
 dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_optimizer_create: out is NULL");
     *out = NULL;
@@ -102,6 +103,7 @@ dt_status dt_optimizer_set_learning_rate(dt_optimizer *o, double learning_rate)
 
 void dt_optimizer_free(dt_optimizer *o)
 {
+    DT__SERIAL();
     if (!o)
         return;
     for (int i = 0; i < o->nslots; i++) {
@@ -299,6 +301,7 @@ static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *
 dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
                              const dt_tensor *const grads[])
 {
+    DT__SERIAL();
     if (!o || n < 0 || (n && (!vars || !grads)))
         return dt__fail(DT_ERR_ARG, "dt_optimizer_apply: optimizer, variables or gradients NULL");
     /* metadata first: every client fails alike before any op runs */

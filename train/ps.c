@@ -8,7 +8,7 @@
  * Progress: MPICH ch4:ucx applies accumulates at the target by active messages, so a ps rank
  * must keep entering MPI: while serving, ps (and idle) ranks poll a nonblocking receive with
  * MPI_Test, yielding between polls and sleeping briefly when nothing happens for a while, so
- * that with more ranks than cores the workers get the cores (TOOLCHAIN.md). */
+ * that with more ranks than cores the workers get the cores (docs/ARCHITECTURE.md, toolchain). */
 #include "train.h"
 
 #include <sched.h>
@@ -16,10 +16,30 @@
 #include <string.h>
 #include <time.h>
 
-/* Complete requests, yielding; after many idle polls, sleep 50 us between polls. */
+/* Complete requests, yielding; after many idle polls, sleep 50 us between polls. No timeout (a
+ * step may be long in coming), but a client that was lost (mesh/watch.c: its process gone, its
+ * host silent) ends the wait within a tenth of a second of being found. */
 static dt_status wait_gently(int n, MPI_Request reqs[])
 {
+    double watch_at = 0;
     for (long spins = 0;; spins++) {
+        if (spins % 256 == 255) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            double now = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+            if (watch_at == 0)
+                watch_at = now + 0.1;
+            if (now >= watch_at && dt__watch_poll()) {
+                char why[160];
+                dt__watch_why(why, sizeof why);
+                return dt__fail(DT_ERR_COMM,
+                                "parameter server: client %d stopped waiting: %s; "
+                                "stop the program",
+                                dt__rt.client, why);
+            }
+            if (now >= watch_at)
+                watch_at = now + 0.1;
+        }
         int done = 0;
         MPI_Status st[8];
         if (n <= 8 ? MPI_Testall(n, reqs, &done, st) != MPI_SUCCESS : false)
@@ -226,6 +246,7 @@ static void rv_release(dt_remote_value *v)
 
 void dt_remote_value_free(dt_remote_value *v)
 {
+    DT__SERIAL();
     rv_release(v);
 }
 
@@ -259,6 +280,7 @@ static dt_status post_ready(dt_ps_coordinator *c, int w)
 dt_status dt_ps_coordinator_create(dt_strategy *s, dt_ps_step_fn fn, void *ctx,
                                    dt_ps_coordinator **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_create: out is NULL");
     *out = NULL;
@@ -428,6 +450,7 @@ static void pause_a_little(long idle_rounds)
 
 dt_status dt_ps_schedule(dt_ps_coordinator *c, int64_t step, dt_remote_value **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_schedule: out is NULL");
     *out = NULL;
@@ -467,6 +490,7 @@ dt_status dt_ps_schedule(dt_ps_coordinator *c, int64_t step, dt_remote_value **o
 
 dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, int *attempts)
 {
+    DT__SERIAL();
     if (!v)
         return dt__fail(DT_ERR_ARG, "dt_remote_value_fetch: value is NULL");
     dt_ps_coordinator *c = v->c;
@@ -500,6 +524,7 @@ dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, 
 
 dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending)
 {
+    DT__SERIAL();
     if (!c || !pending || !is_chief(c))
         return dt__fail(DT_ERR_STATE, "dt_ps_pending: only the chief counts its steps");
     bool moved;
@@ -513,6 +538,7 @@ dt_status dt_ps_pending(dt_ps_coordinator *c, int *pending)
 
 dt_status dt_ps_join(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c || !is_chief(c))
         return dt__fail(DT_ERR_STATE, "dt_ps_join: only the chief joins");
     for (long idle = 0;; idle++) {
@@ -548,7 +574,11 @@ static dt_status worker_loop(dt_ps_coordinator *c)
         memset(&m, 0, sizeof m);
         m.step = step;
         m.has_result = 1;
+        /* the user's step runs without the API lock: it may wait for a lock of the caller's
+         * (a binding's) that a thread waiting for the API lock holds */
+        int held = dt__api_suspend();
         dt_status s = c->fn(c->ctx, step, &m.value);
+        dt__api_resume(held);
         m.status = s;
         if (s != DT_OK)
             snprintf(m.error, sizeof m.error, "%s", dt_last_error());
@@ -617,6 +647,7 @@ static dt_status serve_until(dt_ps_coordinator *c, int why)
 
 dt_status dt_ps_join_all(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c)
         return dt__fail(DT_ERR_ARG, "dt_ps_join_all: coordinator is NULL");
     return dt__agree(c->comm, serve_until(c, RELEASE_JOINED));
@@ -624,6 +655,7 @@ dt_status dt_ps_join_all(dt_ps_coordinator *c)
 
 dt_status dt_ps_coordinator_shutdown(dt_ps_coordinator *c)
 {
+    DT__SERIAL();
     if (!c)
         return dt__fail(DT_ERR_ARG, "dt_ps_coordinator_shutdown: coordinator is NULL");
     dt_status s = serve_until(c, RELEASE_STOP);
@@ -654,6 +686,7 @@ struct dt_ps_variable {
 
 dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_variable **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_ps_variable_create: out is NULL");
     *out = NULL;
@@ -680,6 +713,7 @@ dt_status dt_ps_variable_create(dt_strategy *s, const dt_tensor *initial, dt_ps_
 
 void dt_ps_variable_free(dt_ps_variable *v)
 {
+    DT__SERIAL();
     if (!v)
         return;
     dt__ps_var_free(&v->pv);
@@ -698,12 +732,14 @@ static dt_status check_bytes(const char *fn, const dt_ps_variable *v, const void
 
 dt_status dt_ps_variable_read(const dt_ps_variable *v, void *host, size_t bytes)
 {
+    DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_read", v, host, bytes));
     return dt__ps_var_pull(&v->pv, host);
 }
 
 dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t bytes)
 {
+    DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_add", v, delta, bytes));
     return dt__ps_var_push(&v->pv, delta);
 }
@@ -711,6 +747,7 @@ dt_status dt_ps_variable_add(const dt_ps_variable *v, const void *delta, size_t 
 dt_status dt_ps_variable_fetch_add(const dt_ps_variable *v, const void *delta, void *old,
                                    size_t bytes)
 {
+    DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, delta, bytes));
     DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, old, bytes));
     const dt__ps_var *pv = &v->pv;

@@ -60,6 +60,7 @@ dt_status dt_strategy_scope_exit(dt_strategy *s)
 dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *opts,
                              dt_strategy **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_create: out is NULL");
     *out = NULL;
@@ -125,6 +126,7 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
 
 void dt_strategy_free(dt_strategy *s)
 {
+    DT__SERIAL();
     if (!s)
         return;
     for (int i = 0; i < nscopes; i++)
@@ -162,6 +164,7 @@ dt_status dt_strategy_variable_create(const dt_strategy *s, dt_dtype dtype, int 
                                       const int64_t shape[], const void *host, size_t bytes,
                                       dt_variable **out)
 {
+    DT__SERIAL();
     if (out)
         *out = NULL;
     const dt_strategy *in = s ? s : dt__strategy_scope();
@@ -197,6 +200,7 @@ dt_status dt_strategy_distribute_batch(const dt_strategy *s, dt_dtype dtype, int
                                        const int64_t shape[], const void *host, size_t bytes,
                                        dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_distribute_batch: out is NULL");
     *out = NULL;
@@ -208,6 +212,7 @@ dt_status dt_strategy_distribute_batch(const dt_strategy *s, dt_dtype dtype, int
 dt_status dt_strategy_run(dt_strategy *s, dt_strategy_step_fn step, void *ctx, int num_inputs,
                           const dt_tensor *const inputs[])
 {
+    DT__SERIAL();
     if (!s || !step || num_inputs < 0 || (num_inputs && !inputs))
         return dt__fail(DT_ERR_ARG, "dt_strategy_run: strategy, step or inputs NULL");
     for (int i = 0; i < num_inputs; i++) {
@@ -233,6 +238,7 @@ dt_status dt_strategy_run(dt_strategy *s, dt_strategy_step_fn step, void *ctx, i
 dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_tensor *per_replica,
                              dt_tensor **out)
 {
+    DT__SERIAL();
     if (!out)
         return dt__fail(DT_ERR_ARG, "dt_strategy_reduce: out is NULL");
     *out = NULL;
@@ -257,6 +263,7 @@ dt_status dt_strategy_reduce(const dt_strategy *s, dt_reduce_op op, const dt_ten
 dt_status dt_strategy_local_result(const dt_strategy *s, const dt_tensor *value, int i, void *dst,
                                    size_t bytes)
 {
+    DT__SERIAL();
     if (!s || !value || value->mesh != s->preset.mesh)
         return dt__fail(DT_ERR_ARG, "dt_strategy_local_result: the value is not on the "
                                     "strategy's mesh");
@@ -278,6 +285,7 @@ dt_status dt__read_replicated(const dt_tensor *t, void *dst, size_t bytes)
 
 dt_status dt_strategy_read_scalar(const dt_strategy *s, const dt_tensor *t, double *value)
 {
+    DT__SERIAL();
     if (!s || !t || !value || dt_tensor_num_elements(t) != 1)
         return dt__fail(DT_ERR_ARG, "dt_strategy_read_scalar: a one-element tensor and a value "
                                     "pointer are needed");

@@ -41,18 +41,6 @@ int dt__cpu_blas_threads(int cores_per_device, bool *user)
     return openblas_get_num_threads();
 }
 
-/* Emulated CUDA devices: host memory, the CPU's kernels, a GPU's rules (common/dt.h). */
-const dt__backend dt__emulated_cuda_backend = {
-    .name = "cuda (emulated on the host)",
-    .host_accessible = false,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .to_device = cpu_copy,
-    .to_host = cpu_copy,
-    .copy = cpu_copy,
-    .kernels = dt__cpu_kernels,
-};
-
 const dt__backend dt__cpu_backend = {
     .name = "cpu",
     .host_accessible = true,

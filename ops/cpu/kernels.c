@@ -11,6 +11,7 @@
 #include "dt.h"
 #include "philox.h"
 #include "unary.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -163,6 +164,61 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
     return o;
 }
 
+/* ---- float functions, a block at a time ---------------------------------------------------- */
+
+enum { FLOAT_BLOCK = 256 };
+
+/* The float functions of the unary op on f32, bf16 and f16 elements (common/unary.h): blocks
+ * of up to FLOAT_BLOCK elements widened to f32 (the 16-bit floats), computed by the vector
+ * functions where the CPU has AVX2 and FMA (ops/cpu/vmath.c; else element by element, the
+ * same definitions), rounded back to the element's dtype. False for any other dtype. */
+static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
+{
+    if (dt != DT_DTYPE_F32 && dt != DT_DTYPE_BF16 && dt != DT_DTYPE_F16)
+        return false;
+    bool vec = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    float in[FLOAT_BLOCK], out[FLOAT_BLOCK];
+    for (int64_t at = 0; at < n; at += FLOAT_BLOCK) {
+        int64_t m = n - at < FLOAT_BLOCK ? n - at : FLOAT_BLOCK;
+        const uint16_t *h = (const uint16_t *)x + at;
+        const float *xi = dt == DT_DTYPE_F32 ? (const float *)x + at : in;
+        float *yo = dt == DT_DTYPE_F32 ? (float *)y + at : out;
+        if (dt == DT_DTYPE_BF16)
+            for (int64_t j = 0; j < m; j++)
+                in[j] = dt__bf16_to_f32(h[j]);
+        else if (dt == DT_DTYPE_F16)
+            for (int64_t j = 0; j < m; j++)
+                in[j] = dt__f16_to_f32(h[j]);
+        if (vec)
+            dt__vmath_unary_f32(op, xi, yo, m);
+        else if (dt__unary_in_float(op))
+            for (int64_t j = 0; j < m; j++)
+                yo[j] = dt__unary_float(op, xi[j]);
+        else
+            for (int64_t j = 0; j < m; j++)
+                yo[j] = (float)dt__unary_f(op, (double)xi[j]);
+        uint16_t *o = (uint16_t *)y + at;
+        if (dt == DT_DTYPE_BF16)
+            for (int64_t j = 0; j < m; j++)
+                o[j] = dt__f32_to_bf16(out[j]);
+        else if (dt == DT_DTYPE_F16)
+            for (int64_t j = 0; j < m; j++)
+                o[j] = dt__f32_to_f16(out[j]);
+    }
+    return true;
+}
+
+/* The dtype of a kernel name, where the float functions above take it. */
+#define FLOATS_f32 DT_DTYPE_F32
+#define FLOATS_bf16 DT_DTYPE_BF16
+#define FLOATS_f16 DT_DTYPE_F16
+#define FLOATS_f64 DT_DTYPE_COUNT
+#define FLOATS_i32 DT_DTYPE_COUNT
+#define FLOATS_i64 DT_DTYPE_COUNT
+#define FLOATS_boolean DT_DTYPE_COUNT
+#define FLOATS_u8 DT_DTYPE_COUNT
+#define FLOATS_i8 DT_DTYPE_COUNT
+
 /* ---- typed kernels ----------------------------------------------------------------------- */
 
 #define DEFINE_KERNELS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                           \
@@ -210,6 +266,8 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
             }                                                                                      \
             break;                                                                                 \
         default:                                                                                   \
+            if (unary_floats(FLOATS_##NAME, k->op, x, o, n))                                       \
+                break;                                                                             \
             for (int64_t i = 0; i < n; i++)                                                        \
                 o[i] = STD_##NAME(dt__unary_f(k->op, (double)LD_##NAME(x[i])));                    \
         }                                                                                          \
@@ -247,10 +305,12 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
         C fl = (C)floor((double)div);                                                              \
         return div - fl > (C)0.5 ? (C)(fl + (C)1) : fl;                                            \
     }                                                                                              \
+    /* max and min as numpy's: a NaN wins (once the running value is NaN it stays so) */           \
     static C reduce_one_##NAME(int op, C acc, C v)                                                 \
     {                                                                                              \
-        return op == DT_REDUCE_MAX    ? (v > acc ? v : acc)                                        \
-               : op == DT_REDUCE_MIN  ? (v < acc ? v : acc)                                        \
+        bool nan = IS_FLOAT && isnan((double)v);                                                   \
+        return op == DT_REDUCE_MAX    ? (v > acc || nan ? v : acc)                                 \
+               : op == DT_REDUCE_MIN  ? (v < acc || nan ? v : acc)                                 \
                : op == DT_REDUCE_PROD ? DT__MUL(acc, v)                                            \
                                       : DT__ADD(acc, v);                                           \
     }                                                                                              \
@@ -269,10 +329,10 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
                    : b == 0                  ? (C)0                                                \
                    : IS_SIGNED && b == (C)-1 ? DT__NEG(a)                                          \
                                              : (C)(a / b);                                         \
-        case DT_BINARY_MAX:                                                                        \
-            return a > b ? a : b;                                                                  \
+        case DT_BINARY_MAX: /* numpy's maximum and minimum: a NaN operand gives NaN */             \
+            return a > b || (IS_FLOAT && isnan((double)a)) ? a : b;                                \
         case DT_BINARY_MIN:                                                                        \
-            return a < b ? a : b;                                                                  \
+            return a < b || (IS_FLOAT && isnan((double)a)) ? a : b;                                \
         case DT_BINARY_EQ:                                                                         \
             return (C)(a == b);                                                                    \
         case DT_BINARY_NE:                                                                         \
@@ -319,6 +379,25 @@ static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
     {                                                                                              \
         int r = k->rank;                                                                           \
         int64_t n = dt__num_elements(r, k->shape);                                                 \
+        if (IS_FLOAT && sizeof(S) == 2 && same_shapes(k, 2) && op != DT_BINARY_POW &&              \
+            !DT__BINARY_IS_COMPARISON(op)) {                                                       \
+            /* the 16-bit floats a block at a time: widened, computed and rounded in three         \
+             * loops the compiler vectorizes (the same operations as element by element) */        \
+            C wa[FLOAT_BLOCK], wb[FLOAT_BLOCK];                                                    \
+            S *o = out;                                                                            \
+            for (int64_t at = 0; at < n; at += FLOAT_BLOCK) {                                      \
+                int64_t m = n - at < FLOAT_BLOCK ? n - at : FLOAT_BLOCK;                           \
+                for (int64_t j = 0; j < m; j++) {                                                  \
+                    wa[j] = LD_##NAME(a[at + j]);                                                  \
+                    wb[j] = LD_##NAME(b[at + j]);                                                  \
+                }                                                                                  \
+                for (int64_t j = 0; j < m; j++)                                                    \
+                    wa[j] = binary_one_##NAME(op, wa[j], wb[j]);                                   \
+                for (int64_t j = 0; j < m; j++)                                                    \
+                    o[at + j] = ST_##NAME(wa[j]);                                                  \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         if (same_shapes(k, 2)) {                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
                 binary_put_##NAME(op, out, i, LD_##NAME(a[i]), LD_##NAME(b[i]));                   \
@@ -1097,6 +1176,135 @@ CPU_DTYPES(COPY_BLOCKS)
 
 /* The table's entries: each loop above behind the kernel signature (CPU kernels finish
  * before they return and cannot fail). */
+/* ---- fused attention (spmd/ops/attention.c; modes in common/kernels.h) ------------------------
+ */
+
+/* Blocks of ATTN_BR queries and ATTN_BC keys: the scores of one block pair, their softmax
+ * weights and gradients live in stack arrays, never a [T, T] matrix. */
+enum { ATTN_BR = 64, ATTN_BC = 64 };
+
+#define ATTENTION(NAME, R, GEMM, EXP, LOG)                                                         \
+    /* Keys of query row i0 + r in the key block at j0 of nc keys: all, or under the causal        \
+     * mask those up to the row's own position. */                                                 \
+    static int64_t attn_keys_##NAME(bool causal, int64_t i0, int64_t r, int64_t j0, int64_t nc)    \
+    {                                                                                              \
+        int64_t lim = causal ? i0 + r - j0 + 1 : nc;                                               \
+        return lim < 0 ? 0 : lim > nc ? nc : lim;                                                  \
+    }                                                                                              \
+    /* Rows i0 .. i0 + nr of o = softmax(scale q k^T) v, by an online softmax over the key         \
+     * blocks; m gets each row's log sum exp of its scores (the statistics of the gradient). */    \
+    static void attn_rows_##NAME(int64_t T, int64_t E, R scale, bool causal, const R *q,           \
+                                 const R *kk, const R *v, int64_t i0, int64_t nr, R *o, R m[],     \
+                                 R s[])                                                            \
+    {                                                                                              \
+        R l[ATTN_BR];                                                                              \
+        for (int64_t r = 0; r < nr; r++) {                                                         \
+            m[r] = -INFINITY;                                                                      \
+            l[r] = 0;                                                                              \
+            memset(o + (i0 + r) * E, 0, sizeof(R) * (size_t)E);                                    \
+        }                                                                                          \
+        int64_t jend = causal ? i0 + nr : T;                                                       \
+        for (int64_t j0 = 0; j0 < jend; j0 += ATTN_BC) {                                           \
+            int64_t nc = jend - j0 < ATTN_BC ? jend - j0 : ATTN_BC;                                \
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)E, scale,         \
+                 q + i0 * E, (int)E, kk + j0 * E, (int)E, 0, s, ATTN_BC);                          \
+            for (int64_t r = 0; r < nr; r++) {                                                     \
+                R *sr = s + r * ATTN_BC, *orow = o + (i0 + r) * E, mx = m[r], sum = 0;             \
+                int64_t lim = attn_keys_##NAME(causal, i0, r, j0, nc);                             \
+                for (int64_t c = 0; c < lim; c++)                                                  \
+                    mx = sr[c] > mx ? sr[c] : mx;                                                  \
+                if (lim > 0 && mx != m[r]) {                                                       \
+                    R corr = m[r] == -INFINITY ? 0 : EXP(m[r] - mx);                               \
+                    l[r] *= corr;                                                                  \
+                    for (int64_t e = 0; e < E; e++)                                                \
+                        orow[e] *= corr;                                                           \
+                    m[r] = mx;                                                                     \
+                }                                                                                  \
+                for (int64_t c = 0; c < nc; c++) {                                                 \
+                    sr[c] = c < lim ? EXP(sr[c] - m[r]) : 0;                                       \
+                    sum += sr[c];                                                                  \
+                }                                                                                  \
+                l[r] += sum;                                                                       \
+            }                                                                                      \
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)E, (int)nc, 1, s,        \
+                 ATTN_BC, v + j0 * E, (int)E, 1, o + i0 * E, (int)E);                              \
+        }                                                                                          \
+        for (int64_t r = 0; r < nr; r++) {                                                         \
+            for (int64_t e = 0; e < E; e++)                                                        \
+                o[(i0 + r) * E + e] /= l[r];                                                       \
+            m[r] += LOG(l[r]);                                                                     \
+        }                                                                                          \
+    }                                                                                              \
+    /* The gradient of one slice, as FlashAttention's: per query block, its output and log sum     \
+     * exp again (the output in dq's rows, then cleared), D = rowsum(dy o); per key block the      \
+     * weights P = exp(s - lse), dv += P^T dy, dS = P (dy v^T - D), dq += scale dS k, dk += scale  \
+     * dS^T q. */                                                                                  \
+    static void attn_grad_##NAME(int64_t T, int64_t E, R scale, bool causal, const R *q,           \
+                                 const R *kk, const R *v, const R *dy, R *dq, R *dk, R *dv)        \
+    {                                                                                              \
+        R s[ATTN_BR * ATTN_BC], ds[ATTN_BR * ATTN_BC], lse[ATTN_BR], D[ATTN_BR];                   \
+        memset(dk, 0, sizeof(R) * (size_t)(T * E));                                                \
+        memset(dv, 0, sizeof(R) * (size_t)(T * E));                                                \
+        for (int64_t i0 = 0; i0 < T; i0 += ATTN_BR) {                                              \
+            int64_t nr = T - i0 < ATTN_BR ? T - i0 : ATTN_BR;                                      \
+            attn_rows_##NAME(T, E, scale, causal, q, kk, v, i0, nr, dq, lse, s);                   \
+            for (int64_t r = 0; r < nr; r++) {                                                     \
+                R d = 0, *orow = dq + (i0 + r) * E;                                                \
+                for (int64_t e = 0; e < E; e++)                                                    \
+                    d += dy[(i0 + r) * E + e] * orow[e];                                           \
+                D[r] = d;                                                                          \
+                memset(orow, 0, sizeof(R) * (size_t)E);                                            \
+            }                                                                                      \
+            int64_t jend = causal ? i0 + nr : T;                                                   \
+            for (int64_t j0 = 0; j0 < jend; j0 += ATTN_BC) {                                       \
+                int64_t nc = jend - j0 < ATTN_BC ? jend - j0 : ATTN_BC;                            \
+                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)E, scale,     \
+                     q + i0 * E, (int)E, kk + j0 * E, (int)E, 0, s, ATTN_BC);                      \
+                for (int64_t r = 0; r < nr; r++) {                                                 \
+                    int64_t lim = attn_keys_##NAME(causal, i0, r, j0, nc);                         \
+                    for (int64_t c = 0; c < nc; c++)                                               \
+                        s[r * ATTN_BC + c] = c < lim ? EXP(s[r * ATTN_BC + c] - lse[r]) : 0;       \
+                }                                                                                  \
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)E, (int)nr, 1, s,      \
+                     ATTN_BC, dy + i0 * E, (int)E, 1, dv + j0 * E, (int)E);                        \
+                GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nc, (int)E, 1,         \
+                     dy + i0 * E, (int)E, v + j0 * E, (int)E, 0, ds, ATTN_BC);                     \
+                for (int64_t r = 0; r < nr; r++)                                                   \
+                    for (int64_t c = 0; c < nc; c++)                                               \
+                        ds[r * ATTN_BC + c] = s[r * ATTN_BC + c] * (ds[r * ATTN_BC + c] - D[r]);   \
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)E, (int)nc, scale,   \
+                     ds, ATTN_BC, kk + j0 * E, (int)E, 1, dq + i0 * E, (int)E);                    \
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, (int)E, (int)nr, scale, ds, \
+                     ATTN_BC, q + i0 * E, (int)E, 1, dk + j0 * E, (int)E);                         \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void attention_##NAME(const dt__kargs *k, const void *const in[], void *out)            \
+    {                                                                                              \
+        bool grad = DT__MODE_KIND(k->mode) == DT__ATTN_GRAD;                                       \
+        bool causal = (k->mode & DT__ATTN_CAUSAL) != 0;                                            \
+        int r = grad ? k->rank - 1 : k->rank;                                                      \
+        const int64_t *qs = k->in_shape[0];                                                        \
+        int64_t T = qs[r - 2], E = qs[r - 1], slices = dt__num_elements(r - 2, qs);                \
+        int64_t n = slices * T * E;                                                                \
+        R scale = (R)k->a, *o = out;                                                               \
+        const R *Q = in[0], *K = in[1], *V = in[2];                                                \
+        for (int64_t b = 0; n > 0 && b < slices; b++) {                                            \
+            int64_t at = b * T * E;                                                                \
+            if (grad) {                                                                            \
+                attn_grad_##NAME(T, E, scale, causal, Q + at, K + at, V + at,                      \
+                                 (const R *)in[3] + at, o + at, o + n + at, o + 2 * n + at);       \
+                continue;                                                                          \
+            }                                                                                      \
+            R s[ATTN_BR * ATTN_BC], m[ATTN_BR];                                                    \
+            for (int64_t i0 = 0; i0 < T; i0 += ATTN_BR)                                            \
+                attn_rows_##NAME(T, E, scale, causal, Q + at, K + at, V + at, i0,                  \
+                                 T - i0 < ATTN_BR ? T - i0 : ATTN_BR, o + at, m, s);               \
+        }                                                                                          \
+    }
+ATTENTION(f32, float, cblas_sgemm, expf, logf)
+ATTENTION(f64, double, cblas_dgemm, exp, log)
+
 #define WRAP(KNAME, NAME)                                                        \
     static dt_status cpu_##KNAME##_##NAME(const dt__kctx *x, const dt__kargs *k, \
                                           const void *const in[], void *out)     \
@@ -1123,6 +1331,8 @@ CPU_DTYPES(WRAP_DTYPE)
 #define WRAP_FLOAT(NAME)       \
     WRAP(philox_uniform, NAME) \
     WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(softmax, NAME) WRAP(norm, NAME) WRAP(scan, NAME)
+WRAP(attention, f32)
+WRAP(attention, f64)
 WRAP_FLOAT(f32)
 WRAP_FLOAT(f64)
 WRAP_FLOAT(bf16)
@@ -1168,6 +1378,8 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_NORM] = {FLOATS(norm)},
     [DT__K_SCAN] = {NUMERIC(scan)},
     [DT__K_ARG_REDUCE] = {ALL(arg_reduce)},
+    /* bf16 and f16 attention computes in f32 (casts in the op) */
+    [DT__K_ATTENTION] = {[DT_DTYPE_F32] = cpu_attention_f32, [DT_DTYPE_F64] = cpu_attention_f64},
     [DT__K_GATHER] = {ALL(gather)},
     [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
     [DT__K_ONE_HOT] = {ALL(one_hot)},

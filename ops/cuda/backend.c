@@ -10,12 +10,15 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Transfers between host memory and a GPU go through two pinned buffers of this size per
  * device, so a chunk is copied by the host while the previous one crosses the bus (pinned
  * transfers run at 55 GB/s on the GPU machine, pageable ones at 7-9: BASELINE.md). */
 #define DT__PINNED_BYTES ((size_t)4 << 20)
+/* Device scratch for the kernels of one device (partial results of multi-block reductions). */
+#define DT__KERNEL_SCRATCH ((size_t)1 << 20)
 
 int dt__cuda_device_count(void)
 {
@@ -27,18 +30,79 @@ int dt__cuda_device_count(void)
     return n;
 }
 
-void dt__cuda_enable_peers(int n, const int ordinals[])
+bool dt__cuda_identity(int ordinal, unsigned char id[16])
+{
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    static const unsigned char none[16];
+    memcpy(id, p.uuid.bytes, 16);
+    if (memcmp(id, none, 16) == 0) { /* no UUID: the PCI address tells it apart */
+        memset(id, 0, 16);
+        snprintf((char *)id, 16, "pci%04x%02x%02x", (unsigned)p.pciDomainID & 0xffff,
+                 (unsigned)p.pciBusID & 0xff, (unsigned)p.pciDeviceID & 0xff);
+    }
+    return true;
+}
+
+dt_status dt__cuda_enable_peers(int n, const int ordinals[])
 {
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) {
             int can = 0;
-            if (a == b || cudaDeviceCanAccessPeer(&can, ordinals[a], ordinals[b]) != cudaSuccess ||
-                !can || cudaSetDevice(ordinals[a]) != cudaSuccess)
+            if (a == b || ordinals[a] == ordinals[b])
                 continue;
-            /* Already enabled (a second dt_init in this process) is not an error. */
-            if (cudaDeviceEnablePeerAccess(ordinals[b], 0) != cudaSuccess)
+            cudaError_t e = cudaDeviceCanAccessPeer(&can, ordinals[a], ordinals[b]);
+            if (e == cudaSuccess && !can)
+                continue; /* no peer access: such GPUs exchange through NCCL */
+            if (e == cudaSuccess)
+                e = cudaSetDevice(ordinals[a]);
+            if (e == cudaSuccess)
+                e = cudaDeviceEnablePeerAccess(ordinals[b], 0);
+            /* already enabled (a second dt_init in this process) is not an error */
+            if (e == cudaErrorPeerAccessAlreadyEnabled)
+                e = cudaSuccess;
+            if (e != cudaSuccess) {
                 (void)cudaGetLastError();
+                return dt__fail(DT_ERR_DEVICE,
+                                "dt_init: enabling access from GPU %d to GPU %d failed: %s",
+                                ordinals[a], ordinals[b], cudaGetErrorString(e));
+            }
         }
+    return DT_OK;
+}
+
+/* Errors after which the GPU's context is unusable: every later call fails the same way. */
+static bool sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorECCUncorrectable:
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A sticky error poisons every logical device of the GPU: mark them all dead (the message is
+ * the current failure's). */
+static void poisoned(const dt__device *d, cudaError_t e)
+{
+    if (!sticky(e))
+        return;
+    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++)
+        if (dt__rt.devices[DT_DEVICE_CUDA][i].ordinal == d->ordinal)
+            dt__device_kill(&dt__rt.devices[DT_DEVICE_CUDA][i]);
 }
 
 bool dt__cuda_can_access(int a, int b)
@@ -52,9 +116,11 @@ static dt_status check(cudaError_t e, const dt__device *d, const char *what, siz
     if (e == cudaSuccess)
         return DT_OK;
     (void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
-    return dt__fail(e == cudaErrorMemoryAllocation ? DT_ERR_NOMEM : DT_ERR_DEVICE,
-                    "CUDA:%d (GPU %d): %s of %zu bytes failed: %s", d->local_index, d->ordinal,
-                    what, bytes, cudaGetErrorString(e));
+    dt_status s = dt__fail(e == cudaErrorMemoryAllocation ? DT_ERR_NOMEM : DT_ERR_DEVICE,
+                           "CUDA:%d (GPU %d): %s of %zu bytes failed: %s", d->local_index,
+                           d->ordinal, what, bytes, cudaGetErrorString(e));
+    poisoned(d, e);
+    return s;
 }
 
 static cudaStream_t stream_of(const dt__device *d)
@@ -64,6 +130,7 @@ static cudaStream_t stream_of(const dt__device *d)
 
 static dt_status cuda_enter(dt__device *d)
 {
+    DT_TRY(dt__device_alive(d));
     return check(cudaSetDevice(d->ordinal), d, "cudaSetDevice", 0);
 }
 
@@ -75,19 +142,26 @@ static void cuda_close(dt__device *d)
         cudaStreamSynchronize(stream_of(d));
     if (d->kx.blas)
         cublasDestroy((cublasHandle_t)d->kx.blas);
+    if (d->kx.scratch)
+        cudaFree(d->kx.scratch);
+    d->kx.scratch = NULL;
     for (int i = 0; i < 2; i++) {
         if (d->pinned[i])
             cudaFreeHost(d->pinned[i]);
         if (d->pinned_ev[i])
             cudaEventDestroy((cudaEvent_t)d->pinned_ev[i]);
     }
-    if (d->ev_ready)
-        cudaEventDestroy((cudaEvent_t)d->ev_ready);
-    if (d->ev_done)
-        cudaEventDestroy((cudaEvent_t)d->ev_done);
+    if (d->side)
+        cudaStreamSynchronize((cudaStream_t)d->side);
+    void *events[] = {d->ev_ready, d->ev_done, d->ev_in, d->ev_out};
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+        if (events[i])
+            cudaEventDestroy((cudaEvent_t)events[i]);
     if (d->kx.stream)
         cudaStreamDestroy(stream_of(d));
-    d->kx.stream = d->kx.blas = d->ev_ready = d->ev_done = NULL;
+    if (d->side)
+        cudaStreamDestroy((cudaStream_t)d->side);
+    d->kx.stream = d->kx.blas = d->ev_ready = d->ev_done = d->ev_in = d->ev_out = d->side = NULL;
 }
 
 static dt_status cuda_open(dt__device *d)
@@ -96,19 +170,40 @@ static dt_status cuda_open(dt__device *d)
     cudaStream_t st;
     DT_TRY(check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), d, "cudaStreamCreate", 0));
     d->kx.stream = st;
-    cudaEvent_t ev[2];
-    for (int i = 0; i < 2; i++) {
-        dt_status s = check(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming), d,
-                            "cudaEventCreate", 0);
+    /* the side stream of device collectives, at the GPU's highest priority (as PyTorch's NCCL
+     * streams): communication is not queued behind compute that does not feed it */
+    int lo = 0, hi = 0;
+    cudaStream_t side;
+    dt_status s = check(cudaDeviceGetStreamPriorityRange(&lo, &hi), d, "stream priorities", 0);
+    if (s == DT_OK)
+        s = check(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, hi), d,
+                  "cudaStreamCreate", 0);
+    if (s != DT_OK) {
+        cuda_close(d);
+        return s;
+    }
+    d->side = side;
+    void **events[] = {&d->ev_ready, &d->ev_done, &d->ev_in, &d->ev_out};
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++) {
+        cudaEvent_t ev;
+        s = check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), d, "cudaEventCreate", 0);
         if (s != DT_OK) {
-            if (i)
-                cudaEventDestroy(ev[0]);
             cuda_close(d);
             return s;
         }
+        *events[i] = ev;
     }
-    d->ev_ready = ev[0];
-    d->ev_done = ev[1];
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d->ordinal) == cudaSuccess)
+        d->kx.sms = sms;
+    /* the kernels' scratch (multi-block reductions' partial results), on the compute stream */
+    s = check(cudaMalloc(&d->kx.scratch, DT__KERNEL_SCRATCH), d, "cudaMalloc (kernel scratch)",
+              DT__KERNEL_SCRATCH);
+    if (s != DT_OK) {
+        cuda_close(d);
+        return s;
+    }
+    d->kx.scratch_bytes = DT__KERNEL_SCRATCH;
     cublasHandle_t h;
     cublasStatus_t b = cublasCreate(&h);
     if (b == CUBLAS_STATUS_SUCCESS) {
@@ -116,8 +211,11 @@ static dt_status cuda_open(dt__device *d)
         b = cublasSetStream(h, st);
     }
     if (b == CUBLAS_STATUS_SUCCESS)
-        /* Exact FP32 unless TF32 was allowed; the kernels pick the compute type per call. */
-        b = cublasSetMathMode(h, d->kx.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+        /* Exact FP32 unless TF32 was allowed; the kernels pick the compute type per call. A
+         * 16-bit GEMM's split-K partial sums stay in its FP32 compute type (cuBLAS may
+         * otherwise reduce them in 16 bits): rounded once, as the CPU's. */
+        b = cublasSetMathMode(h, (d->kx.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     if (b != CUBLAS_STATUS_SUCCESS) {
         cuda_close(d);
         return dt__fail(DT_ERR_DEVICE, "CUDA:%d (GPU %d): cuBLAS setup failed: %s", d->local_index,
@@ -208,7 +306,8 @@ static dt_status cuda_to_host(dt__device *d, void *dst, const void *src, size_t 
             memcpy((char *)dst + off, d->pinned[b], n);
         }
     }
-    return DT_OK;
+    /* a collective the copy waited for may have been aborted (the watchdog) */
+    return dt__device_alive(d);
 }
 
 static dt_status cuda_copy(dt__device *d, void *dst, const void *src, size_t bytes)
@@ -225,8 +324,68 @@ static dt_status cuda_copy(dt__device *d, void *dst, const void *src, size_t byt
 static dt_status cuda_sync(dt__device *d)
 {
     DT_TRY(cuda_enter(d));
-    return check(cudaStreamSynchronize(stream_of(d)), d, "queued work (cudaStreamSynchronize)", 0);
+    DT_TRY(check(cudaStreamSynchronize(stream_of(d)), d, "queued work (cudaStreamSynchronize)", 0));
+    /* a collective that failed while the stream waited for it (the watchdog's abort) */
+    return dt__device_alive(d);
 }
+
+/* A kernel that fails to launch: when the GPU's context is gone (a sticky error of earlier
+ * work), every logical device of it is dead. */
+static dt_status cuda_launch(dt__device *d, dt__kernel_fn fn, const dt__kargs *k,
+                             const void *const in[], void *out)
+{
+    dt_status s = fn(&d->kx, k, in, out);
+    if (s != DT_OK)
+        poisoned(d, cudaStreamQuery(stream_of(d)));
+    return s;
+}
+
+/* ---- device collectives: the side stream ---------------------------------------------------- */
+
+static dt_status cuda_side_after(dt__device *side, dt__device *member)
+{
+    DT_TRY(cuda_enter(side));
+    DT_TRY(check(cudaEventRecord((cudaEvent_t)member->ev_in, stream_of(member)), member,
+                 "cudaEventRecord", 0));
+    return check(cudaStreamWaitEvent((cudaStream_t)side->side, (cudaEvent_t)member->ev_in, 0), side,
+                 "cudaStreamWaitEvent (side after compute)", 0);
+}
+
+static dt_status cuda_after_side(dt__device *member, dt__device *side)
+{
+    DT_TRY(check(cudaSetDevice(member->ordinal), member, "cudaSetDevice", 0));
+    DT_TRY(check(cudaEventRecord((cudaEvent_t)side->ev_out, (cudaStream_t)side->side), side,
+                 "cudaEventRecord", 0));
+    return check(cudaStreamWaitEvent(stream_of(member), (cudaEvent_t)side->ev_out, 0), member,
+                 "cudaStreamWaitEvent (compute after side)", 0);
+}
+
+static dt_status cuda_side_copy(dt__device *side, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src)
+        return DT_OK;
+    DT_TRY(cuda_enter(side));
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)side->side),
+                 side, "device copy (side stream)", bytes);
+}
+
+static dt_status cuda_side_combine(dt__device *side, const dt__combine *c)
+{
+    DT_TRY(cuda_enter(side));
+    dt__kctx x = side->kx;
+    x.stream = side->side;
+    dt_status s = dt__cuda_combine(&x, c);
+    if (s != DT_OK)
+        poisoned(side, cudaStreamQuery((cudaStream_t)side->side));
+    return s;
+}
+
+static const dt__dev_ops cuda_dev_ops = {
+    .side_after = cuda_side_after,
+    .after_side = cuda_after_side,
+    .side_copy = cuda_side_copy,
+    .side_combine = cuda_side_combine,
+};
 
 const dt__backend dt__cuda_backend = {
     .name = "cuda",
@@ -240,6 +399,8 @@ const dt__backend dt__cuda_backend = {
     .to_host = cuda_to_host,
     .copy = cuda_copy,
     .sync = cuda_sync,
+    .launch = cuda_launch,
     .kernels = dt__cuda_kernels,
     .device_collectives = true,
+    .dev = &cuda_dev_ops,
 };

@@ -16,6 +16,7 @@
 #define DT_CUDA_COMMON_CUH
 
 #include "convert.h"
+#include "fastdiv.h"
 #include "kernels.h"
 #include "philox.h"
 
@@ -250,6 +251,16 @@ template <typename C> HD C wneg(C a)
     return wsub((C)0, a);
 }
 
+/* Whether a compute value is NaN (never, for the integers): max and min let a NaN win, as the
+ * CPU's kernels and numpy do. */
+template <typename C> HD bool is_nan(C v)
+{
+    if constexpr (std::is_floating_point<C>::value)
+        return v != v;
+    else
+        return false;
+}
+
 /* Whether a compute value is negative (never, for the unsigned types). */
 template <typename C> HD bool is_neg(C v)
 {
@@ -257,6 +268,37 @@ template <typename C> HD bool is_neg(C v)
         return v < 0;
     else
         return false;
+}
+
+/* A product and a sum each rounded on its own, as the CPU's (gcc -ffp-contract=off) are: never
+ * contracted into a fused multiply-add, whatever nvcc's --fmad (only the files whose every
+ * operation must round as the CPU's, elementwise.cu, build with --fmad=false). */
+template <typename C> HD C mul_rn(C a, C b)
+{
+#ifdef __CUDA_ARCH__
+    if constexpr (std::is_same<C, double>::value)
+        return __dmul_rn(a, b);
+    else if constexpr (std::is_same<C, float>::value)
+        return __fmul_rn(a, b);
+    else
+        return wmul(a, b);
+#else
+    return wmul(a, b);
+#endif
+}
+
+template <typename C> HD C add_rn(C a, C b)
+{
+#ifdef __CUDA_ARCH__
+    if constexpr (std::is_same<C, double>::value)
+        return __dadd_rn(a, b);
+    else if constexpr (std::is_same<C, float>::value)
+        return __fadd_rn(a, b);
+    else
+        return wadd(a, b);
+#else
+    return wadd(a, b);
+#endif
 }
 
 /* exp and log in a compute type (float: the f32 functions; double: the f64 ones), as the CPU's
@@ -383,6 +425,48 @@ struct Bcast {
 /* Plan for `nops` operands of shapes in[q] (aligned to the output's rank) under the output
  * shape out. True when every operand has the output's shape (element i of each). */
 bool plan_bcast(int rank, const int64_t out[], int nops, const int64_t in[][R], Bcast *g);
+
+/* The same with 32-bit indices and divisors made once (common/fastdiv.h): for n elements below
+ * 2^31 whose every operand offset fits too, no 64-bit division per element. */
+struct Bcast32 {
+    int nd;
+    dt__div32 ext[R];
+    int32_t st[3][R];
+};
+
+/* False when n or an operand's extent does not fit 32 bits (the 64-bit plan is used). */
+inline bool plan_bcast32(const Bcast &g, int nops, int64_t n, Bcast32 *h)
+{
+    if (n >= ((int64_t)1 << 31))
+        return false;
+    *h = Bcast32{};
+    h->nd = g.nd;
+    for (int d = 0; d < g.nd; d++) {
+        h->ext[d] = dt__div32_of((uint32_t)g.ext[d]);
+        for (int q = 0; q < nops; q++) {
+            if (g.st[q][d] * g.ext[d] >= ((int64_t)1 << 31))
+                return false;
+            h->st[q][d] = (int32_t)g.st[q][d];
+        }
+    }
+    return true;
+}
+
+/* Element i's offsets in operands 0 and 1. */
+HD void offset2_32(uint32_t i, const Bcast32 &g, int32_t *o1, int32_t *o2)
+{
+    int32_t a = 0, b = 0;
+    UNROLL
+    for (int q = R - 1; q > 0; q--)
+        if (q < g.nd) {
+            uint32_t up = dt__div32_q(g.ext[q], i), d = i - up * g.ext[q].d;
+            a += (int32_t)d * g.st[0][q];
+            b += (int32_t)d * g.st[1][q];
+            i = up;
+        }
+    *o1 = g.nd > 0 ? a + (int32_t)i * g.st[0][0] : 0;
+    *o2 = g.nd > 0 ? b + (int32_t)i * g.st[1][0] : 0;
+}
 
 /* Element i's offset in operand q. */
 HD int64_t bcast_at(const Bcast &g, int q, int64_t i)

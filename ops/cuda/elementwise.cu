@@ -3,10 +3,12 @@
  * element as the CPU reference computes (ops/cpu/kernels.c). Queued on the device's stream;
  * nothing here waits, allocates or changes the current GPU.
  *
- * Integer sums, differences and products wrap; the float functions of unary ops and pow are
- * computed in double and rounded once (CUDA's exp, log, tanh, pow may differ from glibc's in the
- * last bit of a double); random numbers come from common/philox.h with nvcc's --fmad=false, so
- * they are bitwise the CPU's. */
+ * Integer sums, differences and products wrap; the elementary functions of unary ops on f32,
+ * bf16 and f16 are CUDA's float functions (within 2 ulps, as the CPU's SLEEF functions are
+ * within 1: the backends agree within a few ulps, common/unary.h), the composite ones and pow
+ * are computed in double and rounded once (CUDA's exp, log, tanh, pow may differ from glibc's
+ * in the last bit of a double); random numbers come from common/philox.h with nvcc's --fmad=false,
+ * so they are bitwise the CPU's. */
 #include "common.cuh"
 #include "unary.h"
 
@@ -34,7 +36,6 @@ struct RandArgs {
     uint64_t gstride[R]; /* row-major strides of the global shape */
     uint64_t seed, key;
     double a, b;
-    bool normal;
     int64_t len;   /* elements of a row: the innermost local extent (1 for a scalar) */
     int64_t nbr;   /* blocks a row can touch */
     int64_t items; /* rows * nbr */
@@ -55,7 +56,6 @@ RandArgs plan_random(const dt__kargs *k, bool normal, bool wide)
     r.key = k->key;
     r.a = k->a;
     r.b = k->b;
-    r.normal = normal;
     r.len = k->rank ? k->shape[k->rank - 1] : 1;
     int64_t per = dt__random_per_block(normal, wide),
             rows = r.len ? elems(k->rank, k->shape) / r.len : 0;
@@ -68,10 +68,10 @@ RandArgs plan_random(const dt__kargs *k, bool normal, bool wide)
  * the block's words (bitwise the CPU's per-element dt__random_value); f64 takes the 53-bit
  * stream, the others the f32 stream (rounded to f32 first, then to the 16-bit type, as the CPU
  * does). */
-template <typename S> HD void random_item(const RandArgs &r, int64_t t, S *o)
+template <typename S, bool NORMAL> HD void random_item(const RandArgs &r, int64_t t, S *o)
 {
     constexpr bool wide = sizeof(S) == 8;
-    const int per = dt__random_per_block(r.normal, wide);
+    constexpr int per = NORMAL ? (wide ? 1 : 2) : (wide ? 2 : 4); /* dt__random_per_block */
     int64_t row = t / r.nbr, kb = t % r.nbr, rest = row;
     uint64_t g0 = r.rank ? (uint64_t)r.offset[r.rank - 1] : 0;
     UNROLL
@@ -90,21 +90,64 @@ template <typename S> HD void random_item(const RandArgs &r, int64_t t, S *o)
         uint64_t e = e0 + (uint64_t)k;
         if (e < g0 || e >= end)
             continue;
-        double v =
-            dt__random_scale(r.normal, r.a, r.b, dt__random_from_block(r.normal, wide, w, k));
+        double v = dt__random_scale(NORMAL, r.a, r.b, dt__random_from_block(NORMAL, wide, w, k));
         o[row * r.len + (int64_t)(e - g0)] = Ty<S>::from_d(wide ? v : (double)(float)v);
     }
 }
 
-template <typename S> __global__ void random_k(S *o, RandArgs r)
+template <typename S, bool NORMAL> __global__ void random_k(S *o, RandArgs r)
 {
     for (int64_t t = first_index(); t < r.items; t += grid_step())
-        random_item<S>(r, t, o);
+        random_item<S, NORMAL>(r, t, o);
+}
+
+/* A block whose elements are consecutive global indices g0, g0 + 1, ... (every axis but the
+ * first whole: a shard of rows, or a whole tensor): work item t is Philox block
+ * g0 / PER + t, its PER values stored at once as one vector when the block lies inside and its
+ * destination is aligned (I: the index type, unsigned 32 bits when the items fit, so that
+ * the index plus the grid's step stays below 2^32). Element for element the values of
+ * random_item. */
+template <typename S, bool NORMAL, typename I>
+__global__ void random_run_k(S *o, uint64_t seed, uint64_t key, double a, double b, uint64_t g0,
+                             I n, I items)
+{
+    constexpr bool wide = sizeof(S) == 8;
+    constexpr int per = NORMAL ? (wide ? 1 : 2) : (wide ? 2 : 4);
+    using V = Bits<S>[per];
+    struct alignas(sizeof(Bits<S>) * per) Pack {
+        V v;
+    };
+    const uint64_t first = g0 / per;
+    for (I t = (I)first_index(); t < items; t += (I)grid_step()) {
+        uint64_t blk = first + (uint64_t)t;
+        int64_t at = (int64_t)(blk * per - g0); /* the block's first element, may be < 0 */
+        uint32_t w[4];
+        dt__philox_block(seed, key, blk, w);
+        S v[per];
+        UNROLL
+        for (int k = 0; k < per; k++) {
+            double u = dt__random_scale(NORMAL, a, b, dt__random_from_block(NORMAL, wide, w, k));
+            v[k] = Ty<S>::from_d(wide ? u : (double)(float)u);
+        }
+        if (per > 1 && at >= 0 && at + per <= (int64_t)n &&
+            (uintptr_t)(o + at) % sizeof(Pack) == 0) {
+            Pack p;
+            memcpy(&p, v, sizeof p);
+            *(Pack *)(o + at) = p;
+            continue;
+        }
+        UNROLL
+        for (int k = 0; k < per; k++)
+            if (at + k >= 0 && at + k < (int64_t)n)
+                o[at + k] = v[k];
+    }
 }
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 
-/* NEG, ABS, RELU, SQUARE in the compute type (integers wrap); the rest through double. */
+/* NEG, ABS, RELU, SQUARE in the compute type (integers wrap); the elementary functions of the
+ * f32, bf16 and f16 elements in float, as the CPU computes them (common/unary.h); the rest
+ * through double. */
 template <typename S> HD S unary_one(int op, S s)
 {
     using C = Cof<S>;
@@ -119,6 +162,9 @@ template <typename S> HD S unary_one(int op, S s)
     case DT_UNARY_SQUARE:
         return Ty<S>::st(wmul(x, x));
     default:
+        if constexpr (std::is_same<C, float>::value)
+            if (dt__unary_in_float(op))
+                return Ty<S>::st(dt__unary_float(op, x));
         return Ty<S>::from_d(dt__unary_f(op, (double)x));
     }
 }
@@ -204,10 +250,10 @@ template <typename C> HD C binary_one(int op, C a, C b)
             return a / b;
         else
             return b == 0 ? (C)0 : std::is_signed<C>::value && b == (C)-1 ? wneg(a) : (C)(a / b);
-    case DT_BINARY_MAX:
-        return a > b ? a : b;
+    case DT_BINARY_MAX: /* numpy's maximum and minimum: a NaN operand gives NaN */
+        return a > b || is_nan(a) ? a : b;
     case DT_BINARY_MIN:
-        return a < b ? a : b;
+        return a < b || is_nan(a) ? a : b;
     case DT_BINARY_EQ:
         return (C)(a == b);
     case DT_BINARY_NE:
@@ -264,6 +310,18 @@ __global__ void binary_k(const S *a, const S *b, void *o, int64_t n, int op, Bca
         int64_t ia, ib;
         offset2(i, g.nd, g.ext, g.st[0], g.st[1], &ia, &ib);
         binary_put<S>(op, o, i, a[ia], b[ib]);
+    }
+}
+
+/* The same on 32-bit indices with precomputed divisors (n < 2^31: the unsigned loop index
+ * plus the grid's step stays below 2^32). */
+template <typename S>
+__global__ void binary32_k(const S *a, const S *b, void *o, uint32_t n, int op, Bcast32 g)
+{
+    for (uint32_t i = (uint32_t)first_index(); i < n; i += (uint32_t)grid_step()) {
+        int32_t ia, ib;
+        offset2_32(i, g, &ia, &ib);
+        binary_put<S>(op, o, (int64_t)i, a[ia], b[ib]);
     }
 }
 
@@ -329,27 +387,48 @@ dt_status arange(const dt__kctx *x, const dt__kargs *k, const void *const *, voi
     return launched(x, "arange", Ty<S>::dt);
 }
 
-template <typename S>
-dt_status random_values(const dt__kctx *x, const dt__kargs *k, void *out, bool normal)
+template <typename S, bool NORMAL>
+dt_status random_values(const dt__kctx *x, const dt__kargs *k, void *out)
 {
+    const char *name = NORMAL ? "philox_normal" : "philox_uniform";
     int64_t n = elems(k->rank, k->shape);
     if (n <= 0)
         return DT_OK;
-    RandArgs r = plan_random(k, normal, sizeof(S) == 8);
-    random_k<S><<<grid_for(r.items), kThreads, 0, stream_of(x)>>>((S *)out, r);
-    return launched(x, normal ? "philox_normal" : "philox_uniform", Ty<S>::dt);
+    bool run = true; /* consecutive global indices: every axis after the first whole */
+    for (int a = 1; a < k->rank; a++)
+        run = run && k->shape[a] == k->gshape[a] && k->offset[a] == 0;
+    if (run) {
+        constexpr int per = NORMAL ? (sizeof(S) == 8 ? 1 : 2) : (sizeof(S) == 8 ? 2 : 4);
+        int64_t gst[R];
+        strides_of(k->rank, k->gshape, gst);
+        uint64_t g0 = k->rank ? (uint64_t)k->offset[0] * (uint64_t)gst[0] : 0;
+        int64_t items = (int64_t)((g0 + (uint64_t)n - 1) / per - g0 / per) + 1;
+        int64_t cap = x->sms > 0 ? (int64_t)x->sms * 8 : kMaxBlocks,
+                blocks = blocks_for(items, kThreads);
+        unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+        if (items <= INT32_MAX)
+            random_run_k<S, NORMAL, uint32_t><<<grid, kThreads, 0, stream_of(x)>>>(
+                (S *)out, k->seed, k->key, k->a, k->b, g0, (uint32_t)n, (uint32_t)items);
+        else
+            random_run_k<S, NORMAL, int64_t><<<grid, kThreads, 0, stream_of(x)>>>(
+                (S *)out, k->seed, k->key, k->a, k->b, g0, n, items);
+        return launched(x, name, Ty<S>::dt);
+    }
+    RandArgs r = plan_random(k, NORMAL, sizeof(S) == 8);
+    random_k<S, NORMAL><<<grid_for(r.items), kThreads, 0, stream_of(x)>>>((S *)out, r);
+    return launched(x, name, Ty<S>::dt);
 }
 
 template <typename S>
 dt_status philox_uniform(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
 {
-    return random_values<S>(x, k, out, false);
+    return random_values<S, false>(x, k, out);
 }
 
 template <typename S>
 dt_status philox_normal(const dt__kctx *x, const dt__kargs *k, const void *const *, void *out)
 {
-    return random_values<S>(x, k, out, true);
+    return random_values<S, true>(x, k, out);
 }
 
 template <typename S>
@@ -372,6 +451,8 @@ dt_status binary(const dt__kctx *x, const dt__kargs *k, const void *const in[], 
     Bcast g;
     if (plan_bcast(k->rank, k->shape, 2, k->in_shape, &g))
         binary_same_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op);
+    else if (Bcast32 h; plan_bcast32(g, 2, n, &h))
+        binary32_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, (uint32_t)n, k->op, h);
     else
         binary_k<S><<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, b, out, n, k->op, g);
     return launched(x, "binary", Ty<S>::dt);

@@ -78,7 +78,7 @@ void plan_rows(int rank, const int64_t shape[], unsigned mask, Rows *r)
 namespace
 {
 
-/* ---- combine (collectives between the GPUs of one client) ----------------------------------- */
+/* ---- combine (device collectives) ----------------------------------------------------------- */
 
 struct CombineArgs {
     const void *src[DT__COMBINE_MAX];
@@ -86,66 +86,154 @@ struct CombineArgs {
     int nsrc, ndst, by;
 };
 
-/* (src[0][i] op src[1][i] op ...) / by, left to right in the compute type, as the CPU's combine
- * (MAX: a > b ? a : b with a the running value; MIN likewise; SUM, MEAN and PROD wrap for
- * integers; bf16 and f16 in f32, rounded once). */
-template <typename S, int OP> HD S combine_at(const CombineArgs &c, int64_t i)
+/* What a combine reads and writes: S, or f32 for a widened 16-bit float (SW sources, DW
+ * destinations). */
+template <typename S, bool W> using Held = std::conditional_t<W, float, S>;
+
+template <typename S, bool W> HD Cof<S> ld_held(Held<S, W> v)
 {
-    using C = Cof<S>;
-    C v = Ty<S>::ld(((const S *)c.src[0])[i]);
-    UNROLL
-    for (int s = 1; s < DT__COMBINE_MAX; s++)
-        if (s < c.nsrc) {
-            C w = Ty<S>::ld(((const S *)c.src[s])[i]);
-            if (OP == DT_REDUCE_MAX)
-                v = v > w ? v : w;
-            else if (OP == DT_REDUCE_MIN)
-                v = v < w ? v : w;
-            else if (OP == DT_REDUCE_PROD)
-                v = wmul(v, w);
-            else
-                v = wadd(v, w);
-        }
-    return Ty<S>::st(c.by > 1 ? (C)(v / (C)c.by) : v);
+    if constexpr (W)
+        return v;
+    else
+        return Ty<S>::ld(v);
 }
 
-/* Every source is read at i before any destination is written there (in-place is fine). */
-template <typename S, int OP> __global__ void combine_k(int64_t n, CombineArgs c)
+template <typename S, bool W> HD Held<S, W> st_held(Cof<S> v)
 {
-    for (int64_t i = first_index(); i < n; i += grid_step()) {
-        S v = combine_at<S, OP>(c, i);
+    if constexpr (W)
+        return v;
+    else
+        return Ty<S>::st(v);
+}
+
+/* a then b, as the CPU's combine (MAX: a > b || a is NaN ? a : b with a the running value, so
+ * a NaN wins; MIN likewise; SUM, MEAN and PROD wrap for integers; bf16 and f16 in f32) */
+template <typename C, int OP> HD C combine_step(C a, C b)
+{
+    if (OP == DT_REDUCE_MAX)
+        return a > b || is_nan(a) ? a : b;
+    if (OP == DT_REDUCE_MIN)
+        return a < b || is_nan(a) ? a : b;
+    if (OP == DT_REDUCE_PROD)
+        return wmul(a, b);
+    return wadd(a, b);
+}
+
+/* V consecutive elements moved as one aligned vector (16 bytes on the wider side). */
+template <typename T, int V> struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+
+/* Elements [V t, V t + V) for every t < nv: every source's chunk is read before any
+ * destination's is written (in place is fine), each element combined left to right in the
+ * compute type and stored once (16-bit floats rounded once, or kept in f32). */
+template <typename S, int OP, bool SW, bool DW, int V>
+__global__ void combine_vec_k(int64_t nv, CombineArgs c)
+{
+    using C = Cof<S>;
+    using SI = Held<S, SW>;
+    using DO = Held<S, DW>;
+    for (int64_t t = first_index(); t < nv; t += grid_step()) {
+        Vec<SI, V> a = ((const Vec<SI, V> *)c.src[0])[t];
+        C v[V];
+        UNROLL
+        for (int k = 0; k < V; k++)
+            v[k] = ld_held<S, SW>(a.v[k]);
+        UNROLL
+        for (int s = 1; s < DT__COMBINE_MAX; s++)
+            if (s < c.nsrc) {
+                Vec<SI, V> b = ((const Vec<SI, V> *)c.src[s])[t];
+                UNROLL
+                for (int k = 0; k < V; k++)
+                    v[k] = combine_step<C, OP>(v[k], ld_held<S, SW>(b.v[k]));
+            }
+        Vec<DO, V> o;
+        UNROLL
+        for (int k = 0; k < V; k++)
+            o.v[k] = st_held<S, DW>(c.by > 1 ? (C)(v[k] / (C)c.by) : v[k]);
         UNROLL
         for (int d = 0; d < DT__COMBINE_MAX; d++)
             if (d < c.ndst)
-                ((S *)c.dst[d])[i] = v;
+                ((Vec<DO, V> *)c.dst[d])[t] = o;
     }
 }
 
-template <typename S>
-dt_status combine_typed(const dt__kctx *x, dt_dtype t, dt_reduce_op op, const CombineArgs &c,
-                        int64_t n)
+template <typename S, bool SW, bool DW> constexpr int vec_width()
 {
+    constexpr size_t wide =
+        sizeof(Held<S, SW>) > sizeof(Held<S, DW>) ? sizeof(Held<S, SW>) : sizeof(Held<S, DW>);
+    return (int)(16 / wide);
+}
+
+template <typename S, int OP, bool SW, bool DW>
+void combine_launch(const dt__kctx *x, CombineArgs c, int64_t n)
+{
+    constexpr int V = vec_width<S, SW, DW>();
     cudaStream_t st = stream_of(x);
-    unsigned grid = grid_for(n);
+    /* the vector path when every pointer is aligned to its side's vector */
+    bool aligned = true;
+    for (int i = 0; i < c.nsrc; i++)
+        aligned = aligned && (uintptr_t)c.src[i] % sizeof(Vec<Held<S, SW>, V>) == 0;
+    for (int i = 0; i < c.ndst; i++)
+        aligned = aligned && (uintptr_t)c.dst[i] % sizeof(Vec<Held<S, DW>, V>) == 0;
+    int64_t nv = aligned ? n / V : 0, done = nv * V;
+    /* a few waves of blocks: each thread strides over the rest */
+    int64_t cap = x->sms > 0 ? (int64_t)x->sms * 4 * (2048 / kThreads) : kMaxBlocks;
+    if (nv > 0) {
+        int64_t blocks = blocks_for(nv, kThreads);
+        combine_vec_k<S, OP, SW, DW, V>
+            <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, 0, st>>>(nv, c);
+    }
+    if (done < n) { /* the tail (or everything, unaligned) one element a thread */
+        CombineArgs t = c;
+        for (int i = 0; i < c.nsrc; i++)
+            t.src[i] = (const Held<S, SW> *)c.src[i] + done;
+        for (int i = 0; i < c.ndst; i++)
+            t.dst[i] = (Held<S, DW> *)c.dst[i] + done;
+        int64_t blocks = blocks_for(n - done, kThreads);
+        combine_vec_k<S, OP, SW, DW, 1>
+            <<<(unsigned)(blocks < cap ? blocks : cap), kThreads, 0, st>>>(n - done, t);
+    }
+}
+
+template <typename S, bool SW, bool DW>
+dt_status combine_op(const dt__kctx *x, dt_dtype t, dt_reduce_op op, const CombineArgs &c,
+                     int64_t n)
+{
     switch (op) {
     case DT_REDUCE_SUM:
     case DT_REDUCE_MEAN:
-        combine_k<S, DT_REDUCE_SUM><<<grid, kThreads, 0, st>>>(n, c);
+        combine_launch<S, DT_REDUCE_SUM, SW, DW>(x, c, n);
         break;
     case DT_REDUCE_MAX:
-        combine_k<S, DT_REDUCE_MAX><<<grid, kThreads, 0, st>>>(n, c);
+        combine_launch<S, DT_REDUCE_MAX, SW, DW>(x, c, n);
         break;
     case DT_REDUCE_MIN:
-        combine_k<S, DT_REDUCE_MIN><<<grid, kThreads, 0, st>>>(n, c);
+        combine_launch<S, DT_REDUCE_MIN, SW, DW>(x, c, n);
         break;
     case DT_REDUCE_PROD:
-        combine_k<S, DT_REDUCE_PROD><<<grid, kThreads, 0, st>>>(n, c);
+        combine_launch<S, DT_REDUCE_PROD, SW, DW>(x, c, n);
         break;
     default:
         return dt__fail(DT_ERR_ARG, "CUDA:%d (GPU %d): combine: no reduction %d", x->index,
                         x->ordinal, (int)op);
     }
     return launched(x, "combine", t);
+}
+
+/* The widened forms exist for the 16-bit floats only. */
+template <typename S>
+dt_status combine_typed(const dt__kctx *x, const dt__combine *k, const CombineArgs &c)
+{
+    if constexpr (std::is_same<S, bf16s>::value || std::is_same<S, f16s>::value) {
+        if (k->src_wide && k->dst_wide)
+            return combine_op<S, true, true>(x, k->dtype, k->op, c, k->n);
+        if (k->src_wide)
+            return combine_op<S, true, false>(x, k->dtype, k->op, c, k->n);
+        if (k->dst_wide)
+            return combine_op<S, false, true>(x, k->dtype, k->op, c, k->n);
+    }
+    return combine_op<S, false, false>(x, k->dtype, k->op, c, k->n);
 }
 
 } // namespace
@@ -172,6 +260,10 @@ extern "C" {
     {                                                                                       \
         K<float>, K<double>, nullptr, nullptr, K<bf16s>, K<f16s>, nullptr, nullptr, nullptr \
     }
+#define NONE                                                                            \
+    {                                                                                   \
+        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr \
+    }
 #define ROW_FILL ALL(fill)
 #define ROW_ARANGE ALL(arange)
 #define ROW_PHILOX_UNIFORM FLOATS(philox_uniform)
@@ -189,6 +281,8 @@ extern "C" {
 #define ROW_NORM FLOATS(norm)
 #define ROW_SCAN NUMERIC(scan)
 #define ROW_ARG_REDUCE ALL(arg_reduce)
+/* no attention kernel on CUDA yet: the op says so (DT_ERR_UNSUPPORTED) */
+#define ROW_ATTENTION NONE
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)
@@ -196,44 +290,43 @@ extern "C" {
 
 const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {DT__KERNEL_LIST(ROW)};
 
-dt_status dt__cuda_combine(const dt__kctx *x, dt_dtype t, dt_reduce_op op, int nsrc,
-                           const void *const src[], int ndst, void *const dst[], int64_t n, int by)
+dt_status dt__cuda_combine(const dt__kctx *x, const dt__combine *k)
 {
-    if (nsrc < 1 || nsrc > DT__COMBINE_MAX || ndst < 1 || ndst > DT__COMBINE_MAX)
+    if (k->nsrc < 1 || k->nsrc > DT__COMBINE_MAX || k->ndst < 1 || k->ndst > DT__COMBINE_MAX)
         return dt__fail(DT_ERR_ARG,
                         "CUDA:%d (GPU %d): combine of %d sources into %d destinations (1 to %d)",
-                        x->index, x->ordinal, nsrc, ndst, DT__COMBINE_MAX);
-    if (n <= 0)
+                        x->index, x->ordinal, k->nsrc, k->ndst, DT__COMBINE_MAX);
+    if (k->n <= 0)
         return DT_OK;
     CombineArgs c{};
-    for (int i = 0; i < nsrc; i++)
-        c.src[i] = src[i];
-    for (int i = 0; i < ndst; i++)
-        c.dst[i] = dst[i];
-    c.nsrc = nsrc;
-    c.ndst = ndst;
-    c.by = by;
-    switch (t) {
+    for (int i = 0; i < k->nsrc; i++)
+        c.src[i] = k->src[i];
+    for (int i = 0; i < k->ndst; i++)
+        c.dst[i] = k->dst[i];
+    c.nsrc = k->nsrc;
+    c.ndst = k->ndst;
+    c.by = k->by;
+    switch (k->dtype) {
     case DT_DTYPE_F32:
-        return combine_typed<float>(x, t, op, c, n);
+        return combine_typed<float>(x, k, c);
     case DT_DTYPE_F64:
-        return combine_typed<double>(x, t, op, c, n);
+        return combine_typed<double>(x, k, c);
     case DT_DTYPE_I32:
-        return combine_typed<int32_t>(x, t, op, c, n);
+        return combine_typed<int32_t>(x, k, c);
     case DT_DTYPE_I64:
-        return combine_typed<int64_t>(x, t, op, c, n);
+        return combine_typed<int64_t>(x, k, c);
     case DT_DTYPE_BF16:
-        return combine_typed<bf16s>(x, t, op, c, n);
+        return combine_typed<bf16s>(x, k, c);
     case DT_DTYPE_F16:
-        return combine_typed<f16s>(x, t, op, c, n);
+        return combine_typed<f16s>(x, k, c);
     case DT_DTYPE_BOOL: /* a byte, as the CPU's combine takes it */
     case DT_DTYPE_U8:
-        return combine_typed<uint8_t>(x, t, op, c, n);
+        return combine_typed<uint8_t>(x, k, c);
     case DT_DTYPE_I8:
-        return combine_typed<int8_t>(x, t, op, c, n);
+        return combine_typed<int8_t>(x, k, c);
     default:
         return dt__fail(DT_ERR_DTYPE, "CUDA:%d (GPU %d): combine of dtype %d", x->index, x->ordinal,
-                        (int)t);
+                        (int)k->dtype);
     }
 }
 

@@ -44,24 +44,80 @@ template <int THREADS, int G, bool OUT_MAJOR> HD int slot_of(int g, int lane)
     return OUT_MAJOR ? lane * (THREADS / G) + g : g * G + lane;
 }
 
-/* Lane `lane` of G on row q: elements lane, lane + G, ... into four independent partial folds
- * (loads in flight), then combined. */
+/* Lane `lane` of G on elements [j0, j1) of row q: elements j0 + lane, j0 + lane + G, ... into
+ * four independent partial folds (loads in flight), then combined. */
 template <typename F, int G>
-__device__ typename F::acc_t fold_lane(const F &f, const Rows &r, int64_t q, int lane)
+__device__ typename F::acc_t fold_span(const F &f, const Rows &r, int64_t q, int64_t j0, int64_t j1,
+                                       int lane)
 {
     using A = typename F::acc_t;
     int64_t base = row_base(r, q);
     A a0 = f.init(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t j = lane;
-    for (; j + 3 * G < r.n; j += 4 * G) {
+    int64_t j = j0 + lane;
+    for (; j + 3 * G < j1; j += 4 * G) {
         a0 = f.step(a0, f.load(q, base + row_elem(r, j), j));
         a1 = f.step(a1, f.load(q, base + row_elem(r, j + G), j + G));
         a2 = f.step(a2, f.load(q, base + row_elem(r, j + 2 * G), j + 2 * G));
         a3 = f.step(a3, f.load(q, base + row_elem(r, j + 3 * G), j + 3 * G));
     }
-    for (; j < r.n; j += G)
+    for (; j < j1; j += G)
         a0 = f.step(a0, f.load(q, base + row_elem(r, j), j));
     return f.step(f.step(a0, a1), f.step(a2, a3));
+}
+
+template <typename F, int G>
+__device__ typename F::acc_t fold_lane(const F &f, const Rows &r, int64_t q, int lane)
+{
+    return fold_span<F, G>(f, r, q, 0, r.n, lane);
+}
+
+/* The block's THREADS values folded by a tree of fixed shape (the same on every run); every
+ * thread gets the result. */
+template <typename F, int THREADS>
+__device__ typename F::acc_t block_fold(const F &f, typename F::acc_t v, typename F::acc_t *part)
+{
+    const int t = (int)threadIdx.x;
+    part[t] = v;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w /= 2) {
+        if (t < w)
+            part[t] = f.step(part[t], part[t + w]);
+        __syncthreads();
+    }
+    v = part[0];
+    __syncthreads();
+    return v;
+}
+
+/* Long rows, few of them (a loss, a norm of a whole tensor): nb blocks a row, block b folding
+ * elements [b chunk, (b + 1) chunk) into partial[q nb + b] (first pass), then one block a row
+ * folding its nb partial results (second pass), both by fixed trees: deterministic, and the
+ * whole GPU busy rather than one multiprocessor a row. */
+template <typename F>
+__global__ void __launch_bounds__(1024)
+    rows_split_k(F f, Rows r, int64_t chunk, int nb, typename F::acc_t *partial)
+{
+    __shared__ typename F::acc_t part[1024];
+    for (int64_t x = blockIdx.x; x < r.nrows * nb; x += gridDim.x) {
+        int64_t q = x / nb, j0 = x % nb * chunk, j1 = j0 + chunk < r.n ? j0 + chunk : r.n;
+        typename F::acc_t v =
+            block_fold<F, 1024>(f, fold_span<F, 1024>(f, r, q, j0, j1, (int)threadIdx.x), part);
+        if (threadIdx.x == 0)
+            partial[x] = v;
+    }
+}
+
+template <typename F>
+__global__ void __launch_bounds__(1024)
+    rows_merge_k(F f, int64_t nrows, int nb, const typename F::acc_t *partial)
+{
+    __shared__ typename F::acc_t part[1024];
+    for (int64_t q = blockIdx.x; q < nrows; q += gridDim.x) {
+        int t = (int)threadIdx.x;
+        typename F::acc_t v = block_fold<F, 1024>(f, t < nb ? partial[q * nb + t] : f.init(), part);
+        if (t == 0)
+            f.finish(q, v);
+    }
 }
 
 /* Rows shared by G threads each: lanes, then a tree in shared memory whose shape depends only on
@@ -94,12 +150,31 @@ __global__ void __launch_bounds__(THREADS) rows_group_k(F f, Rows r)
 
 /* How rows are folded: one thread a row when rows are short, or many and interleaved (each
  * thread then reads a column: coalesced across threads); else 8 threads on each of 32
- * interleaved rows, a warp on a row of moderate length, a block of 1024 on a long one. SEQ is
- * the fold object for one thread a row (the CPU's accumulator), GRP for shared rows. */
+ * interleaved rows, a warp on a row of moderate length, a block of 1024 on a long one, or,
+ * for a few rows of 64k elements and more, blocks of 16k elements each and a second pass (the
+ * device's scratch holds the partial results; the number of blocks depends on the shape
+ * only). SEQ is the fold object for one thread a row (the CPU's accumulator), GRP for shared
+ * rows. */
 template <typename SEQ, typename GRP>
-void fold_rows(const Rows &r, const SEQ &seq, const GRP &grp, cudaStream_t st)
+void fold_rows(const dt__kctx *x, const Rows &r, const SEQ &seq, const GRP &grp)
 {
+    cudaStream_t st = stream_of(x);
     bool adjacent = rows_contiguous(r);
+    using A = typename GRP::acc_t;
+    if (adjacent && r.n >= ((int64_t)1 << 16) && r.nrows <= 64 && x->scratch) {
+        int64_t nb = (r.n + (1 << 14) - 1) >> 14, fit = (int64_t)(x->scratch_bytes / sizeof(A));
+        nb = nb > 1024 ? 1024 : nb;
+        nb = nb * r.nrows > fit ? fit / r.nrows : nb;
+        if (nb >= 2) {
+            int64_t chunk = (r.n + nb - 1) / nb;
+            nb = (r.n + chunk - 1) / chunk; /* no empty block */
+            rows_split_k<GRP><<<blocks_for(r.nrows * nb, 1), 1024, 0, st>>>(grp, r, chunk, (int)nb,
+                                                                            (A *)x->scratch);
+            rows_merge_k<GRP><<<blocks_for(r.nrows, 1), 1024, 0, st>>>(grp, r.nrows, (int)nb,
+                                                                       (const A *)x->scratch);
+            return;
+        }
+    }
     if (r.n <= 16 || (!adjacent && r.nrows >= 8192))
         rows_seq_k<SEQ><<<grid_for(r.nrows), kThreads, 0, st>>>(seq, r);
     else if (!adjacent && r.nrows >= 32)
@@ -115,8 +190,8 @@ template <typename C> using Wide = std::conditional_t<std::is_floating_point<C>:
 
 /* ---- reduce --------------------------------------------------------------------------------- */
 
-/* The CPU's step: v > a ? v : a (MAX), v < a ? v : a (MIN), a * v (PROD), a + v otherwise; then
- * the scale (a mean) in double, rounded once. */
+/* The CPU's step: v > a || v is NaN ? v : a (MAX), v < a || v is NaN ? v : a (MIN: a NaN wins,
+ * as numpy's), a * v (PROD), a + v otherwise; then the scale (a mean) in double, rounded once. */
 template <typename S, typename A> struct ReduceFold {
     using acc_t = A;
     const S *x;
@@ -137,9 +212,9 @@ template <typename S, typename A> struct ReduceFold {
     HD A step(A a, A v) const
     {
         if (op == DT_REDUCE_MAX)
-            return v > a ? v : a;
+            return v > a || is_nan(v) ? v : a;
         if (op == DT_REDUCE_MIN)
-            return v < a ? v : a;
+            return v < a || is_nan(v) ? v : a;
         if (op == DT_REDUCE_PROD)
             return wmul(a, v);
         return wadd(a, v);
@@ -251,7 +326,7 @@ template <typename S> struct StatFold {
     HD double load(int64_t q, int64_t off, int64_t) const
     {
         double v = (double)Ty<S>::ld(x[off]) - (mu ? (double)mu[q] : 0.0);
-        return square ? v * v : v;
+        return square ? mul_rn(v, v) : v;
     }
     HD double step(double a, double v) const
     {
@@ -272,11 +347,11 @@ __global__ void norm_apply_k(const S *x, const Cof<S> *mu, const Cof<S> *var, co
     for (int64_t i = first_index(); i < total; i += grid_step()) {
         int64_t q = i / n, j = i % n;
         C c = mu ? mu[q] : (C)0, rs = (C)(1.0 / sqrt((double)var[q] + eps));
-        C v = (Ty<S>::ld(x[i]) - c) * rs;
+        C v = mul_rn(Ty<S>::ld(x[i]) - c, rs);
         if (gamma)
-            v *= Ty<S>::ld(gamma[j]);
+            v = mul_rn(v, Ty<S>::ld(gamma[j]));
         if (beta)
-            v += Ty<S>::ld(beta[j]);
+            v = add_rn(v, Ty<S>::ld(beta[j]));
         y[i] = Ty<S>::st(v);
     }
 }
@@ -494,8 +569,8 @@ dt_status reduce(const dt__kctx *x, const dt__kargs *k, const void *const in[], 
     if (r.nrows <= 0)
         return DT_OK;
     const S *xs = (const S *)in[0];
-    fold_rows(r, ReduceFold<S, Cof<S>>{xs, (S *)out, k->op, k->a},
-              ReduceFold<S, Wide<Cof<S>>>{xs, (S *)out, k->op, k->a}, stream_of(x));
+    fold_rows(x, r, ReduceFold<S, Cof<S>>{xs, (S *)out, k->op, k->a},
+              ReduceFold<S, Wide<Cof<S>>>{xs, (S *)out, k->op, k->a});
     return launched(x, "reduce", Ty<S>::dt);
 }
 
@@ -520,9 +595,9 @@ dt_status softmax(const dt__kctx *x, const dt__kargs *k, const void *const in[],
         if (r.nrows <= 0)
             return DT_OK;
         if (mode == DT__SOFTMAX_MAX)
-            fold_rows(r, MaxFold<S>{xs, (S *)out}, MaxFold<S>{xs, (S *)out}, st);
+            fold_rows(x, r, MaxFold<S>{xs, (S *)out}, MaxFold<S>{xs, (S *)out});
         else
-            fold_rows(r, SumExpFold<S>{xs, m, (C *)out}, SumExpFold<S>{xs, m, (C *)out}, st);
+            fold_rows(x, r, SumExpFold<S>{xs, m, (C *)out}, SumExpFold<S>{xs, m, (C *)out});
         return launched(x, "softmax", Ty<S>::dt);
     }
     int64_t n = elems(k->rank, k->in_shape[0]);
@@ -554,7 +629,7 @@ dt_status norm(const dt__kctx *x, const dt__kargs *k, const void *const in[], vo
             return DT_OK;
         StatFold<S> f{xs, mode == DT__NORM_VAR ? (const C *)in[1] : nullptr, (C *)out,
                       mode != DT__NORM_MEAN, k->a};
-        fold_rows(rw, f, f, st);
+        fold_rows(x, rw, f, f);
         return launched(x, "norm", Ty<S>::dt);
     }
     int64_t total = elems(r, k->in_shape[0]), n = r ? k->in_shape[0][r - 1] : 1;
@@ -582,7 +657,7 @@ dt_status scan(const dt__kctx *x, const dt__kargs *k, const void *const in[], vo
         return DT_OK;
     if (DT__MODE_KIND(k->mode) == DT__SCAN_TOTAL) {
         TotalFold<S> f{xs, (Cof<S> *)out};
-        fold_rows(r, f, f, st);
+        fold_rows(x, r, f, f);
         return launched(x, "scan", Ty<S>::dt);
     }
     int64_t inner = 1;
@@ -625,7 +700,7 @@ dt_status arg_reduce(const dt__kctx *x, const dt__kargs *k, const void *const in
     plan_rows(k->rank, k->in_shape[0], 1u << k->axis, &r);
     ArgFold<S> f{(const S *)in[0], out,  DT__MODE_KIND(k->mode) == DT__ARG_RECORDS, max, k->to,
                  k->start,         inner};
-    fold_rows(r, f, f, st);
+    fold_rows(x, r, f, f);
     return launched(x, "arg_reduce", Ty<S>::dt);
 }
 

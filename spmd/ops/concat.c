@@ -69,6 +69,7 @@ const dt__op_def dt__op_concat = {.name = "concat",
 dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
                     dt_tensor **out)
 {
+    DT__SERIAL();
     if (out)
         *out = NULL;
     const dt__agreement ag = {.what = "concat"};

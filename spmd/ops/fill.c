@@ -62,7 +62,8 @@ dt_status dt__expand_creation(dt__program *p, const char *name, const dt__node *
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
     (void)in;
-    return dt__infer_creation("fill", &n->attrs, out);
+    DT_TRY(dt__infer_creation("fill", &n->attrs, out));
+    return dt__value_check("fill", n->attrs.a, n->attrs.dtype);
 }
 
 static void args(void *ctx, int d, dt__kargs *k)

@@ -11,7 +11,7 @@
  *
  * A reduce-scatter into rows (k and the result's rows on one mesh axis of P devices) is
  * chunked, so that its peak extra memory is the output plus one temporary no larger than the
- * smallest output block (issue 14): see "chunked reduce-scatter" below. */
+ * smallest output block: see "chunked reduce-scatter" below. */
 #include "../engine.h"
 
 #include <math.h>

@@ -31,6 +31,8 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
                         x->rank, sx);
     if (a->depth < 0)
         return dt__fail(DT_ERR_ARG, "one_hot: depth %lld is negative", (long long)a->depth);
+    DT_TRY(dt__value_check("one_hot: on_value", a->a, a->dtype));
+    DT_TRY(dt__value_check("one_hot: off_value", a->b, a->dtype));
     out->dtype = a->dtype;
     out->rank = x->rank + 1;
     for (int i = 0, j = 0; i < out->rank; i++)

@@ -39,6 +39,7 @@ const dt__op_def dt__op_relayout = {.name = "relayout",
 dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
                              const dt_layout *layout, const dt_op_options *opts, dt_tensor **out)
 {
+    DT__SERIAL();
     if (out)
         *out = NULL;
     if (!layout)

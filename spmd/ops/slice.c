@@ -69,6 +69,7 @@ dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size
 dt_status dt_split(const dt_tensor *x, int num, const int64_t sizes[], int axis,
                    const dt_op_options *opts, dt_tensor *outs[])
 {
+    DT__SERIAL();
     if (outs)
         for (int i = 0; i < num; i++)
             outs[i] = NULL;

@@ -293,6 +293,32 @@ static void test_round_trips(void)
                   dt_checkpoint_add_variable(bad, "a", good) == DT_ERR_ARG &&
                   dt_checkpoint_add_counter(bad, "save_counter", (int64_t[]){0}) == DT_ERR_ARG,
               "names: bad characters, '..', duplicates and a dataset used as a group refused");
+    /* a NULL or empty path: DT_ERR_ARG naming it on every entry point taking a path */
+    dt_dtype idt2;
+    int irank2;
+    int64_t ishape2[DT_MAX_RANK];
+    char latest[64];
+    dt_checkpoint_manager *nomg = NULL;
+    bool paths = true;
+    const char *const bad_paths[2] = {NULL, ""};
+    for (int i = 0; i < 2; i++) {
+        const char *p = bad_paths[i], *says = p ? "path is empty" : "path is NULL";
+        dt_tensor *nt = NULL;
+        dt_status st[7] = {
+            dt_checkpoint_write(bad, p),
+            dt_checkpoint_read(bad, p),
+            dt_checkpoint_save(bad, p, latest, sizeof latest),
+            dt_checkpoint_read_tensor(p, "a", &ls[0], &nt),
+            dt_checkpoint_tensor_info(p, "a", &idt2, &irank2, ishape2),
+            dt_checkpoint_latest(p, latest, sizeof latest),
+            dt_checkpoint_manager_create(bad, p, 1, &nomg),
+        };
+        for (int k = 0; k < 7; k++)
+            paths = paths && st[k] == DT_ERR_ARG;
+        paths = paths && strstr(dt_last_error(), says) && !nt && !nomg;
+    }
+    tap_check(paths, "a NULL or empty path: DT_ERR_ARG naming it from write, read, save, "
+                     "read_tensor, tensor_info, latest and the manager");
 
     /* files that are not checkpoints */
     if (dt_client_id() == 0) {

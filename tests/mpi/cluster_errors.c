@@ -42,6 +42,10 @@ int main(void)
     expect_error(NULL, buf, "needs at least one ps task", "no ps task");
     snprintf(buf, sizeof buf, "chief=1,worker=%d,ps=0", n - 1);
     expect_error(NULL, buf, "needs at least one ps task", "ps=0");
+    /* a role given twice: an error, not the last count winning (worker=3,worker=1 made one
+     * worker; with ps=1 and a chief that is a valid cluster at -n 3) */
+    snprintf(buf, sizeof buf, "chief=1,worker=3,ps=1,worker=%d", n > 2 ? n - 2 : 0);
+    expect_error(NULL, buf, "role worker given twice", "a role given twice");
     /* every rank claims to be worker 0 of a cluster of 1 chief and n - 1 ps: rank 0 maps to the
      * chief, the others to ps tasks; every rank fails */
     int at = snprintf(buf, sizeof buf, "{\"cluster\": {\"chief\": [\"a\"], \"ps\": [");

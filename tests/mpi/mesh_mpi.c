@@ -394,6 +394,20 @@ int main(void)
               "DTENSOR_CPU_DEVICES=abc on client %d only: dt_init fails on every client naming it "
               "(%s: %s)",
               size_ - 1, dt_status_name(bad), msg);
+    /* a bad DTENSOR_COLLECTIVES_BY_HOST on client 0 only: the same */
+    s = dt_finalize();
+    if (rank_ == 0)
+        setenv("DTENSOR_COLLECTIVES_BY_HOST", "often", 1);
+    bad = dt_init(NULL);
+    snprintf(msg, sizeof msg, "%s", dt_last_error());
+    unsetenv("DTENSOR_COLLECTIVES_BY_HOST");
+    if (dt_init(NULL) != DT_OK)
+        return 1;
+    tap_check(s == DT_OK, "finalize after the fourth configuration");
+    tap_check(bad == DT_ERR_ARG && strstr(msg, "DTENSOR_COLLECTIVES_BY_HOST=\"often\""),
+              "DTENSOR_COLLECTIVES_BY_HOST=often on client 0 only: dt_init fails on every client "
+              "naming it (%s: %s)",
+              dt_status_name(bad), msg);
     check_runtime("1 per client after a failed start");
 
     int status = tap_done();

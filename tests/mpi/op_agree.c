@@ -243,7 +243,8 @@ int main(void)
     /* 11. with the collective check on, the odd client skips a matmul (its contracting axis is
      * sharded: an all-reduce). Every call after it fails clearly on every client or succeeds in
      * step, and clients get back in step by calling dt_barrier until it succeeds. */
-    setenv("DTENSOR_CHECK_COLLECTIVES", "1", 1);
+    dt__rt.check_collectives =
+        true; /* as DTENSOR_CHECK_COLLECTIVES=1 at dt_init, on every client */
     dt_tensor *ka = ones("unsharded,x", 2, n * 2), *kb = ones("x,unsharded", n * 2, 2), *kc = NULL;
     dt_status first = DT_OK, second, third;
     start();
@@ -264,7 +265,7 @@ int main(void)
         back = dt_barrier();
     while (back != DT_OK && ++tries < 4);
     double took = now() - t_start;
-    unsetenv("DTENSOR_CHECK_COLLECTIVES");
+    dt__rt.check_collectives = false;
     tap_check(first == DT_OK && (odd ? second == DT_OK : second == DT_ERR_MISMATCH) &&
                   third == (odd ? DT_ERR_MISMATCH : DT_ERR_ARG) && back == DT_OK &&
                   tries == (odd ? 1 : 0) && took < 5.0,

@@ -386,12 +386,22 @@ static double sum_tol(dt_dtype dt)
     return dt == DT_DTYPE_BF16 ? 2e-2 : dt == DT_DTYPE_F16 ? 4e-3 : 1e-5;
 }
 
-/* The unary functions written here from another formula than the kernels' (gelu through erfc,
- * gelu_tanh through pow, silu through exp), so equal within a few ulps of a double. */
+/* The unary functions written here from another formula than the kernels' (gelu_tanh through
+ * pow and tanh, silu through exp), so equal within a few ulps of a double; and for f32, bf16
+ * and f16 the float functions are computed in float (common/unary.h: within 2 ulps), so
+ * within 2 ulps of the reference rounded once (the 16-bit floats within one unit of their
+ * last place). */
 static double unary_tol(dt_dtype dt, int op)
 {
     bool other_formula = op == DT_UNARY_GELU || op == DT_UNARY_GELU_TANH || op == DT_UNARY_SILU;
-    return fmax(ew_tol(dt), other_formula && dt == DT_DTYPE_F64 ? 1e-14 : 0);
+    bool function = op != DT_UNARY_NEG && op != DT_UNARY_ABS && op != DT_UNARY_RELU &&
+                    op != DT_UNARY_SQUARE && op != DT_UNARY_LOGICAL_NOT;
+    double own = dt == DT_DTYPE_F32    ? 0x1p-22
+                 : dt == DT_DTYPE_BF16 ? 0x1p-7
+                 : dt == DT_DTYPE_F16  ? 0x1p-10
+                                       : 0;
+    return fmax(fmax(ew_tol(dt), other_formula && dt == DT_DTYPE_F64 ? 1e-14 : 0),
+                function ? own : 0);
 }
 
 /* The unary ops a dtype takes: bool logical_not alone; integers the exact ones (the others are
@@ -420,7 +430,8 @@ static void diff_creation(const dt_mesh *m, const diff_opts *o)
             double *ref = malloc(sizeof(double) * (size_t)ne);
             bool ok_fill = true, ok_u = true, ok_n = true, ok_ar = true, have_normal = false;
             void *normal_bits = malloc((size_t)ne * 8);
-            double value = is_bool(dt) ? 1.0 : is_int(dt) ? -3.0 : 2.5;
+            /* a negative fill where the dtype holds it (u8 does not: dt_fill refuses it) */
+            double value = is_bool(dt) ? 1.0 : dt == DT_DTYPE_U8 ? 3.0 : is_int(dt) ? -3.0 : 2.5;
             double step = is_int(dt) ? -2.0 : -0.5;
             for (int li = 0; li < n; li++) {
                 dt_op_options op = {.layout = &ls[li]};
@@ -2033,7 +2044,13 @@ static void diff_one_hot(const dt_mesh *m, const diff_opts *o)
         double hx[15], ref[128];
         for (int64_t i = 0; i < 15; i++) /* -1 .. depth + 1 (u8: 255 for -1) */
             put(it, hx, i, (double)((i * 3 + d) % (depth + 3) - 1));
-        double on = is_bool(dt) ? 1 : is_int(dt) ? 3 : 2.5, off = is_bool(dt) ? 0 : -1;
+        /* off_value -1 where the dtype holds it (u8 does not: one_hot refuses it) */
+        double on = is_bool(dt)  ? 1
+                    : is_int(dt) ? 3
+                                 : 2.5,
+               off = is_bool(dt)         ? 0
+                     : dt == DT_DTYPE_U8 ? 7
+                                         : -1;
         bool ok = true;
         char bad[256] = "";
         for (int axis = -1; axis < 3; axis++) {

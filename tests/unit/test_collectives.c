@@ -317,7 +317,7 @@ Test(collectives, validation)
     g.kind = DT__COLL_ALL_REDUCE;
     cr_expect_eq(dt__collective(m, &g), DT_ERR_ARG); /* no uneven all-reduce */
     /* the check alone, one client: still runs and still catches local errors */
-    setenv("DTENSOR_CHECK_COLLECTIVES", "1", 1);
+    dt__rt.check_collectives = true; /* as DTENSOR_CHECK_COLLECTIVES=1 at dt_init */
     bool ok;
     char why[256];
     ref_case rc = {.kind = DT__COLL_REDUCE_SCATTER,
@@ -330,7 +330,7 @@ Test(collectives, validation)
     cr_expect(ok, "%s", why);
     g.kind = DT__COLL_ALL_GATHER;
     cr_expect_eq(dt__collective(m, &g), DT_ERR_ARG);
-    unsetenv("DTENSOR_CHECK_COLLECTIVES");
+    dt__rt.check_collectives = false;
     dt_mesh_free(m);
     stop();
 }

@@ -3,8 +3,10 @@
 #include "dt.h"
 
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static void init_devices(int devices)
@@ -609,6 +611,43 @@ Test(mesh, bad_arrays_name_the_values)
     cr_expect_eq(dt_mesh_create(8, nine + 1, ones + 1, DT_DEVICE_CPU, &m), DT_OK, "%s",
                  dt_last_error());
     cr_expect_eq(dt_mesh_num_axes(m), 8);
+    dt_mesh_free(m);
+    finalize();
+}
+
+/* `bytes` at the very end of a readable page that a PROT_NONE page follows: a read one byte past
+ * them faults in every build (not only under AddressSanitizer). Unmapped at exit. */
+static void *before_guard(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert(p != MAP_FAILED);
+    cr_assert_eq(mprotect(p + page, page, PROT_NONE), 0);
+    return p + page - bytes;
+}
+
+/* An axis count past the maximum is an error naming it, and the arrays are not read past the
+ * two entries the caller passed (a count of INT_MAX once read past them). */
+Test(mesh, axis_count_past_the_maximum_reads_only_the_callers_arrays)
+{
+    init_devices(4);
+    const char **names = before_guard(2 * sizeof *names);
+    names[0] = "x";
+    names[1] = "y";
+    int *sizes = before_guard(2 * sizeof *sizes);
+    sizes[0] = sizes[1] = 2;
+    for (int i = 0; i < 2; i++) {
+        int count = i ? INT_MAX : DT_MAX_MESH_AXES + 1;
+        dt_mesh *m = (dt_mesh *)&m;
+        cr_expect_eq(dt_mesh_create(count, names, sizes, DT_DEVICE_CPU, &m), DT_ERR_MESH);
+        char num[16];
+        snprintf(num, sizeof num, "%d axes", count);
+        EXPECT_MSG(num);
+        cr_expect_null(m);
+    }
+    /* and the two entries themselves still make a mesh */
+    dt_mesh *m = NULL;
+    cr_expect_eq(dt_mesh_create(2, names, sizes, DT_DEVICE_CPU, &m), DT_OK, "%s", dt_last_error());
     dt_mesh_free(m);
     finalize();
 }

@@ -721,3 +721,79 @@ Test(ops, integer_arithmetic_wraps)
     dt_tensor_free(b);
     stop();
 }
+
+/* max and min let a NaN win, as numpy's max, min, maximum and minimum do (a NaN was skipped:
+ * max([0, NaN, 2, 3]) was 3, an all-NaN row -inf), on one device and across devices (the
+ * partial maxima combined by an all-reduce), in f32 and f64; argmax and argmin name the first
+ * NaN, so both agree. Expected values: numpy's rule applied by hand. */
+Test(ops, max_and_min_let_nan_win)
+{
+    start(4, "x=4");
+    const float nan = NAN;
+    /* [4, 8]: a NaN in the first shard, every NaN, none, a NaN in the last shard */
+    const float v[32] = {0, nan, 2, 3,  4, 5, 6, 7, nan, nan, nan, nan, nan, nan, nan, nan,
+                         5, 1,   9, -3, 8, 2, 7, 0, 1,   2,   3,   4,   5,   6,   7,   nan};
+    const int64_t shape[2] = {4, 8};
+    const bool want_nan[4] = {true, true, false, true};
+    const float want_max[4] = {0, 0, 9, 0}, want_min[4] = {0, 0, -3, 0};
+    const int64_t want_argmax[4] = {1, 0, 2, 7}, want_argmin[4] = {1, 0, 3, 7};
+    const char *layouts[3] = {"unsharded,x", "unsharded,unsharded", "x,unsharded"};
+    for (int li = 0; li < 3; li++)
+        for (int f64 = 0; f64 < 2; f64++) {
+            dt_tensor *x32 = T(layouts[li], 2, shape, v), *x = x32;
+            if (f64)
+                cr_assert_eq(dt_cast(x32, DT_DTYPE_F64, NULL, &x), DT_OK);
+            for (int op = 0; op < 2; op++) {
+                dt_reduce_op rop = op ? DT_REDUCE_MIN : DT_REDUCE_MAX;
+                dt_tensor *r = NULL, *r32 = NULL, *a = NULL;
+                cr_assert_eq(dt_reduce(rop, x, 1, (int[]){1}, 0, NULL, &r), DT_OK, "%s",
+                             dt_last_error());
+                cr_assert_eq(dt_cast(r, DT_DTYPE_F32, NULL, &r32), DT_OK);
+                float got[4];
+                cr_assert_eq(dt_tensor_read(r32, got, sizeof got), DT_OK);
+                cr_assert_eq((op ? dt_argmin : dt_argmax)(x, 1, DT_DTYPE_I64, NULL, &a), DT_OK,
+                             "%s", dt_last_error());
+                int64_t at[4];
+                cr_assert_eq(dt_tensor_read(a, at, sizeof at), DT_OK);
+                for (int i = 0; i < 4; i++) {
+                    float want = op ? want_min[i] : want_max[i];
+                    cr_expect(want_nan[i] ? isnan(got[i]) : got[i] == want,
+                              "%s %s of row %d over \"%s\": %g, expected %s", f64 ? "f64" : "f32",
+                              dt_reduce_op_name(rop), i, layouts[li], got[i],
+                              want_nan[i] ? "nan" : "a number");
+                    cr_expect_eq(at[i], op ? want_argmin[i] : want_argmax[i],
+                                 "arg%s of row %d over \"%s\": %lld", op ? "min" : "max", i,
+                                 layouts[li], (long long)at[i]);
+                }
+                /* every axis at once: one NaN anywhere makes the result NaN */
+                dt_tensor_free(r);
+                dt_tensor_free(r32);
+                cr_assert_eq(dt_reduce(rop, x, 0, NULL, 0, NULL, &r), DT_OK);
+                cr_assert_eq(dt_cast(r, DT_DTYPE_F32, NULL, &r32), DT_OK);
+                cr_assert_eq(dt_tensor_read(r32, got, sizeof got[0]), DT_OK);
+                cr_expect(isnan(got[0]), "%s of everything: %g", dt_reduce_op_name(rop), got[0]);
+                dt_tensor_free(r);
+                dt_tensor_free(r32);
+                dt_tensor_free(a);
+            }
+            if (x != x32)
+                dt_tensor_free(x);
+            dt_tensor_free(x32);
+        }
+    /* maximum and minimum: NaN whichever operand holds it */
+    const int64_t s4[1] = {4};
+    dt_tensor *a = T("x", 1, s4, (float[]){nan, 1, nan, 2}),
+              *b = T("x", 1, s4, (float[]){1, nan, nan, 3});
+    for (int op = 0; op < 2; op++) {
+        dt_tensor *r = NULL;
+        cr_assert_eq(dt_binary(op ? DT_BINARY_MIN : DT_BINARY_MAX, a, b, NULL, &r), DT_OK);
+        float got[4];
+        cr_assert_eq(dt_tensor_read(r, got, sizeof got), DT_OK);
+        cr_expect(isnan(got[0]) && isnan(got[1]) && isnan(got[2]) && got[3] == (op ? 2 : 3),
+                  "%s: %g %g %g %g", op ? "minimum" : "maximum", got[0], got[1], got[2], got[3]);
+        dt_tensor_free(r);
+    }
+    dt_tensor_free(a);
+    dt_tensor_free(b);
+    stop();
+}

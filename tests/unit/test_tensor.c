@@ -3,6 +3,7 @@
 #include "dt.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -782,7 +783,7 @@ static void check_matmul_peak(dt_mesh *m, int ndev, const peak_case *k)
 }
 
 /* A sharded matmul's peak extra memory is its output plus at most one temporary of the
- * output's size (issue 14), read from the allocator's peak restarted before the call. The
+ * output's size, read from the allocator's peak restarted before the call. The
  * contracting case all-reduces its partial product in place, so it holds the output alone;
  * so do the cases with no collective. The contracting case reduce-scattered into rows holds
  * its output and one chunk of floor(M/P) rows, never the whole partial product (P times the
@@ -861,7 +862,80 @@ Test(tensor, sizes_that_overflow_are_errors)
     cr_expect_eq(dt_reshape(x, 2, (int64_t[]){((int64_t)1 << 62) + 1, 4}, NULL, &t), DT_ERR_SHAPE);
     EXPECT_MSG("overflow");
     cr_expect_null(t);
+    /* a result whose size comes from an attribute: one_hot's depth (4 x 2^62 elements wrap;
+     * 4 x 2^61 elements of f32 are 2^65 bytes) */
+    dt_tensor *idx = NULL;
+    cr_assert_eq(dt_zeros(DT_DTYPE_I32, 1, (int64_t[]){4}, &o, &idx), DT_OK);
+    for (int e = 61; e <= 62; e++) {
+        t = (dt_tensor *)&t;
+        cr_expect_eq(dt_one_hot(idx, (int64_t)1 << e, 1, 0, -1, DT_DTYPE_F32, NULL, &t),
+                     DT_ERR_SHAPE, "depth 2^%d: %s", e, dt_last_error());
+        EXPECT_MSG("one_hot: the result f32 [4,");
+        cr_expect_null(t);
+    }
+    dt_tensor_free(idx);
     dt_tensor_free(x);
+    teardown(m);
+}
+
+/* Fill values an integer dtype cannot hold are DT_ERR_ARG naming the value and the dtype, never
+ * a wrapped or saturated tensor (i32 2^40 gave -2^31, u8 -1 gave 255, i64 +Inf gave INT64_MIN);
+ * the edges of each range still fill, the fraction dropped as numpy's np.full does. */
+Test(errors, fill_values_fit_their_dtype)
+{
+    dt_mesh *m = setup(1, (int[]){2});
+    dt_layout l;
+    cr_assert_eq(dt_layout_parse(m, "x", &l), DT_OK);
+    dt_op_options o = {.layout = &l};
+    int64_t shape[1] = {3};
+    const struct {
+        dt_dtype dtype;
+        double value;
+        const char *says;
+    } bad[] = {
+        {DT_DTYPE_I32, 0x1p40, "1099511627776 does not fit i32"},
+        {DT_DTYPE_I32, 2147483648.0, "does not fit i32 (-2147483648 to 2147483647)"},
+        {DT_DTYPE_U8, -1, "-1 does not fit u8 (0 to 255)"},
+        {DT_DTYPE_U8, 256, "256 does not fit u8"},
+        {DT_DTYPE_I8, -129, "-129 does not fit i8"},
+        {DT_DTYPE_I64, INFINITY, "inf does not fit i64"},
+        {DT_DTYPE_I64, 0x1p63, "9223372036854775808 does not fit i64"},
+        {DT_DTYPE_I32, NAN, "nan does not fit i32"},
+        {DT_DTYPE_BOOL, NAN, "nan is not a bool"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dt_tensor *t = (dt_tensor *)&t;
+        cr_expect_eq(dt_fill(bad[i].dtype, 1, shape, bad[i].value, &o, &t), DT_ERR_ARG,
+                     "fill %g as %s", bad[i].value, dt_dtype_name(bad[i].dtype));
+        EXPECT_MSG(bad[i].says);
+        EXPECT_MSG("fill: value");
+        cr_expect_null(t);
+    }
+    /* one_hot's on and off values too */
+    dt_tensor *idx = NULL, *t = NULL;
+    cr_assert_eq(dt_zeros(DT_DTYPE_I32, 1, shape, &o, &idx), DT_OK);
+    cr_expect_eq(dt_one_hot(idx, 4, 300, 0, -1, DT_DTYPE_U8, NULL, &t), DT_ERR_ARG);
+    EXPECT_MSG("one_hot: on_value: value 300 does not fit u8");
+    cr_expect_eq(dt_one_hot(idx, 4, 1, -1, -1, DT_DTYPE_U8, NULL, &t), DT_ERR_ARG);
+    EXPECT_MSG("off_value");
+    cr_expect_null(t);
+    dt_tensor_free(idx);
+    /* the edges fill exactly */
+    int64_t i64[3];
+    cr_assert_eq(dt_fill(DT_DTYPE_I64, 1, shape, -0x1p63, &o, &t), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_tensor_read(t, i64, sizeof i64), DT_OK);
+    cr_expect(i64[0] == INT64_MIN && i64[2] == INT64_MIN);
+    dt_tensor_free(t);
+    uint8_t u8[3];
+    cr_assert_eq(dt_fill(DT_DTYPE_U8, 1, shape, 255.9, &o, &t), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_tensor_read(t, u8, sizeof u8), DT_OK);
+    cr_expect(u8[0] == 255 && u8[2] == 255);
+    dt_tensor_free(t);
+    int32_t i32[3];
+    cr_assert_eq(dt_fill(DT_DTYPE_I32, 1, shape, -2147483648.0, &o, &t), DT_OK);
+    cr_assert_eq(dt_tensor_read(t, i32, sizeof i32), DT_OK);
+    cr_expect(i32[1] == INT32_MIN);
+    dt_tensor_free(t);
     teardown(m);
 }
 

@@ -1281,7 +1281,10 @@ def from_dlpack(components, layout, shape=None):
     except (TypeError, ValueError) as e:
         error = e
     shape, dtype = _agree_components(shapes, dtypes, layout, shape, error)
-    caps = [c.__dlpack__() for c in components]
+    # on GPUs each producer orders its pending work before the stream the device uses (DLPack's
+    # stream argument), so the DTensor never reads memory the producer is still writing
+    streams = [_c.mesh_stream(layout.mesh._handle, i) for i, _ in enumerate(components)]
+    caps = [c.__dlpack__(stream=s) if s else c.__dlpack__() for c, s in zip(components, streams)]
     return DTensor(_c.tensor_from_dlpack(layout.mesh._handle, layout._text, _code(dtype),
                                          list(shape), caps), layout)
 

@@ -842,6 +842,21 @@ static PyObject *py_tensor_dlpack(PyObject *self, PyObject *args)
     return cap;
 }
 
+/* mesh_stream(mesh, i): the CUDA stream of the mesh's local device i as an integer (0 for CPU
+ * devices and emulated GPUs): what a DLPack producer is asked to order its work before. */
+static PyObject *py_mesh_stream(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *m_o;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi", &m_o, &i))
+        return NULL;
+    const dt_mesh *m = unwrap(m_o, KIND_MESH);
+    if (!m)
+        return NULL;
+    return PyLong_FromVoidPtr(dt_mesh_local_stream(m, i));
+}
+
 /* tensor_dlpack_device(tensor, i): (DLPack device type, device id) of component i. */
 static PyObject *py_tensor_dlpack_device(PyObject *self, PyObject *args)
 {
@@ -2324,6 +2339,8 @@ static PyMethodDef methods[] = {
     {"tensor_dlpack", py_tensor_dlpack, METH_VARARGS, "A component as a DLPack capsule."},
     {"tensor_dlpack_device", py_tensor_dlpack_device, METH_VARARGS,
      "(DLPack device type, id) of a component."},
+    {"mesh_stream", py_mesh_stream, METH_VARARGS,
+     "The CUDA stream of a mesh's local device, as an integer (0: none)."},
     {"tensor_from_dlpack", py_tensor_from_dlpack, METH_VARARGS,
      "A DTensor over DLPack capsules' memory, no copy."},
     {"tensor_info", py_tensor_info, METH_O, "dtype, shape, layout and local shapes."},

@@ -99,6 +99,7 @@ def test_initialize_gpu_without_gpus_raises_and_stops():
             "try:\n"
             "    dtensor.initialize_accelerator_system('GPU')\n"
             "    print('GPU', dtensor.num_local_devices('GPU'))\n"
+            "    dtensor.shutdown_accelerator_system()\n"
             "except ValueError as e:\n"
             "    print('raised', e, dtensor.is_initialized())\n"
             "print(dtensor.initialize_accelerator_system(None))\n")
