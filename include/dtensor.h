@@ -1031,7 +1031,8 @@ dt_status dt_model_evaluate(const dt_model *m, dt_loss loss, const dt_tensor *x,
 #define DT_OPTIMIZER_LIST(X) \
     X(SGD, sgd)              \
     X(ADAM, adam)            \
-    X(ADAMW, adamw)
+    X(ADAMW, adamw)          \
+    X(RMSPROP, rmsprop)
 
 typedef enum dt_optimizer_kind {
 #define DT__OPTIMIZER_ENUM(NAME, name) DT_OPTIMIZER_##NAME,
@@ -1044,7 +1045,9 @@ typedef enum dt_optimizer_kind {
  * momentum 0 is plain w -= lr g. Adam: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). AdamW (decoupled
  * weight decay, Loshchilov and Hutter; Keras's AdamW): w -= lr weight_decay w, then Adam's
- * step. Zeros mean the defaults: Adam b1 0.9, b2 0.999, eps 1e-7; AdamW weight_decay 0.004. */
+ * step. RMSprop (Keras's, not centered): s = rho s + (1 - rho) g^2; d = lr g / sqrt(s + eps);
+ * with momentum u = momentum u + d, w -= u, else w -= d. Zeros mean the defaults: Adam b1 0.9,
+ * b2 0.999, eps 1e-7; AdamW weight_decay 0.004; RMSprop rho 0.9, eps 1e-7. */
 typedef struct dt_optimizer_config {
     dt_optimizer_kind kind;
     double learning_rate;
@@ -1052,12 +1055,16 @@ typedef struct dt_optimizer_config {
     int nesterov;
     double beta_1, beta_2, epsilon;
     double weight_decay; /* AdamW */
+    double rho;          /* RMSprop */
 } dt_optimizer_config;
 
 typedef struct dt_optimizer dt_optimizer;
 
 dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out);
 void dt_optimizer_free(dt_optimizer *o);
+/* The learning rate of the next updates (a schedule's, Keras's LearningRateScheduler): > 0.
+ * Not collective; every client sets the same before its next update. */
+dt_status dt_optimizer_set_learning_rate(dt_optimizer *o, double learning_rate);
 /* One update of vars[i] by grads[i] (each in its variable's dtype, shape and layout; slots
  * are made on first use in the variable's layout and kept per variable). Collective. */
 dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
@@ -1507,7 +1514,9 @@ typedef struct dt_ps_coordinator dt_ps_coordinator;
 typedef struct dt_remote_value dt_remote_value;
 
 /* A step closure, run on a worker: `step` is what the chief scheduled; *value its result
- * (e.g. the loss). A failing status makes the chief reschedule the step on another worker. */
+ * (e.g. the loss). A failing status ends the step with that error (its value's fetch reports
+ * it), as TensorFlow's coordinator treats a function's error; DT_ERR_DEVICE or DT_ERR_COMM
+ * (the worker could not run it) makes the chief reschedule it on another worker instead. */
 typedef dt_status (*dt_ps_step_fn)(void *ctx, int64_t step, double *value);
 
 /* Every client registers the same step function. Collective. */

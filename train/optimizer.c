@@ -28,11 +28,18 @@ int64_t dt_optimizer_iterations(const dt_optimizer *o)
     return o ? o->iterations : 0;
 }
 
+/* Slots per variable: m and v (Adam's moments; RMSprop's mean square and, with momentum, its
+ * momentum); SGD's m is its momentum. */
 int dt__optimizer_slot_count(const dt_optimizer *o)
 {
-    if (o->cfg.kind != DT_OPTIMIZER_SGD)
+    switch (o->cfg.kind) {
+    case DT_OPTIMIZER_SGD:
+        return o->cfg.momentum > 0 ? 1 : 0;
+    case DT_OPTIMIZER_RMSPROP:
+        return o->cfg.momentum > 0 ? 2 : 1;
+    default:
         return 2;
-    return o->cfg.momentum > 0 ? 1 : 0;
+    }
 }
 
 dt_status dt__optimizer_set_slot(dt_optimizer *o, const dt_variable *v, dt_tensor *m, dt_tensor *w)
@@ -60,14 +67,15 @@ dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out
         return dt__fail(DT_ERR_ARG, "dt_optimizer_create: out is NULL");
     *out = NULL;
     if (!cfg || (unsigned)cfg->kind >= DT_OPTIMIZER_COUNT || !(cfg->learning_rate > 0) ||
-        cfg->momentum < 0 || cfg->momentum >= 1 || !(cfg->weight_decay >= 0))
+        cfg->momentum < 0 || cfg->momentum >= 1 || !(cfg->weight_decay >= 0) ||
+        !(cfg->rho >= 0 && cfg->rho < 1))
         return dt__fail(DT_ERR_ARG,
                         "dt_optimizer_create: kind %d, learning rate %g, momentum %g, weight decay "
-                        "%g: expected a kind in 0..%d, a positive rate, momentum in [0, 1) and a "
-                        "weight decay of at least 0",
+                        "%g, rho %g: expected a kind in 0..%d, a positive rate, momentum and rho "
+                        "in [0, 1) and a weight decay of at least 0",
                         cfg ? (int)cfg->kind : -1, cfg ? cfg->learning_rate : 0.0,
                         cfg ? cfg->momentum : 0.0, cfg ? cfg->weight_decay : 0.0,
-                        DT_OPTIMIZER_COUNT - 1);
+                        cfg ? cfg->rho : 0.0, DT_OPTIMIZER_COUNT - 1);
     dt_optimizer *o = calloc(1, sizeof *o);
     if (!o)
         return dt__fail(DT_ERR_NOMEM, "dt_optimizer_create: out of memory");
@@ -80,7 +88,27 @@ dt_status dt_optimizer_create(const dt_optimizer_config *cfg, dt_optimizer **out
         o->cfg.epsilon = 1e-7;
     if (o->cfg.kind == DT_OPTIMIZER_ADAMW && o->cfg.weight_decay == 0)
         o->cfg.weight_decay = 0.004;
+    if (o->cfg.rho == 0)
+        o->cfg.rho = 0.9;
     *out = o;
+    return DT_OK;
+}
+
+dt_status dt_optimizer_set_learning_rate(dt_optimizer *o, double learning_rate)
+{
+    if (!o || !(learning_rate > 0))
+        return dt__fail(DT_ERR_ARG,
+                        "dt_optimizer_set_learning_rate: learning rate %g (expected > 0), "
+                        "optimizer %s",
+                        learning_rate, o ? "given" : "NULL");
+    DT__SERIAL();
+    /* the traced Adam(W) updates hold AdamW's decay, 1 - rate * weight decay: traced again */
+    if (learning_rate != o->cfg.learning_rate)
+        for (int i = 0; i < o->nslots; i++) {
+            dt_function_free(o->slots[i].adam);
+            o->slots[i].adam = NULL;
+        }
+    o->cfg.learning_rate = learning_rate;
     return DT_OK;
 }
 
@@ -145,7 +173,7 @@ static dt_status slot_of(dt_optimizer *o, const dt_variable *v, slot **out)
     const dt_tensor *w = dt_variable_value(v);
     dt_op_options lo = {.layout = dt_variable_layout(v)};
     DT_TRY(dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->m));
-    if (o->cfg.kind != DT_OPTIMIZER_SGD) {
+    if (dt__optimizer_slot_count(o) == 2) {
         dt_status s = dt_zeros(w->dtype, w->rank, w->shape, &lo, &sl->v);
         if (s != DT_OK) {
             dt_tensor_free(sl->m);
@@ -265,6 +293,49 @@ static dt_status adam_update(dt_optimizer *o, slot *sl, const dt_tensor *w, cons
     return DT_OK;
 }
 
+/* RMSprop: m = rho m + (1 - rho) g^2; d = lr g / sqrt(m + eps); with momentum v = momentum v
+ * + d, next = w - v, else next = w - d. */
+static dt_status rmsprop(const dt_optimizer_config *c, slot *sl, const dt_tensor *w,
+                         const dt_tensor *g, const dt_layout *l, dt_tensor **next)
+{
+    dt_layout l0;
+    DT_TRY(dt_layout_replicated(l->mesh, 0, &l0));
+    dt_op_options so = {.layout = &l0}, lo = {.layout = l};
+    int64_t none[1] = {1};
+    dt_tensor *sq = NULL, *t = NULL, *eps = NULL, *d = NULL;
+    dt_status s = dt_unary(DT_UNARY_SQUARE, g, &lo, &sq);
+    if (s == DT_OK)
+        s = axpby(c->rho, sl->m, 1.0 - c->rho, sq, l, &t);
+    if (s == DT_OK) {
+        replace(&sl->m, t);
+        t = NULL;
+        s = dt_fill(w->dtype, 0, none, c->epsilon, &so, &eps);
+    }
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_ADD, sl->m, eps, &lo, &t);
+    dt_tensor_free(sq);
+    sq = NULL;
+    if (s == DT_OK)
+        s = dt_unary(DT_UNARY_SQRT, t, &lo, &sq);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_DIV, g, sq, &lo, &d);
+    if (s == DT_OK && c->momentum > 0) {
+        dt_tensor *u = NULL;
+        s = axpby(c->momentum, sl->v, c->learning_rate, d, l, &u);
+        if (s == DT_OK) {
+            replace(&sl->v, u);
+            s = axpby(1.0, w, -1.0, sl->v, l, next);
+        }
+    } else if (s == DT_OK) {
+        s = axpby(1.0, w, -c->learning_rate, d, l, next);
+    }
+    dt_tensor_free(sq);
+    dt_tensor_free(t);
+    dt_tensor_free(eps);
+    dt_tensor_free(d);
+    return s;
+}
+
 /* One variable: the new value into *next. */
 static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *g, double lr_t,
                             dt_tensor **next)
@@ -293,6 +364,8 @@ static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *
                 s = axpby(1.0, w, 1.0, sl->m, l, next);
             }
         }
+    } else if (c->kind == DT_OPTIMIZER_RMSPROP) {
+        s = rmsprop(c, sl, w, g, l, next);
     } else {
         s = adam_update(o, sl, w, g, lr_t, next);
     }

@@ -382,6 +382,12 @@ static dt_remote_value *pop_for(dt_ps_coordinator *c, int w)
     return NULL;
 }
 
+/* A step status that says the worker failed (rather than the function): rescheduled. */
+static bool worker_failure(dt_status s)
+{
+    return s == DT_ERR_DEVICE || s == DT_ERR_COMM;
+}
+
 /* One round of the chief's dispatcher: collect results, hand out queued steps. */
 static dt_status progress(dt_ps_coordinator *c, bool *moved)
 {
@@ -405,7 +411,9 @@ static dt_status progress(dt_ps_coordinator *c, bool *moved)
                         v->done = true;
                         v->status = DT_OK;
                         v->value = m->value;
-                    } else if (v->attempts > c->nworkers) {
+                    } else if (!worker_failure((dt_status)m->status) || v->attempts > c->nworkers) {
+                        /* the function's own error is final, as TensorFlow's: only a worker
+                         * that could not run it (device, communication) makes a rerun */
                         v->done = true;
                         v->status = (dt_status)m->status;
                         snprintf(v->error, sizeof v->error, "%s", m->error);
@@ -504,8 +512,11 @@ dt_status dt_remote_value_fetch(dt_remote_value *v, double *value, int *worker, 
     if (attempts)
         *attempts = v->attempts;
     if (v->status != DT_OK)
-        return dt__fail(v->status, "step %lld failed on every worker it ran on; last: %s",
-                        (long long)v->step, v->error);
+        return worker_failure(v->status)
+                   ? dt__fail(v->status, "step %lld failed on every worker it ran on; last: %s",
+                              (long long)v->step, v->error)
+                   : dt__fail(v->status, "step %lld failed on worker %d: %s", (long long)v->step,
+                              v->worker, v->error);
     if (value)
         *value = v->value;
     return DT_OK;

@@ -76,7 +76,8 @@ typedef struct ctx {
     dt_model *m;
     dt_optimizer *o;
     dt_cluster cl;
-    int mode; /* 0 train; 1 train, worker 0 slow; 2 train, worker 0 fails */
+    int mode; /* 0 train; 1 train, worker 0 slow; 2 train, worker 0 fails; 3 odd steps' function
+               * fails */
 } ctx;
 
 static dt_status step_fn(void *p, int64_t step, double *value)
@@ -85,6 +86,8 @@ static dt_status step_fn(void *p, int64_t step, double *value)
     bool w0 = c->cl.task_type == DT_TASK_WORKER && c->cl.task_index == 0;
     if (c->mode == 2 && w0)
         return dt__fail(DT_ERR_DEVICE, "worker 0 fails step %lld on purpose", (long long)step);
+    if (c->mode == 3 && step % 2)
+        return dt__fail(DT_ERR_ARG, "step %lld's function fails on purpose", (long long)step);
     if (c->mode == 1 && w0) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -236,6 +239,39 @@ int main(void)
         st = dt_ps_coordinator_shutdown(co);
     tap_check(st == DT_OK && ok3 && (!chief || (failc[0] == 0 && freruns >= 1)),
               "failing steps rescheduled: worker 0 finished %d, reruns %d", failc[0], freruns);
+
+    /* 4: a function's own error (not a worker's failure) ends its step, run once, and the
+     * fetch reports it with the worker; the other steps run */
+    c.mode = 3;
+    bool ok4 = true;
+    st = dt_ps_coordinator_create(c.s, step_fn, &c, &co);
+    if (chief && st == DT_OK) {
+        enum { N4 = 4 };
+        const int64_t first = STEPS + ASYNC_STEPS + 6;
+        dt_remote_value *v[N4] = {0};
+        for (int i = 0; ok4 && i < N4; i++)
+            ok4 = dt_ps_schedule(co, first + i, &v[i]) == DT_OK;
+        for (int i = 0; ok4 && i < N4; i++) {
+            double val = 0;
+            int w = -1, att = 0;
+            dt_status fs = dt_remote_value_fetch(v[i], &val, &w, &att);
+            ok4 = (first + i) % 2 ? fs == DT_ERR_ARG && att == 1 && w >= 0 &&
+                                        strstr(dt_last_error(), "failed on worker") &&
+                                        strstr(dt_last_error(), "fails on purpose")
+                                  : fs == DT_OK && att == 1 && isfinite(val);
+            if (!ok4)
+                tap_diag("step %lld: status %d, attempts %d: %s", (long long)(first + i), fs, att,
+                         fs ? dt_last_error() : "ok");
+        }
+        ok4 = dt_ps_join(co) == DT_OK && ok4;
+        for (int i = 0; i < N4; i++)
+            dt_remote_value_free(v[i]);
+    }
+    if (st == DT_OK)
+        st = dt_ps_coordinator_shutdown(co);
+    tap_check(st == DT_OK && ok4,
+              "a function's error ends its step (run once, fetched with its worker); the others "
+              "run");
 
     dt_optimizer_free(c.o);
     dt_model_free(c.m);

@@ -2,9 +2,10 @@
  * multi-worker mirrored and central storage: the loss of every step must match an
  * independent host implementation (hand-derived backpropagation in double, from the same
  * initial values) and the one-device run within 1e-5 relative. Run at -n 1 with 4 devices,
- * -n 2 with 2 devices each and -n 4 with 1. Also: Adam against the host, errors for a model
- * used under another strategy and a batch not in the strategy's layout; where one-device and
- * central-storage variables and optimizer slots live (device 0 only). */
+ * -n 2 with 2 devices each and -n 4 with 1. Also: Adam, AdamW and RMSprop (Keras's rule), AdamW's
+ * and RMSprop's learning rate changed after LR_SWITCH steps as a schedule does, against the host,
+ * errors for a model used under another strategy and a batch not in the strategy's layout; where
+ * one-device and central-storage variables and optimizer slots live (device 0 only). */
 #include "dt.h"
 #include "tap.h"
 
@@ -98,8 +99,11 @@ static double host_grad(const host_model *m, int r0, host_model *g)
 
 #define NPARAM ((int)(sizeof(host_model) / sizeof(double)))
 
-/* opt: the optimizer kind (SGD with momentum, Adam, or AdamW with weight decay WD) */
+/* opt: the optimizer kind (SGD with momentum, Adam, AdamW with weight decay WD, or RMSprop;
+ * AdamW's and RMSprop's learning rate becomes LR2 from step LR_SWITCH) */
 #define WD 0.05
+#define LR_SWITCH 5
+#define LR2 0.004
 
 static void host_train(host_model m, dt_optimizer_kind opt, int steps, double *losses)
 {
@@ -112,8 +116,14 @@ static void host_train(host_model m, dt_optimizer_kind opt, int steps, double *l
             if (opt == DT_OPTIMIZER_SGD) {
                 v[p] = MOM * v[p] - LR * gg[p];
                 w[p] += v[p];
+            } else if (opt == DT_OPTIMIZER_RMSPROP) {
+                /* Keras: ms = rho ms + (1 - rho) g^2; w -= lr g / sqrt(ms + eps) */
+                double lr = t < LR_SWITCH ? 0.01 : LR2;
+                v[p] = 0.9 * v[p] + 0.1 * gg[p] * gg[p];
+                w[p] -= lr * gg[p] / sqrt(v[p] + 1e-7);
             } else {
-                double b1 = 0.9, b2 = 0.999, eps = 1e-7, lr = 0.01;
+                double b1 = 0.9, b2 = 0.999, eps = 1e-7;
+                double lr = opt == DT_OPTIMIZER_ADAMW && t >= LR_SWITCH ? LR2 : 0.01;
                 if (opt == DT_OPTIMIZER_ADAMW)
                     w[p] -= lr * WD * w[p];
                 mo[p] = b1 * mo[p] + (1 - b1) * gg[p];
@@ -159,6 +169,8 @@ static bool train(dt_strategy_kind kind, dt_optimizer_kind opt, int steps, doubl
     if (ok)
         *replicas = dt_strategy_num_replicas_in_sync(s);
     for (int t = 0; ok && t < steps; t++) {
+        if ((opt == DT_OPTIMIZER_RMSPROP || opt == DT_OPTIMIZER_ADAMW) && t == LR_SWITCH)
+            ok = dt_optimizer_set_learning_rate(o, LR2) == DT_OK;
         double xb[BMAX][IN], yb[BMAX][OUT];
         for (int e = 0; e < B; e++) {
             memcpy(xb[e], X[(t * B + e) % ROWS], sizeof xb[e]);
@@ -403,13 +415,30 @@ int main(void)
     check_placement(DT_STRATEGY_CENTRAL_STORAGE, false);
     check_placement(DT_STRATEGY_MULTI_WORKER_MIRRORED, true);
 
-    /* Adam and AdamW, a few steps, mirrored against the host */
-    for (int k = DT_OPTIMIZER_ADAM; k <= DT_OPTIMIZER_ADAMW; k++) {
+    /* Adam, AdamW and RMSprop, a few steps, mirrored against the host */
+    static const char *const opt_names[] = {"sgd", "adam", "adamw", "rmsprop"};
+    for (int k = DT_OPTIMIZER_ADAM; k <= DT_OPTIMIZER_RMSPROP; k++) {
         ok = train(DT_STRATEGY_MULTI_WORKER_MIRRORED, (dt_optimizer_kind)k, 10, got, &init, &rep);
         host_train(init, (dt_optimizer_kind)k, 10, ref);
         r = max_rel(got, ref, 10);
         tap_check(ok && r <= 1e-5, "%s under multi_worker_mirrored matches the host (max rel %.2e)",
-                  k == DT_OPTIMIZER_ADAM ? "adam" : "adamw", r);
+                  opt_names[k], r);
+    }
+
+    /* bad rho and learning rates: DT_ERR_ARG naming the value */
+    {
+        dt_optimizer *o = NULL;
+        dt_optimizer_config oc = {.kind = DT_OPTIMIZER_RMSPROP, .learning_rate = 0.01, .rho = 1.0};
+        dt_status st = dt_optimizer_create(&oc, &o);
+        tap_check(st == DT_ERR_ARG && !o && strstr(dt_last_error(), "rho 1"),
+                  "rmsprop: rho 1 refused (%s)", dt_last_error());
+        oc.rho = 0.9;
+        st = dt_optimizer_create(&oc, &o);
+        if (st == DT_OK)
+            st = dt_optimizer_set_learning_rate(o, -1.0);
+        tap_check(st == DT_ERR_ARG && strstr(dt_last_error(), "learning rate -1"),
+                  "set_learning_rate: -1 refused (%s)", dt_last_error());
+        dt_optimizer_free(o);
     }
 
     check_input_cast();

@@ -51,7 +51,7 @@ __all__ = [
     "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "transpose",
     "reshape", "slice", "concat", "DVariable", "function", "Function", "show_programs", "set_collective_algorithm",
     "ledger", "ledger_text", "ledger_clear", "ledger_next_step", "Dense", "Sequential", "SGD",
-    "Adam", "AdamW", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
+    "Adam", "AdamW", "RMSprop", "ReduceOp", "Strategy", "OneDeviceStrategy", "MirroredStrategy",
     "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "ParameterServerStrategy",
     "ClusterCoordinator", "RemoteValue", "get_strategy", "compute_average_loss",
     "is_dtensor", "default_mesh", "run_on", "zeros_like", "ones_like", "cast", "truediv",
@@ -73,6 +73,8 @@ __all__ = [
     "sparse_softmax_cross_entropy_with_logits", "ClusterSpec", "CollectiveCommunication",
     "errors", "config", "distribute", "experimental", "list_physical_devices",
     "list_logical_devices", "set_logical_device_configuration", "LogicalDeviceConfiguration",
+    "Module", "nest", "io", "string", "dtypes", "conv2d", "max_pool2d", "avg_pool2d", "moments",
+    "batch_normalization", "MeshDimension",
 ]
 
 UNSHARDED = "unsharded"
@@ -593,6 +595,43 @@ class Mesh:
     def __contains__(self, dim_name):
         return dim_name in self._names
 
+    def __getitem__(self, dim_name):
+        """The dimension ``(name, size)`` (TensorFlow's MeshDimension)."""
+        return MeshDimension(dim_name, self.dim_size(dim_name))
+
+    @property
+    def strides(self):
+        """Row-major strides of the mesh: a device's coordinates are (id // strides) % shape."""
+        return [int(np.prod(self._sizes[k + 1:])) for k in _builtins.range(len(self._sizes))]
+
+    def unravel_index(self):
+        """{mesh device index: {dimension name: coordinate}} for every device of the mesh."""
+        return {i: dict(zip(self._names, (int(c) for c in np.unravel_index(i, self._sizes))))
+                for i in _builtins.range(self.size)}
+
+    def coords(self, device_idx):
+        """The mesh coordinates of device ``device_idx`` (an index into the mesh)."""
+        return [int(c) for c in np.unravel_index(int(device_idx), self._sizes)]
+
+    def local_device_locations(self):
+        """The coordinates ({dimension name: index}) of this client's devices, in local
+        order."""
+        where = self.unravel_index()
+        return [where[i] for i in self._local_ids]
+
+    def min_global_device_id(self):
+        return min(self._device_ids)
+
+    def is_remote(self):
+        """True when this client owns none of the mesh's devices."""
+        return not self._local_ids
+
+    def host_mesh(self):
+        """The mesh's CPU twin (TensorFlow's host mesh): itself for a CPU mesh."""
+        if self._device_type == "CPU":
+            return self
+        raise errors.UnimplementedError(f"host_mesh of {self}: a GPU mesh's host mesh")
+
     def __eq__(self, other):
         return isinstance(other, Mesh) and other._handle is self._handle
 
@@ -605,6 +644,16 @@ class Mesh:
 
 
 _meshes = weakref.WeakValueDictionary()  # (names, sizes, type, device ids) -> live Mesh
+
+
+class MeshDimension(_types.SimpleNamespace):
+    """A mesh dimension: ``name`` and ``size``."""
+
+    def __init__(self, name, size):
+        super().__init__(name=name, size=size)
+
+    def __iter__(self):
+        return iter((self.name, self.size))
 
 
 def _make_mesh(dims, kind, device_ids=None, name=""):
@@ -824,6 +873,17 @@ class Layout:
     @property
     def partial(self):
         return dict(self._partial)
+
+    @property
+    def shape(self):
+        """The number of shards of each tensor axis (TensorFlow's Layout.shape)."""
+        return [self.num_shards(i) for i in _builtins.range(self.rank)]
+
+    def delete(self, dims):
+        """The layout without the tensor axes ``dims`` (its sharding of the others kept)."""
+        dims = {int(d) % self.rank if self.rank else int(d) for d in dims}
+        return Layout([s for i, s in enumerate(self.sharding_specs) if i not in dims],
+                      self.mesh)
 
     def is_fully_replicated(self):
         return not self._partial and all(s == UNSHARDED for s in self._specs)
@@ -1254,6 +1314,72 @@ def local_components(tensor):
     return [_Component(t, i) for i in _builtins.range(len(t._local_shapes))]
 
 
+def _capsule_header(capsule):
+    """(shape, numpy dtype, contiguous) of a DLPack capsule ("dltensor"), read without
+    consuming it (DLPack's DLManagedTensor: the DLTensor comes first)."""
+    import ctypes  # noqa: PLC0415
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    try:
+        t = DLTensor.from_address(get(capsule, b"dltensor"))
+    except ValueError:
+        raise errors.InvalidArgumentError("from_dlpack: the capsule is not an unused DLPack "
+                                          "tensor (a capsule is consumed once)") from None
+    if t.device_type != 1:
+        raise errors.InvalidArgumentError(f"from_dlpack: the memory is on DLPack device "
+                                          f"{t.device_type}, not the CPU (1)")
+    kinds = {(0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
+             (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16",
+             (6, 8): "bool"}
+    name = kinds.get((t.code, t.bits)) if t.lanes == 1 else None
+    if name is None:
+        raise TypeError(f"from_dlpack: DLPack dtype code {t.code}, {t.bits} bits, {t.lanes} "
+                        f"lanes is not one of dtensor's dtypes")
+    shape = [t.shape[i] for i in _builtins.range(t.ndim)]
+    contiguous = not t.strides or all(
+        shape[i] == 1 or t.strides[i] == int(np.prod(shape[i + 1:], dtype=np.int64))
+        for i in _builtins.range(t.ndim))
+    return shape, (bfloat16 if name == "bfloat16" else np.dtype(name)), contiguous
+
+
+def _to_dlpack(tensor):
+    """tf.experimental.dlpack.to_dlpack: a DLPack capsule lending the memory of a tensor with
+    one component on this client (a regular tensor, a replica's value), without a copy."""
+    t = _as_tensor(tensor, "to_dlpack: tensor")
+    return t._one_component().__dlpack__()
+
+
+def _from_dlpack_capsule(dlcapsule):
+    """tf.experimental.dlpack.from_dlpack: a regular tensor (this client's host mesh) whose
+    memory is a DLPack capsule's (or a ``__dlpack__`` object's, as numpy's and PyTorch's
+    arrays), without a copy; CPU memory only. Not collective: only this client takes part."""
+    if hasattr(dlcapsule, "__dlpack__"):
+        shape = [int(n) for n in dlcapsule.shape]
+        dtype = np.dtype(str(dlcapsule.dtype).replace("torch.", ""))
+        contiguous = getattr(getattr(dlcapsule, "flags", None), "c_contiguous", True)
+        if contiguous:
+            dlcapsule = dlcapsule.__dlpack__()
+    elif type(dlcapsule).__name__ == "PyCapsule":
+        shape, dtype, contiguous = _capsule_header(dlcapsule)
+    else:
+        raise TypeError(f"from_dlpack: expected a DLPack capsule or an object with "
+                        f"__dlpack__, got {type(dlcapsule).__name__}")
+    if not contiguous:
+        raise errors.InvalidArgumentError(f"from_dlpack: the memory of shape {tuple(shape)} "
+                                          f"is not contiguous")
+    layout = Layout.replicated(_host_mesh(), len(shape))
+    return DTensor(_c.tensor_from_dlpack(layout.mesh._handle, layout._text, _code(dtype),
+                                         shape, [dlcapsule]), layout)
+
+
 def _from_components(comps, layout, shape, dtype):
     """A DTensor from components already checked against the layout."""
     handle = _c.tensor_pack(layout.mesh._handle, layout._text, _code(dtype), list(shape),
@@ -1415,6 +1541,30 @@ def _default_mesh():
     return _host_mesh()
 
 
+class _Symbolic:
+    """Base of symbolic values an op cannot compute (Keras's functional API's KerasTensor): an
+    op given one calls ``_make_node`` on it instead (see _symbolic_aware)."""
+
+
+class _SymbolicOperand(Exception):
+    pass
+
+
+def _symbolic_aware(fn):
+    """fn, or, when an operand is symbolic, the node ``symbolic._make_node(fn, args, kwargs)``
+    (a Keras functional model's op layer)."""
+    def op(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _SymbolicOperand:
+            first = next(v for v in _nest_flatten([list(args), kwargs])
+                         if isinstance(v, _Symbolic))
+            return first._make_node(fn, args, kwargs)
+    op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    op.__wrapped__ = fn
+    return op
+
+
 def _as_tensor(x, what="value", dtype=None):
     """A DTensor of a value: a DTensor (or a variable's value) as it is, anything else
     converted as TensorFlow converts it and replicated on the default mesh; None and other
@@ -1422,6 +1572,8 @@ def _as_tensor(x, what="value", dtype=None):
     if isinstance(x, (DTensor, DVariable)):
         t = _value(x)
         return t if dtype is None or np.dtype(dtype) == t.dtype else cast(t, dtype)
+    if isinstance(x, _Symbolic):
+        raise _SymbolicOperand()
     a = _host_array(x, dtype, what)
     layout = _requested()
     if layout is None or layout.rank != a.ndim:
@@ -1445,6 +1597,8 @@ def _operands(tensors, what):
                 break
         else:
             return tensors
+    if any(isinstance(t, _Symbolic) for t in tensors):
+        raise _SymbolicOperand()
     like = next((t for t in tensors if isinstance(t, (DTensor, DVariable))), None)
     out = [_value(t) if isinstance(t, (DTensor, DVariable)) else
            _as_dtensor(t, like, f"{what}: operand {i}") if like is not None else
@@ -1695,7 +1849,11 @@ def _value(x):
 
 
 def _op(op, tensors, mesh, mesh_handle, text, *attrs):
-    """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it."""
+    """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it. While
+    a function is traced, concrete operands are captured as its inputs."""
+    trace = _tracing()
+    if trace is not None:
+        tensors = [trace.symbolic(t) for t in tensors]
     h = _c.apply(op, [t._handle for t in tensors], mesh_handle, text, _show_programs(), *attrs)
     out = _result(h, mesh)
     if _tape._tapes():
@@ -1718,6 +1876,8 @@ def _as_dtensor(x, like, what="operand"):
     other objects raise TypeError."""
     if isinstance(x, (DTensor, DVariable)):
         return _value(x)
+    if isinstance(x, _Symbolic) or isinstance(like, _Symbolic):
+        raise _SymbolicOperand()
     like = _value(like)
     a = _host_array(x, None if isinstance(x, np.ndarray) else like.dtype, what)
     rep = Layout.replicated(like.layout.mesh, a.ndim)
@@ -1940,7 +2100,19 @@ def transpose(a, perm=None):
 
 
 def reshape(tensor, shape):
-    return _apply("reshape", [tensor], 0, [int(s) for s in shape])
+    """tf.reshape; one extent may be -1 (inferred from the others)."""
+    shape = [int(d) for d in (np.asarray(shape).reshape(-1).tolist()
+                              if isinstance(shape, (np.ndarray, DTensor)) else shape)]
+    if -1 in shape:
+        t = _as_tensor(tensor, "reshape: tensor")
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        total = int(np.prod(t.shape, dtype=np.int64))
+        if shape.count(-1) > 1 or known == 0 or total % known:
+            raise ValueError(f"reshape: cannot infer the -1 of {shape} for {total} elements "
+                             f"(shape {t.shape})")
+        shape[shape.index(-1)] = total // known
+        tensor = t
+    return _apply("reshape", [tensor], 0, shape)
 
 
 def slice(input_, begin, size):  # noqa: A001 (tf.slice)
@@ -2236,6 +2408,7 @@ class DVariable:
                             f"{type(layout).__name__}")
         strategy = _current_strategy()
         self._strategy = None  # the strategy whose scope placed it (its replicas print)
+        self._scope = strategy  # the strategy in scope at creation (extended's query)
         if isinstance(initial_value, (DTensor, DVariable)):
             value = _value(initial_value)
             if dtype is not None and np.dtype(dtype) != value.dtype:
@@ -2281,6 +2454,8 @@ class DVariable:
         """A copy of the current value (collective); inside ``strategy.run``, the replica's
         own copy, on its device."""
         ctx = _replicas.current()
+        if ctx is None and _tracing() is not None:  # a traced read: bound at each run
+            return _tracing().variable(self)
         if ctx is not None:
             t = ctx.strategy._variable_replica(self, ctx._local)
         else:
@@ -2299,8 +2474,10 @@ class DVariable:
         return self.read_value().__array__(dtype)
 
     def _assign(self, value, mode):
-        """A DTensor must have the variable's layout; a numpy value or number is placed in it
-        (broadcast to the variable's shape)."""
+        """A DTensor must have the variable's layout (a regular tensor, on this client's host
+        mesh, is copied into it); a numpy value or number is placed in it (broadcast to the
+        variable's shape)."""
+        _no_trace(f"assigning variable {self.name!r}")
         if _replicas.current() is not None:
             raise DTensorError(
                 f"variable {self.name!r}: assigning a mirrored variable inside strategy.run "
@@ -2314,7 +2491,10 @@ class DVariable:
                 raise ValueError(f"variable {self.name!r} of shape {self._shape}: a value of "
                                  f"shape {a.shape} does not fit") from None
             value = dtensor_from_array(a, self._layout)
-        _c.variable_assign(self._handle, _value(value)._handle, mode)
+        value = _value(value)
+        if value.layout.mesh is not self._layout.mesh and value.layout.mesh._local:
+            value = copy_to_mesh(value, self._layout)  # a regular tensor goes where it is used
+        _c.variable_assign(self._handle, value._handle, mode)
         self._version += 1
         return self
 
@@ -2411,13 +2591,99 @@ _install_variable_operators()
 
 # ---- functions (tf.function) -----------------------------------------------------------------
 
+class _Untraceable(Exception):
+    """Raised while tracing at a step a traced function cannot record (the function then runs
+    as Python)."""
+
+
+class _Trace:
+    """The function being recorded on this thread: the concrete tensors and the variables its
+    ops use become inputs of their own (captures), bound at every run, as tf.function captures
+    them: a tensor by value, a variable by reference (its value when the function runs)."""
+
+    def __init__(self, f):
+        self.f = f
+        self.bound = {}  # id(concrete DTensor or DVariable) -> (it, its symbolic input)
+        self.captures = []  # () -> the concrete DTensor to bind, in input order
+
+    def _input(self, layout, dtype, shape):
+        t = DTensor(_c.function_input(self.f, layout.mesh._handle, layout._text, _code(dtype),
+                                      list(shape)), layout)
+        return t
+
+    def symbolic(self, t):
+        """An operand as this function's tensor: a concrete one is captured (by value)."""
+        if t._local_shapes is None:
+            return t
+        hit = self.bound.get(id(t))
+        if hit is None:
+            hit = self.bound[id(t)] = (t, self._input(t.layout, t.dtype, t.shape))
+            self.captures.append(lambda t=t: t)
+        return hit[1]
+
+    def variable(self, v):
+        """A read of a variable: an input bound to its value at each run."""
+        hit = self.bound.get(id(v))
+        if hit is None:
+            hit = self.bound[id(v)] = (v, self._input(v.layout, v.dtype, v.shape))
+            self.captures.append(v.read_value)
+        return hit[1]
+
+
+def _tracing():
+    return getattr(_state, "trace", None)
+
+
+def _no_trace(what):
+    """Raise _Untraceable for a side effect a trace would perform once, at trace time."""
+    if _tracing() is not None:
+        raise _Untraceable(what)
+
+
+def _flatten_outputs(out):
+    """A traced function's result as (its tensors, a rebuild of the structure from their
+    values): DTensors and variables (read) in lists, tuples and dicts; None when anything else
+    is in it."""
+    if isinstance(out, (DTensor, DVariable)):
+        return [out], lambda vals: vals[0]
+    if isinstance(out, (list, tuple)):
+        parts = [_flatten_outputs(v) for v in out]
+        if any(p is None for p in parts):
+            return None
+        flat, sizes = [], []
+        for f, _ in parts:
+            flat.extend(f)
+            sizes.append(len(f))
+
+        def rebuild(vals, kind=type(out)):
+            items, at = [], 0
+            for (_, r), n in zip(parts, sizes):
+                items.append(r(vals[at:at + n]))
+                at += n
+            return kind(items) if kind in (list, tuple) else kind(*items)
+        return flat, rebuild
+    if isinstance(out, dict):
+        keys = list(out)
+        inner = _flatten_outputs([out[k] for k in keys])
+        if inner is None:
+            return None
+        return inner[0], lambda vals: dict(zip(keys, inner[1](vals)))
+    return None
+
+
 class Function:
-    """A traced function: the first call with a new input signature (layouts, dtypes, shapes)
-    records the ops, propagates layouts and expands once; later calls only run."""
+    """A traced function (tf.function): the first call with a new input signature (layouts,
+    dtypes, shapes) records the ops, propagates layouts and expands once; later calls only
+    run. Concrete tensors the function uses are captured by value, variables it reads by
+    reference, as TensorFlow captures them. A function that a trace cannot record (one that
+    assigns variables, reads values on the host, calls strategy.run or a GradientTape, or
+    returns something other than tensors) runs as the Python function it wraps for that
+    signature; the first such call runs its Python code twice (the trace, then the run)."""
 
     def __init__(self, fn):
         self._fn = fn
         self._traces = {}
+        self._eager = set()  # signatures whose trace failed: they run as Python
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", "function")
 
@@ -2427,44 +2693,61 @@ class Function:
                      for a in args)
 
     def _trace(self, args):
+        """The trace of this signature, or None when the function cannot be traced."""
         sig = self._signature(args)
         if sig in self._traces:
             return self._traces[sig]
         f = _c.function_begin()
+        trace = _Trace(f)
+        _state.trace = trace
         try:
-            inputs = [DTensor(_c.function_input(f, a.layout.mesh._handle, a.layout._text,
-                                                _code(a.dtype), list(a.shape)), a.layout)
-                      for a in args]
-            out = self._fn(*inputs)
-        except BaseException:
+            inputs = [trace._input(a.layout, a.dtype, a.shape) for a in args]
+            flat = _flatten_outputs(self._fn(*inputs))
+            outs = [trace.variable(o) if isinstance(o, DVariable) else trace.symbolic(o)
+                    for o in flat[0]] if flat else None
+        except Exception:  # noqa: BLE001 (the eager run raises a real error again)
+            outs = None
+        finally:
+            _state.trace = None
+        if not outs:
             f.free()
-            raise
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            return None
         _c.function_end(f, [o._handle for o in outs])
-        meshes = [o.layout.mesh for o in outs]
-        trace = (f, len(outs), isinstance(out, (list, tuple)), meshes)
+        trace = (f, len(outs), flat[1], [o.layout.mesh for o in outs], trace.captures)
         self._traces[sig] = trace
-        for t in inputs + outs:
-            t.free()
         return trace
 
     def __call__(self, *args, **kwargs):
-        # traced when every argument is a DTensor; otherwise (strategy.run inside, PerReplica
-        # or Python arguments) and under a GradientTape (which records the ops one by one)
-        # it runs eagerly, as the Python function it wraps
-        if kwargs or _tape._tapes() or _replicas.current() is not None or \
-                not all(isinstance(a, DTensor) for a in args):
+        # traced when it has arguments and every one is a DTensor; otherwise (strategy.run
+        # inside, PerReplica, Python or no arguments), under a GradientTape (which records the
+        # ops one by one) and inside another trace (which records its ops) it runs as the
+        # Python function it wraps
+        if kwargs or not args or _tape._tapes() or _replicas.current() is not None or \
+                _tracing() is not None or not all(isinstance(a, DTensor) for a in args):
             return self._fn(*args, **kwargs)
-        f, n, many, meshes = self._trace(args)
-        results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in args], n),
-                                                 meshes)]
-        return results if many else results[0]
+        sig = self._signature(args)
+        trace = None if sig in self._eager else self._trace(args)
+        if trace is None:
+            self._eager.add(sig)
+            return self._fn(*args)
+        f, n, rebuild, meshes, captures = trace
+        bound = list(args) + [c() for c in captures]
+        results = [_result(h, m) for h, m in zip(_c.function_run(f, [a._handle for a in bound],
+                                                                 n), meshes)]
+        return rebuild(results)
+
+    def _traced(self, args, what):
+        trace = self._trace(args)
+        if trace is None:
+            raise errors.UnimplementedError(
+                f"{what}: {self.__name__} cannot be traced (it assigns variables, reads values "
+                f"on the host or returns something other than tensors); it runs as Python")
+        return trace
 
     def program(self, *args):
         """The expanded program for these arguments' signature as text, with its totals:
         (text, multiplies summed over devices, collectives, largest bytes a device sends)."""
-        f, _, _, _ = self._trace(args)
-        return _c.function_program(f)
+        return _c.function_program(self._traced(args, "program")[0])
 
 
 def function(fn=None):
@@ -2508,12 +2791,12 @@ def _function_gradient(self, loss_output, wrt, *args):
     """A Function computing this one's outputs followed by the gradients of the sum of output
     ``loss_output`` with respect to the inputs at positions ``wrt``, each in that input's
     layout (weight gradients of batch-sharded data come out all-reduced by the expansion)."""
-    f, _, many, meshes = self._trace(args)
+    f, _, _, meshes, captures = self._traced(args, "gradient")
     g = _c.function_gradient(f, int(loss_output), [int(i) for i in wrt])
     grad = Function(self._fn)
     n = len(meshes) + len(wrt)
-    grad._traces[self._signature(args)] = (g, n, True, meshes + [args[i].layout.mesh
-                                                                   for i in wrt])
+    grad._traces[self._signature(args)] = (g, n, list, meshes + [args[i].layout.mesh
+                                                                  for i in wrt], captures)
     return grad
 
 
@@ -2600,19 +2883,118 @@ class Optimizer:
     MirroredStrategy does), then updates the mirrored variables once."""
 
     def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
-                 beta_2=0.0, epsilon=0.0, weight_decay=0.0):
-        kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW)
+                 beta_2=0.0, epsilon=0.0, weight_decay=0.0, rho=0.0):
+        kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW, _c.OPTIMIZER_RMSPROP)
         if isinstance(kind, bool) or kind not in kinds:
-            raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam or "
-                             f"AdamW)")
+            raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam, "
+                             f"AdamW or RMSprop)")
         numbers = [_number(v, f"Optimizer: {n}") for n, v in (
             ("learning_rate", learning_rate), ("momentum", momentum), ("beta_1", beta_1),
-            ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay))]
-        self.learning_rate = float(numbers[0])
-        self._handle = _c.optimizer_create(kind, self.learning_rate, float(numbers[1]),
+            ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay),
+            ("rho", rho))]
+        self._lr = float(numbers[0])
+        self._handle = _c.optimizer_create(kind, self._lr, float(numbers[1]),
                                            bool(nesterov), *[float(v) for v in numbers[2:]])
         self.iterations = 0
+        self._kind = kind
+        momentum_, b1, b2, eps, wd, rho_ = (float(v) for v in numbers[1:])
+        self._hyper = {"momentum": momentum_, "nesterov": bool(nesterov), "beta_1": b1 or 0.9,
+                       "beta_2": b2 or 0.999, "epsilon": eps or 1e-7, "weight_decay": wd,
+                       "rho": rho_ or 0.9}
         _live.add(self)
+        # made in a parameter-server strategy's scope: its slots live on the ps tasks too
+        strategy = _current_strategy()
+        self._ps_slots = {}  # id(PSVariable) -> its slot variables on the ps tasks
+        self._ps_step = None
+        if isinstance(strategy, ParameterServerStrategy):
+            self._ps_step = _SharedCounter(strategy)
+            strategy._optimizers.append(self)
+            for ref in strategy._ps_variables:
+                if ref() is not None:
+                    self._add_ps_slots(ref())
+
+    def _slot_count(self):
+        if self._kind == _c.OPTIMIZER_SGD:
+            return 1 if self._hyper["momentum"] > 0 else 0
+        if self._kind == _c.OPTIMIZER_RMSPROP:
+            return 2 if self._hyper["momentum"] > 0 else 1
+        return 2
+
+    def _add_ps_slots(self, v):
+        """The slots of a parameter-server variable, made on the ps tasks when the variable or
+        the optimizer is (collective: every client makes them in the same order)."""
+        self._ps_slots[id(v)] = [
+            PSVariable(np.zeros(v.shape, v.dtype), trainable=False,
+                       name=f"{v.name}/{'mv'[k]}", _slot=True)
+            for k in _builtins.range(self._slot_count())]
+
+    def _ps_update(self, pairs):
+        """Updates of parameter-server variables by a worker, Keras's rules on the host: it
+        reads each variable and its slots, computes the new values and adds the differences
+        one-sidedly (the ps tasks are not locked, so concurrent workers' updates interleave,
+        as asynchronous training's do)."""
+        h, lr = self._hyper, self._lr
+        t = None
+        if self._kind in (_c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW):
+            t = self._ps_step.fetch_add(1) + 1  # the cluster's update count, as TF's iterations
+        for v, g in pairs:
+            slots = self._ps_slots.get(id(v))
+            if slots is None:
+                raise DTensorError(f"apply_gradients: {v.name!r} lives on the ps tasks but the "
+                                   f"optimizer was not made in the strategy's scope (its slots "
+                                   f"must live there too)")
+            g = np.asarray(_read(_value(g)), dtype=v.dtype)
+            w = v._host()
+            old = [sl._host() for sl in slots]
+            new = list(old)
+            if self._kind == _c.OPTIMIZER_SGD:
+                if slots:
+                    new[0] = h["momentum"] * old[0] - lr * g
+                    step = h["momentum"] * new[0] - lr * g if h["nesterov"] else new[0]
+                    nw = w + step
+                else:
+                    nw = w - lr * g
+            elif self._kind == _c.OPTIMIZER_RMSPROP:
+                new[0] = h["rho"] * old[0] + (1 - h["rho"]) * g * g
+                d = lr * g / np.sqrt(new[0] + h["epsilon"])
+                if len(slots) > 1:
+                    new[1] = h["momentum"] * old[1] + d
+                    d = new[1]
+                nw = w - d
+            else:
+                base = w * (1 - lr * h["weight_decay"]) if self._kind == _c.OPTIMIZER_ADAMW \
+                    else w
+                new[0] = h["beta_1"] * old[0] + (1 - h["beta_1"]) * g
+                new[1] = h["beta_2"] * old[1] + (1 - h["beta_2"]) * g * g
+                lr_t = lr * np.sqrt(1 - h["beta_2"] ** t) / (1 - h["beta_1"] ** t)
+                nw = base - lr_t * new[0] / (np.sqrt(new[1]) + h["epsilon"])
+            for sl, a, b in zip(slots, old, new):
+                sl._add_host(np.asarray(b - a, dtype=v.dtype))
+            v._add_host(np.asarray(nw - w, dtype=v.dtype))
+
+    @property
+    def learning_rate(self):
+        """The learning rate as Keras shows it, a scalar variable (``numpy()``, ``assign``,
+        ``float()``); assigning ``optimizer.learning_rate = x`` sets it for the next updates
+        (every client alike)."""
+        return _LearningRate(self)
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        lr = float(_number(value, "Optimizer: learning_rate"))
+        _c.optimizer_set_learning_rate(self._handle, lr)
+        self._lr = lr
+
+    lr = learning_rate  # Keras 2's name
+
+    def get_config(self):
+        """The constructor's arguments (Keras's get_config): what a saved model recompiles
+        with."""
+        return dict(getattr(self, "_config", {}), learning_rate=self._lr)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
     def apply_gradients(self, grads_and_vars):
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
@@ -2639,6 +3021,15 @@ class Optimizer:
         return self.apply_gradients(zip(tape.gradient(loss, var_list), var_list))
 
     def _update(self, variables, grads):
+        _no_trace("an optimizer's update")
+        ps = [(v, g) for v, g in zip(variables, grads) if isinstance(v, PSVariable)]
+        if ps:
+            self._ps_update(ps)
+            pairs = [(v, g) for v, g in zip(variables, grads) if not isinstance(v, PSVariable)]
+            variables, grads = [v for v, _ in pairs], [g for _, g in pairs]
+            if not variables:
+                self.iterations += 1
+                return
         fitted = []
         for v, g in zip(variables, grads):
             if g.layout.mesh is not v.layout.mesh:
@@ -2653,13 +3044,53 @@ class Optimizer:
         self.iterations += 1
 
 
+class _LearningRate:
+    """An optimizer's learning rate, shown as Keras's scalar variable."""
+
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def numpy(self):
+        return np.float32(self._optimizer._lr)
+
+    def assign(self, value):
+        self._optimizer.learning_rate = value
+        return self
+
+    def __float__(self):
+        return float(self._optimizer._lr)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.numpy(), dtype=dtype)
+
+    def __format__(self, spec):
+        return format(self.numpy(), spec)
+
+    def __eq__(self, other):
+        return float(self) == other
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"<dtensor.Variable 'learning_rate:0' shape=() dtype=float32, "
+                f"numpy={self.numpy()}>")
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__"):
+    setattr(_LearningRate, _name,
+            lambda self, *other, _name=_name: getattr(float(self), _name)(*other))
+
+
 class SGD(Optimizer):
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
+        self._config = {"momentum": momentum, "nesterov": nesterov}
         super().__init__(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov)
 
 
 class Adam(Optimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        self._config = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon)
 
 
@@ -2671,8 +3102,22 @@ class AdamW(Optimizer):
                  epsilon=1e-7):
         if not weight_decay > 0:
             raise ValueError(f"AdamW: weight_decay {weight_decay}, expected > 0 (Adam has none)")
+        self._config = {"weight_decay": weight_decay, "beta_1": beta_1, "beta_2": beta_2,
+                        "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_ADAMW, learning_rate, 0.0, False, beta_1, beta_2, epsilon,
                          weight_decay)
+
+
+class RMSprop(Optimizer):
+    """Keras's RMSprop (not centered): a running mean of squared gradients scales each step."""
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
+                 centered=False):
+        if centered:
+            raise errors.UnimplementedError("RMSprop: centered=True is not supported")
+        self._config = {"rho": rho, "momentum": momentum, "epsilon": epsilon}
+        super().__init__(_c.OPTIMIZER_RMSPROP, learning_rate, momentum, False, 0.0, 0.0,
+                         epsilon, 0.0, rho)
 
 
 # ---- strategies (tf.distribute) --------------------------------------------------------------
@@ -2758,6 +3203,12 @@ class Strategy:
             _c.STRATEGY_MIRRORED, _c.STRATEGY_PARAMETER_SERVER)
         if self._kind == _c.STRATEGY_DEFAULT:  # one replica, computed alike by every client
             self._local_replicas, self._first_replica = 1, 0
+            counts = [1]
+        elif self._kind == _c.STRATEGY_PARAMETER_SERVER:
+            # a worker is one replica (TensorFlow's with CPU workers): strategy.run calls fn
+            # once, on the worker's first device
+            self._replicas = self._local_replicas = 1
+            self._first_replica = 0
             counts = [1]
         else:
             self._local_replicas = len(local)
@@ -2847,9 +3298,14 @@ class Strategy:
 
     def experimental_local_results(self, value):
         """This client's replicas' values: a tuple (a DTensor per replica; one item for a
-        value that is not per-replica)."""
+        value that is not per-replica); of a structure (list, tuple, dict) holding PerReplica
+        values, one structure per replica, as TensorFlow's."""
         if isinstance(value, _replicas.PerReplica):
             return value.values
+        if isinstance(value, (list, tuple, dict)) and _replicas._holds_per_replica(value):
+            return tuple(_replicas._map(lambda v, i=i: v.values[i] if isinstance(
+                v, _replicas.PerReplica) else v, value)
+                for i in _builtins.range(self._local_replicas))
         if self._kind == _c.STRATEGY_DEFAULT:
             return (value,)
         if isinstance(value, DVariable) and not isinstance(value, PSVariable) and \
@@ -2863,6 +3319,24 @@ class Strategy:
         return (value,)
 
     experimental_run_v2 = property(lambda self: self.run)  # TensorFlow 2.0's name of run
+
+    def gather(self, value, axis):
+        """Every replica's part of ``value`` (a PerReplica, or a DTensor on this strategy's
+        mesh) concatenated along ``axis``, as a regular tensor on this client (the "current
+        device"), as tf.distribute.Strategy.gather; a value that is not distributed comes back
+        as it is. Collective when the replicas span clients."""
+        if isinstance(value, _replicas.PerReplica):
+            return _as_tensor(_replicas._gather_replicas(self, value.values, int(axis)))
+        if isinstance(value, (DTensor, DVariable)) and _value(value).layout.mesh is self.mesh \
+                and self._kind != _c.STRATEGY_DEFAULT:
+            return _as_tensor(gather(_value(value)))
+        return value
+
+    @property
+    def extended(self):
+        """tf.distribute.StrategyExtended's queries: ``variable_created_in_scope``,
+        ``worker_devices``, ``parameter_devices``."""
+        return _StrategyExtended(self)
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """The dataset's global batches split over the replicas (auto-sharded: each client
@@ -2881,7 +3355,8 @@ class Strategy:
         """PerReplica values ``value_fn(ValueContext)`` for each local replica."""
         values = []
         for i in _builtins.range(self._local_replicas):
-            v = value_fn(_replicas.ValueContext(self, i))
+            v = value_fn(_replicas.ValueContext(self._first_replica + i,
+                                                self.num_replicas_in_sync))
             values.append(v if isinstance(v, DTensor) else self._replica_tensor(v, i))
         return _replicas.PerReplica(values)
 
@@ -2891,6 +3366,30 @@ class Strategy:
 
     def __repr__(self):
         return f"{type(self).__name__}(num_replicas_in_sync={self._replicas}, mesh={self.mesh})"
+
+
+class _StrategyExtended:
+    """strategy.extended (tf.distribute.StrategyExtended)."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def variable_created_in_scope(self, v):
+        """Whether ``v`` was created in this strategy's scope."""
+        return getattr(v, "_scope", None) is self._strategy
+
+    @property
+    def worker_devices(self):
+        """TensorFlow's names of this client's replicas' devices."""
+        s = self._strategy
+        return tuple(_mesh_device(s._replica_mesh(i)) for i in _builtins.range(s._local_replicas))
+
+    @property
+    def parameter_devices(self):
+        """TensorFlow's names of the devices that hold the variables (this client's)."""
+        m = self._strategy.variable_mesh
+        return tuple(_device_name(m._device_ids[i], m.device_type())
+                     for i in m.local_device_ids())
 
 
 def _parse_device(device):
@@ -3039,13 +3538,29 @@ class MultiWorkerMirroredStrategy(Strategy):
             set_collective_algorithm(self.mesh, _algorithm_for(
                 self.mesh, communication_options.implementation))
         self.communication_options = communication_options
+        self._resolver = cluster_resolver
 
     @property
     def cluster_resolver(self):
-        """This client's task: ``task_type``, ``task_id`` and the cluster's task counts."""
+        """The cluster resolver (TensorFlow's): the one passed in, else TF_CONFIG's, with this
+        client's ``task_type`` and ``task_id`` and ``cluster_spec()``; without TF_CONFIG the
+        clients are the workers (a single client's task_type is None, as TensorFlow's)."""
+        if self._resolver is not None:
+            return self._resolver
+        import os
+        r = TFConfigClusterResolver()
         c = self._cluster
-        return _types.SimpleNamespace(task_type=c["task_type"], task_id=c["task_index"],
-                                      num_workers=c["workers"] + c["chief"])
+        r.num_workers = c["workers"] + c["chief"]
+        if not os.environ.get("TF_CONFIG"):  # the runtime's cluster (the ranks' tasks)
+            r._cluster = {}
+            if num_clients() > 1:
+                if c["chief"]:
+                    r._cluster["chief"] = ["rank:0"]
+                r._cluster["worker"] = [f"rank:{c['chief'] + i}"
+                                        for i in _builtins.range(c["workers"])]
+            r.task_type = c["task_type"] if num_clients() > 1 else None
+        r.task_id = c["task_index"]
+        return r
 
 
 class CentralStorageStrategy(Strategy):
@@ -3182,6 +3697,8 @@ class ParameterServerStrategy(Strategy):
                             f"{type(variable_partitioner).__name__}")
         args = dict(variable_partitioner._c_args) if variable_partitioner else {}
         self._max_shard_bytes = args.pop("max_shard_bytes", 0)
+        self._ps_variables = []  # weak references, in creation order (the same everywhere)
+        self._optimizers = []  # made in this scope: they keep slots of the ps variables
         super().__init__(**args)
         error = None
         if cluster_resolver is not None and cluster_resolver.task_type is not None and \
@@ -3227,7 +3744,8 @@ class PSVariable(DVariable):
     and adds to it one-sidedly (assign_add is an MPI accumulate, so the workers' updates do not
     wait for each other). Creation is collective."""
 
-    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None):
+    def __init__(self, initial_value, trainable=True, name=None, dtype=None, layout=None,
+                 _slot=False):
         strategy = _current_strategy()
         if not isinstance(strategy, ParameterServerStrategy):
             raise errors.FailedPreconditionError(
@@ -3242,7 +3760,23 @@ class PSVariable(DVariable):
         self._layout, self._shape, self._dtype = init.layout, TensorShape(a.shape), a.dtype
         self.trainable, self.name = trainable, name or "Variable"
         self._version, self._replicas, self._strategy = 0, {}, strategy
+        self._scope = strategy
         _live.add(self, keep=True)
+        if not _slot:  # the optimizers made in this scope keep slots for it on the ps tasks
+            strategy._ps_variables.append(weakref.ref(self))
+            for opt in strategy._optimizers:
+                opt._add_ps_slots(self)
+
+    def _host(self):
+        """The current value, read one-sidedly."""
+        host = np.empty(self._shape, dtype=self._dtype)
+        _c.ps_variable_io(self._handle, host, False)
+        return host
+
+    def _add_host(self, delta):
+        """Add a host array of the variable's shape, one-sidedly."""
+        _c.ps_variable_io(self._handle, np.ascontiguousarray(delta, dtype=self._dtype), True)
+        self._version += 1
 
     @property
     def device(self):
@@ -3259,9 +3793,13 @@ class PSVariable(DVariable):
 
     def read_value(self):
         """The whole current value, read from the ps tasks, on this client's devices."""
+        if _tracing() is not None:
+            return _tracing().variable(self)
         host = np.empty(self._shape, dtype=self._dtype)
         _c.ps_variable_io(self._handle, host, False)
-        t = dtensor_from_array(host, self._layout)
+        ctx = _replicas.current()  # inside strategy.run: on the replica's device
+        t = ctx.strategy._replica_tensor(host, ctx._local) if ctx is not None else \
+            dtensor_from_array(host, self._layout)
         if _tape._tapes():
             _tape.note_read(self, t)
         return t
@@ -3269,6 +3807,7 @@ class PSVariable(DVariable):
     value = read_value
 
     def _assign(self, value, mode):
+        _no_trace(f"assigning variable {self.name!r}")
         x = _host_array(value, self._dtype, f"variable {self.name!r}: value")
         try:
             x = np.broadcast_to(x, self._shape)
@@ -3302,21 +3841,35 @@ Variable = DVariable
 
 
 class RemoteValue:
-    """The result of a scheduled function (a number; None gives NaN). fetch() and get() wait
-    for it on the chief; on the other clients it has no value (the chief coordinates)."""
+    """The result of a scheduled function (a number; None gives NaN), as TensorFlow's
+    RemoteValue: ``fetch()`` (``get()``) gives it on every client. After a join every client
+    knows it at once; before one, fetch is collective (every client calls it, as every client
+    runs the program): it waits, as a join does, for every function scheduled so far. A
+    function that raised makes fetch raise its error."""
 
-    def __init__(self, handle):
-        self._handle = handle
+    def __init__(self, coordinator, step, handle):
+        self._coordinator, self._step, self._handle = coordinator, step, handle
+        self._known, self._value, self._error = False, None, None
         self.worker = self.attempts = None
 
     def fetch(self):
-        if self._handle is None:
-            raise DTensorError("RemoteValue.fetch: only the chief (the coordinator) holds the "
-                               "results of scheduled functions")
-        value, self.worker, self.attempts = _c.remote_fetch(self._handle)
-        return value
+        if not self._known:
+            self._coordinator._sync()
+        if self._error is not None:
+            self._coordinator._unreported.pop(self._step, None)  # reported here
+            raise _error_of(*self._error, self._step)
+        return self._value
 
     get = fetch
+
+
+def _error_of(kind, message, step):
+    """The exception a failed scheduled function's error is raised as: TensorFlow's class of
+    that name, else Python's, else DTensorError."""
+    cls = getattr(errors, kind, None) or getattr(_builtins, kind, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = DTensorError
+    return cls(f"scheduled function {step} raised {kind}: {message}")
 
 
 class _SharedIterator:
@@ -3347,6 +3900,22 @@ class _SharedIterator:
         return next(self._it)
 
     get_next = __next__
+
+
+class _SharedCounter:
+    """An int64 counter on the ps tasks every worker adds to atomically (dt_ps_variable_
+    fetch_add). Creation is collective."""
+
+    def __init__(self, strategy):
+        zero = dtensor_from_array(np.zeros((1,), np.int64), Layout.replicated(strategy.mesh, 1))
+        self._handle = _c.ps_variable_create(strategy._handle, zero._handle)
+        _live.add(self, keep=True)  # its window is released collectively, at shutdown
+
+    def fetch_add(self, n):
+        """Add n; the value before."""
+        old = np.empty((1,), np.int64)
+        _c.ps_variable_fetch_add(self._handle, np.full((1,), n, np.int64), old)
+        return int(old[0])
 
 
 class PerWorkerDataset:
@@ -3383,6 +3952,9 @@ class ClusterCoordinator:
                             f"{type(strategy).__name__}")
         self._strategy = strategy
         self._closures = []
+        self._failed = {}  # step -> (class name, message): this worker's failed functions
+        self._pending = []  # RemoteValues whose results are not shared yet
+        self._unreported = {}  # step -> (class name, message): errors join has not raised
         self._shared = {}  # id(local iterator) -> (it, its cluster-wide iterator)
         self._step = self._run  # the C coordinator borrows it: kept alive here
         self._handle = _c.ps_coordinator_create(strategy._handle, self._step)
@@ -3396,7 +3968,14 @@ class ClusterCoordinator:
             raise DTensorError(f"scheduled function {step} was never scheduled on this worker: "
                                f"every client must run the same program")
         fn, args, kwargs = self._closures[step]
-        r = fn(*args, **kwargs)
+        try:
+            r = fn(*args, **kwargs)
+        except StopIteration:  # an exhausted iterator: TensorFlow's end of sequence
+            self._failed[step] = ("OutOfRangeError", "End of sequence")
+            raise errors.OutOfRangeError("End of sequence") from None
+        except Exception as e:
+            self._failed[step] = (type(e).__name__, str(e))
+            raise
         if isinstance(r, _replicas.PerReplica) and len(r.values) == 1:
             r = r.values[0]
         if r is None:
@@ -3411,11 +3990,47 @@ class ClusterCoordinator:
         args, kwargs = tuple(args), dict(kwargs or {})
         self._closures.append((fn, tuple(self._sharing(a) for a in args),
                                {key: self._sharing(a) for key, a in kwargs.items()}))
-        return RemoteValue(_c.ps_schedule(self._handle, k) if self._chief else None)
+        rv = RemoteValue(self, k, _c.ps_schedule(self._handle, k) if self._chief else None)
+        self._pending.append(rv)
+        return rv
+
+    def _sync(self):
+        """Every client: wait for every scheduled function (workers run them), then share
+        their results: the chief's values, the workers' errors. Collective."""
+        _c.ps_join_all(self._handle)
+        results = []
+        if self._chief:
+            for rv in self._pending:
+                try:
+                    value, rv.worker, rv.attempts = _c.remote_fetch(rv._handle)
+                    results.append([rv._step, value, None])
+                except DTensorError as e:
+                    results.append([rv._step, None, str(e)])
+        shared = _allgather_json([results if self._chief else None,
+                                  sorted(self._failed.items())])
+        results = next((r for r, _ in shared if r is not None), [])
+        failures = {step: tuple(f) for _, fs in shared for step, f in fs}
+        self._failed = {}
+        by_step = {rv._step: rv for rv in self._pending}
+        for step, value, error in results:
+            rv = by_step[step]
+            rv._known, rv._value = True, value
+            if error is not None:
+                rv._error = failures.get(step, ("DTensorError", error))
+                self._unreported[step] = rv._error
+        self._pending = []
 
     def join(self):
-        """Every client: wait until every scheduled function is done (workers run them)."""
-        _c.ps_join_all(self._handle)
+        """Every client: wait until every scheduled function is done (workers run them). A
+        function that raised makes join raise, on every client, the error of the first such
+        function (by schedule order) not yet raised, as TensorFlow's coordinator raises the
+        first error it saw; the others are dropped. Collective."""
+        self._sync()
+        if self._unreported:
+            step = min(self._unreported)
+            kind, message = self._unreported[step]
+            self._unreported = {}
+            raise _error_of(kind, message, step)
 
     def done(self):
         """Chief: whether every scheduled function has finished (without waiting)."""
@@ -3554,6 +4169,170 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits):
     return -reduce_sum(onehot * log_softmax(logits, axis=-1), axis=-1)
 
 
+# ---- convolution, pooling and batch statistics (tf.nn) ------------------------------------------
+# Composed of the ops above, so they run under every layout and differentiate through
+# GradientTape: a kh x kw convolution is kh*kw strided windows of the (padded) input
+# concatenated along the channels (im2col) and one einsum with the kernel; pooling takes the
+# elementwise maximum (or the mean) of the windows. NHWC, as Keras's default.
+
+def _hw(value, what):
+    """(h, w) of an int or a list of 1, 2 or 4 (NHWC) positive integers."""
+    v = [value] if isinstance(value, (int, np.integer)) else list(np.asarray(value).reshape(-1))
+    if len(v) == 4:
+        if int(v[0]) != 1 or int(v[3]) != 1:
+            raise ValueError(f"{what}: {value!r} moves along the batch or channels (NHWC: "
+                             f"the first and last entries must be 1)")
+        v = v[1:3]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or any(isinstance(d, (bool, np.bool_)) or int(d) != d or int(d) < 1
+                          for d in v):
+        raise ValueError(f"{what}: {value!r} is not 1, 2 or 4 positive integers")
+    return int(v[0]), int(v[1])
+
+
+def _strided(x, axis, start, count, step):
+    """``count`` elements of ``axis`` from ``start``, ``step`` apart (a slice; for step > 1 the
+    slice of count * step elements, padded at the end as needed, split into (count, step) and
+    its first column kept)."""
+    begin, size = [0] * x.ndim, list(x.shape)
+    if step == 1 or count <= 1:
+        begin[axis], size[axis] = start, count
+        return slice(x, begin, size)
+    over = start + count * step - x.shape[axis]
+    if over > 0:
+        paddings = [[0, 0]] * x.ndim
+        paddings[axis] = [0, over]
+        x = pad(x, paddings)
+    begin[axis], size[axis] = start, count * step
+    x = slice(x, begin, size)
+    shape = list(x.shape)
+    shape[axis:axis + 1] = [count, step]
+    x = reshape(x, shape)
+    size = list(x.shape)
+    size[axis + 1] = 1
+    x = slice(x, [0] * x.ndim, size)
+    return reshape(x, shape[:axis + 1] + shape[axis + 2:])
+
+
+def _windows(x, kh, kw, strides, padding, dilations, fill, what):
+    """The kh * kw windows of x (NHWC) as tensors of shape (N, out_h, out_w, C), and the
+    padding (top, bottom, left, right) that was added."""
+    if x.ndim != 4:
+        raise ValueError(f"{what}: input must be NHWC (rank 4), its shape is {x.shape}")
+    sh, sw = _hw(strides, f"{what}: strides")
+    dh, dw = _hw(dilations, f"{what}: dilations")
+    n, h, w, c = x.shape
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in ("VALID", "SAME"):
+            raise ValueError(f"{what}: padding {padding!r} is not 'VALID' or 'SAME'")
+        if mode == "VALID":
+            top = bottom = left = right = 0
+        else:  # TensorFlow's SAME: ceil(n / stride) outputs, the odd padding at the end
+            ph = max((-(-h // sh) - 1) * sh + span_h - h, 0)
+            pw = max((-(-w // sw) - 1) * sw + span_w - w, 0)
+            top, bottom, left, right = ph // 2, ph - ph // 2, pw // 2, pw - pw // 2
+    else:
+        p = np.asarray(padding).reshape(-1).tolist()
+        if len(p) != 8 or p[:2] != [0, 0] or p[6:] != [0, 0] or min(p) < 0:
+            raise ValueError(f"{what}: explicit padding {padding!r} must be [[0, 0], [top, "
+                             f"bottom], [left, right], [0, 0]] of non-negative integers")
+        top, bottom, left, right = (int(v) for v in p[2:6])
+    oh = (h + top + bottom - span_h) // sh + 1
+    ow = (w + left + right - span_w) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{what}: a {kh}x{kw} window does not fit the input {h}x{w} (padding "
+                         f"{padding!r})")
+    if top or bottom or left or right:
+        x = pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=fill)
+    out = []
+    for i in _builtins.range(kh):
+        rows = _strided(x, 1, i * dh, oh, sh)
+        out.extend(_strided(rows, 2, j * dw, ow, sw) for j in _builtins.range(kw))
+    return out, (top, bottom, left, right)
+
+
+def _nhwc(data_format, what):
+    if str(data_format).upper() not in ("NHWC", "CHANNELS_LAST"):
+        raise errors.UnimplementedError(f"{what}: data_format {data_format!r} (only NHWC)")
+
+
+def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC",  # noqa: A002
+           dilations=None, name=None):
+    """tf.nn.conv2d: input (N, H, W, C) with filters (kh, kw, C, F), VALID, SAME or explicit
+    padding, strides and dilations; NHWC."""
+    _nhwc(data_format, "conv2d")
+    x = _as_tensor(input, "conv2d: input")
+    f = _as_dtensor(filters, x, "conv2d: filters")
+    if f.ndim != 4 or x.ndim != 4 or f.shape[2] != x.shape[3]:
+        raise ValueError(f"conv2d: input {x.shape} (NHWC) and filters {f.shape} (kh, kw, C, F) "
+                         f"do not fit")
+    kh, kw, ci, co = f.shape
+    wins, _ = _windows(x, kh, kw, strides, padding, 1 if dilations is None else dilations, 0.0,
+                       "conv2d")
+    cols = wins[0] if len(wins) == 1 else concat(wins, 3)  # (N, oh, ow, kh * kw * C)
+    return einsum("nhwk,kf->nhwf", cols, reshape(f, [kh * kw * ci, co]))
+
+
+def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):  # noqa
+    """tf.nn.max_pool2d: the maximum of each ksize window (NHWC; SAME padding never wins)."""
+    _nhwc(data_format, "max_pool2d")
+    x = _as_tensor(input, "max_pool2d: input")
+    kh, kw = _hw(ksize, "max_pool2d: ksize")
+    wins, _ = _windows(x, kh, kw, strides, padding, 1, -np.inf, "max_pool2d")
+    out = wins[0]
+    for w in wins[1:]:
+        out = maximum(out, w)
+    return out
+
+
+def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):  # noqa
+    """tf.nn.avg_pool2d: the mean of each ksize window (NHWC; with SAME padding the mean of
+    the window's elements inside the input, as TensorFlow's)."""
+    _nhwc(data_format, "avg_pool2d")
+    x = _as_tensor(input, "avg_pool2d: input")
+    kh, kw = _hw(ksize, "avg_pool2d: ksize")
+    wins, (top, bottom, left, right) = _windows(x, kh, kw, strides, padding, 1, 0.0,
+                                                "avg_pool2d")
+    total = add_n(wins)
+    if not (top or bottom or left or right):
+        return total / float(kh * kw)
+    # the count of real elements in each window: the same windows of a ones image
+    ones = np.pad(np.ones((1,) + tuple(x.shape[1:3]) + (1,), dtype=x.dtype),
+                  [(0, 0), (top, bottom), (left, right), (0, 0)])
+    sh, sw = _hw(strides, "avg_pool2d: strides")
+    oh, ow = total.shape[1:3]
+    count = sum(ones[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
+                for i in _builtins.range(kh) for j in _builtins.range(kw))
+    return total / _as_dtensor(count, total, "avg_pool2d")
+
+
+def moments(x, axes, shift=None, keepdims=False, name=None):
+    """tf.nn.moments: (mean, variance) of x over ``axes``."""
+    x = _as_tensor(x, "moments: x")
+    axes = [int(a) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    mean = reduce_mean(x, axes, keepdims=True)
+    variance = reduce_mean(square(x - mean), axes, keepdims=True)
+    if not keepdims:
+        mean, variance = squeeze(mean, axes), squeeze(variance, axes)
+    return mean, variance
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """tf.nn.batch_normalization: (x - mean) / sqrt(variance + epsilon) * scale + offset
+    (scale and offset may be None)."""
+    x = _as_tensor(x, "batch_normalization: x")
+    inv = rsqrt(_as_dtensor(variance, x, "batch_normalization: variance") +
+                float(variance_epsilon))
+    if scale is not None:
+        inv = inv * _as_dtensor(scale, x, "batch_normalization: scale")
+    y = (x - _as_dtensor(mean, x, "batch_normalization: mean")) * inv
+    return y + _as_dtensor(offset, x, "batch_normalization: offset") if offset is not None \
+        else y
+
+
 # ---- tf.nn and tf.math: the names above under TensorFlow's module paths -----------------------
 
 nn = _types.SimpleNamespace(
@@ -3563,7 +4342,9 @@ nn = _types.SimpleNamespace(
     softmax_cross_entropy_with_logits=softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits=sparse_softmax_cross_entropy_with_logits,
     softmax=softmax, log_softmax=log_softmax, layer_norm=layer_norm, rms_norm=rms_norm,
-    embedding_lookup=embedding_lookup)
+    embedding_lookup=embedding_lookup, conv2d=conv2d, convolution=conv2d, max_pool2d=max_pool2d,
+    max_pool=max_pool2d, avg_pool2d=avg_pool2d, avg_pool=avg_pool2d, moments=moments,
+    batch_normalization=batch_normalization)
 math = _types.SimpleNamespace(
     add=add, subtract=subtract, multiply=multiply, divide=divide, truediv=truediv,
     floordiv=floordiv, floormod=floormod, mod=mod, maximum=maximum, minimum=minimum, pow=pow,
@@ -3575,6 +4356,204 @@ math = _types.SimpleNamespace(
     reduce_min=reduce_min, reduce_prod=reduce_prod, add_n=add_n,
     softmax=softmax, log_softmax=log_softmax, reduce_logsumexp=reduce_logsumexp, argmax=argmax,
     argmin=argmin, cumsum=cumsum, unsorted_segment_sum=unsorted_segment_sum)
+
+def _install_symbolic():
+    """Every op of the tf.math and tf.nn namespaces, and the array ops, builds a Keras
+    functional node when an operand is symbolic (a KerasTensor), as TensorFlow's ops do."""
+    g = globals()
+    names = {n for ns in (nn, math) for n, f in vars(ns).items() if callable(f)}
+    names |= {"cast", "reshape", "transpose", "concat", "stack", "matmul", "einsum", "where",
+              "expand_dims", "squeeze", "gather_rows", "take", "one_hot", "slice", "split",
+              "tile", "pad", "broadcast_to", "identity", "zeros_like", "ones_like", "relu",
+              "conv2d", "max_pool2d", "avg_pool2d", "moments", "batch_normalization"}
+    wrapped = {}
+    for name in sorted(names):
+        f = g.get(name)
+        if callable(f) and not isinstance(f, type) and not hasattr(f, "__wrapped__"):
+            wrapped[f] = g[name] = _symbolic_aware(f)
+    for ns in (nn, math):
+        for n, f in list(vars(ns).items()):
+            if f in wrapped:
+                setattr(ns, n, wrapped[f])
+
+
+_install_symbolic()
+
+
+# ---- tf.Module, tf.nest, tf.io.gfile, tf.dtypes: what TensorFlow programs use around the ops ----
+
+class Module:
+    """tf.Module: a container whose variables are found in its attributes (nested modules,
+    lists, tuples and dicts of them), each once, in attribute order."""
+
+    def __init__(self, name=None):
+        self._name = name or _re.sub(r"(?<!^)(?=[A-Z])", "_", type(self).__name__).lower()
+
+    @property
+    def name(self):
+        return self._name
+
+    def _walk(self, seen):
+        for key, value in sorted(vars(self).items()):
+            if key.startswith("_"):
+                continue
+            yield from _module_items(value, seen)
+
+    @property
+    def variables(self):
+        return tuple(v for v in self._walk(set()) if isinstance(v, DVariable))
+
+    @property
+    def trainable_variables(self):
+        return tuple(v for v in self.variables if v.trainable)
+
+    @property
+    def submodules(self):
+        seen, out = set(), []
+
+        def visit(m):
+            for key, value in sorted(vars(m).items()):
+                for x in _flat_values(value):
+                    if isinstance(x, Module) and id(x) not in seen:
+                        seen.add(id(x))
+                        out.append(x)
+                        visit(x)
+        visit(self)
+        return tuple(out)
+
+    @_contextlib.contextmanager
+    def name_scope(self):
+        yield self._name
+
+
+def _flat_values(value):
+    if isinstance(value, (list, tuple)):
+        return [y for v in value for y in _flat_values(v)]
+    if isinstance(value, dict):
+        return [y for k in sorted(value, key=str) for y in _flat_values(value[k])]
+    return [value]
+
+
+def _module_items(value, seen):
+    """The variables under an attribute value (modules walked), each once."""
+    for x in _flat_values(value):
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, DVariable):
+            yield x
+        elif isinstance(x, Module):
+            yield from x._walk(seen)
+        elif hasattr(x, "variables") and hasattr(x, "trainable_variables") and \
+                not isinstance(x, type):  # a Keras layer or model inside a module
+            yield from (v for v in x.variables if id(v) not in seen and not seen.add(id(v)))
+
+
+def _nest_flatten(structure):
+    """tf.nest.flatten: the leaves, dicts by sorted key."""
+    if isinstance(structure, (list, tuple)):
+        return [y for v in structure for y in _nest_flatten(v)]
+    if isinstance(structure, dict):
+        return [y for k in sorted(structure) for y in _nest_flatten(structure[k])]
+    return [structure]
+
+
+def _nest_map_structure(func, *structures):
+    """tf.nest.map_structure: func on the leaves of structures of one shape."""
+    first = structures[0]
+    if isinstance(first, (list, tuple)):
+        items = [_nest_map_structure(func, *parts) for parts in zip(*structures)]
+        return type(first)(*items) if hasattr(first, "_fields") else type(first)(items)
+    if isinstance(first, dict):
+        return {k: _nest_map_structure(func, *(s[k] for s in structures)) for k in first}
+    return func(*structures)
+
+
+def _nest_pack_sequence_as(structure, flat_sequence):
+    flat = list(flat_sequence)
+    at = [0]
+
+    def build(x):
+        if isinstance(x, (list, tuple)):
+            items = [build(v) for v in x]
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+        if isinstance(x, dict):
+            return {k: build(x[k]) for k in sorted(x)}
+        at[0] += 1
+        return flat[at[0] - 1]
+    return build(structure)
+
+
+nest = _types.SimpleNamespace(flatten=_nest_flatten, map_structure=_nest_map_structure,
+                              pack_sequence_as=_nest_pack_sequence_as)
+
+
+def _makedirs(path):
+    import os  # noqa: PLC0415
+    os.makedirs(path, exist_ok=True)
+
+
+def _rmtree(path):
+    import shutil  # noqa: PLC0415
+    shutil.rmtree(path)
+
+
+def _gfile():
+    import glob as _glob  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    return _types.SimpleNamespace(
+        makedirs=_makedirs, mkdir=os.mkdir, rmtree=_rmtree, exists=os.path.exists,
+        isdir=os.path.isdir, listdir=os.listdir, glob=_glob.glob, remove=os.remove,
+        rename=lambda src, dst, overwrite=False: os.replace(src, dst) if overwrite or
+        not os.path.exists(dst) else (_ for _ in ()).throw(
+            errors.AlreadyExistsError(f"rename: {dst} exists")),
+        copy=lambda src, dst, overwrite=False: shutil.copyfile(src, dst), GFile=open,
+        walk=os.walk)
+
+
+#: tf.io: the file-system calls TensorFlow programs make (tf.io.gfile), on the local file system
+io = _types.SimpleNamespace(gfile=_gfile())
+
+#: tf.string: the dtype of Keras inputs of text (numpy's object arrays of str here)
+string = np.dtype(object)
+#: tf.dtypes: the dtypes under TensorFlow's module path
+dtypes = _types.SimpleNamespace(
+    float16=float16, bfloat16=bfloat16, float32=float32, float64=float64, int8=int8,
+    uint8=uint8, int32=int32, int64=int64, bool=bool_, string=string,
+    as_dtype=lambda d: string if d in ("string", str) else np.dtype(d))
+
+_global_generator = None
+
+
+def _global_rng():
+    global _global_generator
+    if _global_generator is None:
+        _global_generator = Generator(0)
+    return _global_generator
+
+
+def _set_seed(seed):
+    """tf.random.set_seed: the global generator restarts from ``seed``."""
+    _global_rng().reset_from_seed(int(seed))
+
+
+def _random_uniform(shape, minval=0, maxval=None, dtype=np.float32, seed=None, name=None):
+    """tf.random.uniform: the next draw of the global generator (the same on every client:
+    its stream depends on the seed and the draws made, never on the client)."""
+    g = Generator(seed) if seed is not None else _global_rng()
+    return g.uniform(shape, minval, maxval, dtype)
+
+
+def _random_normal(shape, mean=0.0, stddev=1.0, dtype=np.float32, seed=None, name=None):
+    g = Generator(seed) if seed is not None else _global_rng()
+    return g.normal(shape, mean, stddev, dtype)
+
+
+_Random.uniform = staticmethod(_random_uniform)
+_Random.normal = staticmethod(_random_normal)
+_Random.set_seed = staticmethod(_set_seed)
+
 
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 

@@ -1826,19 +1826,34 @@ static PyObject *py_model_evaluate(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(value);
 }
 
-/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon, weight_decay) */
+/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon, weight_decay, rho) */
 static PyObject *py_optimizer_create(PyObject *self, PyObject *args)
 {
     (void)self;
     dt_optimizer_config c = {0};
     int kind;
-    if (!PyArg_ParseTuple(args, "iddpdddd", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
-                          &c.beta_1, &c.beta_2, &c.epsilon, &c.weight_decay))
+    if (!PyArg_ParseTuple(args, "iddpdddd|d", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
+                          &c.beta_1, &c.beta_2, &c.epsilon, &c.weight_decay, &c.rho))
         return NULL;
     c.kind = (dt_optimizer_kind)kind;
     dt_optimizer *o = NULL;
     CALL(dt_optimizer_create(&c, &o));
     return wrap(KIND_OPTIMIZER, o);
+}
+
+/* optimizer_set_learning_rate(o, lr) */
+static PyObject *py_optimizer_set_learning_rate(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o_o;
+    double lr;
+    if (!PyArg_ParseTuple(args, "Od", &o_o, &lr))
+        return NULL;
+    dt_optimizer *o = unwrap(o_o, KIND_OPTIMIZER);
+    if (!o)
+        return NULL;
+    CALL(dt_optimizer_set_learning_rate(o, lr));
+    Py_RETURN_NONE;
 }
 
 /* train_step(strategy or None, model, loss, optimizer, x, y) -> loss */
@@ -2358,7 +2373,9 @@ static PyMethodDef methods[] = {
     {"model_variable_read", py_model_variable_read, METH_VARARGS, "Copy of a variable."},
     {"model_predict", py_model_predict, METH_VARARGS, "Forward pass. Collective."},
     {"model_evaluate", py_model_evaluate, METH_VARARGS, "Mean loss. Collective."},
-    {"optimizer_create", py_optimizer_create, METH_VARARGS, "SGD or Adam."},
+    {"optimizer_create", py_optimizer_create, METH_VARARGS, "SGD, Adam, AdamW or RMSprop."},
+    {"optimizer_set_learning_rate", py_optimizer_set_learning_rate, METH_VARARGS,
+     "The learning rate of the next updates."},
     {"train_step", py_train_step, METH_VARARGS, "One training step. Collective."},
     {"optimizer_apply", py_optimizer_apply, METH_VARARGS, "One update. Collective."},
     {"ps_coordinator_create", py_ps_coordinator_create, METH_VARARGS, "Collective."},

@@ -84,6 +84,20 @@ class ReplicaContext:
                     for i in range(len(payloads))]
         return self._runner.sync(self._local, ("all_reduce", op), merge, flat)
 
+    def all_gather(self, value, axis):
+        """``value`` (a DTensor or nested list of them) of every replica of every client,
+        concatenated along ``axis`` in replica order, given back to each replica on its own
+        device (tf.distribute.ReplicaContext.all_gather)."""
+        from . import _tape
+        flat, rebuild = _tape._flatten_with(value)
+
+        def merge(payloads):
+            gathered = [_gather_replicas(self.strategy, [p[j] for p in payloads], axis)
+                        for j in range(len(flat))]
+            return [rebuild([self.strategy._replica_tensor(g, i) for g in gathered])
+                    for i in range(len(payloads))]
+        return self._runner.sync(self._local, ("all_gather", axis), merge, flat)
+
 
 def current():
     """The ReplicaContext of this thread, or None in cross-replica context."""
@@ -113,7 +127,8 @@ def _sum_replicas(strategy, values, op, axis=None):
     """Every replica's value (this client's local ones in ``values``) summed over all replicas
     of all clients: a replicated DTensor on the strategy's mesh. ``axis`` first sums each
     value along that axis (and MEAN divides by the total extent along it)."""
-    from . import DTensorError, Layout, _agree, _from_components, dtensor_from_array, relayout
+    from . import (DTensorError, Layout, _agree, _from_components, cast, dtensor_from_array,
+                   relayout)
     arrays = [_host(v) for v in values]
     if strategy.num_replicas_in_sync == 1:  # every client computed the one replica's value
         a = arrays[0].sum(axis=axis) if axis is not None else arrays[0]
@@ -153,10 +168,57 @@ def _sum_replicas(strategy, values, op, axis=None):
                      Layout.replicated(mesh, len(shape)))
     if op == "MEAN":
         n = sum(c for _, c in verdicts) if axis is not None else strategy.num_replicas_in_sync
-        if np.issubdtype(np.dtype(dtype), np.integer):
-            raise DTensorError(f"reduce: MEAN of {dtype} values (cast them to a float first)")
-        total = total / float(max(n, 1))
+        # TensorFlow divides the sum by the count with truediv: integers give float64
+        total = total / float(max(n, 1)) if not np.issubdtype(np.dtype(dtype), np.integer) \
+            else cast(total, np.float64) / float(max(n, 1))
     return total
+
+
+def _gather_replicas(strategy, values, axis):
+    """Every replica's value (this client's local ones in ``values``) of every client,
+    concatenated along ``axis`` in replica order: a numpy array on every client (collective
+    when the strategy's replicas span clients). The values' shapes may differ along ``axis``
+    only."""
+    from . import DTensorError, Layout, _agree, _allgather_json, _from_components, relayout
+    arrays = [_host(v) for v in values]
+    error = None
+    try:
+        for a in arrays:
+            if a.ndim == 0:
+                raise ValueError("gather: a per-replica value must have rank >= 1 (use "
+                                 "expand_dims first)")
+            if not -a.ndim <= axis < a.ndim:
+                raise ValueError(f"gather: axis {axis} is out of range for a per-replica value "
+                                 f"of shape {a.shape}")
+    except ValueError as e:
+        error = e
+    if strategy._client_local or strategy.num_replicas_in_sync == len(arrays):
+        if error is not None:
+            raise error
+        return np.concatenate(arrays, axis=axis)
+    _agree(error)
+    axis = axis % arrays[0].ndim
+    kinds = _allgather_json([[str(a.dtype), [d for k, d in enumerate(a.shape) if k != axis],
+                              a.shape[axis]] for a in arrays])
+    flat = [k for client in kinds for k in client]
+    if len({(d, tuple(rest)) for d, rest, _ in flat}) > 1:
+        raise DTensorError("gather: the replicas' values differ in dtype or in their shapes off "
+                           "the gathered axis: " + ", ".join(f"{d}{rest}" for d, rest, _ in flat))
+    extents = [n for _, _, n in flat]
+    most = max(extents)
+    # each replica's value padded to the longest along axis, one shard per replica, gathered
+    padded = [np.pad(a, [(0, most - a.shape[axis]) if k == axis else (0, 0)
+                         for k in range(a.ndim)]) for a in arrays]
+    specs = [_unsharded()] * arrays[0].ndim
+    specs[axis] = strategy.mesh.dim_names[0]
+    shape = list(padded[0].shape)
+    shape[axis] = most * len(extents)
+    whole = relayout(_from_components(padded, Layout(specs, strategy.mesh), shape,
+                                      str(arrays[0].dtype)),
+                     Layout.replicated(strategy.mesh, len(shape))).numpy()
+    parts = np.split(whole, len(extents), axis=axis)
+    return np.concatenate([np.take(p, range(n), axis=axis) for p, n in zip(parts, extents)],
+                          axis=axis)
 
 
 def _unsharded():
@@ -299,7 +361,7 @@ def run(strategy, fn, args, kwargs):
                            f"the global batch, Model.fit) with {num_clients()} clients")
     n = strategy._local_replicas
     results, errors = [None] * n, [None] * n
-    parent = dict(vars(_state))
+    parent = {k: v for k, v in vars(_state).items() if k != "trace"}  # a trace is a thread's
 
     def call(i, runner):
         _local.context = ReplicaContext(strategy, runner, i)
@@ -333,6 +395,8 @@ def run(strategy, fn, args, kwargs):
     for e in errors:
         if e is not None:
             raise e
+    if strategy._kind == _c.STRATEGY_ONE_DEVICE:  # one replica: its value itself, as TF's
+        return results[0]
     return _regroup(results)
 
 
@@ -344,6 +408,16 @@ def _map(fn, x):
     if isinstance(x, dict):
         return {k: _map(fn, v) for k, v in x.items()}
     return fn(x)
+
+
+def _holds_per_replica(x):
+    if isinstance(x, PerReplica):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_holds_per_replica(v) for v in x)
+    if isinstance(x, dict):
+        return any(_holds_per_replica(v) for v in x.values())
+    return False
 
 
 def _regroup(results):
@@ -359,11 +433,12 @@ def _regroup(results):
 
 
 class ValueContext:
-    """What experimental_distribute_values_from_function's value_fn is told."""
+    """What experimental_distribute_values_from_function's value_fn is told
+    (tf.distribute.experimental.ValueContext)."""
 
-    def __init__(self, strategy, local_index):
-        self.replica_id_in_sync_group = strategy._first_replica + local_index
-        self.num_replicas_in_sync = strategy.num_replicas_in_sync
+    def __init__(self, replica_id_in_sync_group=0, num_replicas_in_sync=1):
+        self.replica_id_in_sync_group = replica_id_in_sync_group
+        self.num_replicas_in_sync = num_replicas_in_sync
 
 
 # ---- input: distributed datasets ------------------------------------------------------------

@@ -14,6 +14,8 @@ import numpy as np
 
 __all__ = ["Dataset"]
 
+_DONE = object()  # marks a cache that holds every element
+
 
 def _map_structure(fn, x):
     """fn on each leaf of a structure: tuples and dicts are structures, anything else (a
@@ -34,9 +36,16 @@ def _leaves(x):
 
 
 def _array(x):
-    """A leaf as an array, converted as TensorFlow converts it (DTensors read back)."""
+    """A leaf as an array, converted as TensorFlow converts it (DTensors read back); text
+    (str, bytes and lists of them) becomes a numpy array of str (tf.string's elements)."""
     from . import _host_array
-    return _host_array(x, what="dataset element")
+    try:
+        return _host_array(x, what="dataset element")
+    except TypeError:
+        a = np.asarray(x, dtype=object)
+        if a.size and all(isinstance(v, (str, bytes, np.str_, np.bytes_)) for v in a.flat):
+            return np.asarray(x).astype(str)
+        raise
 
 
 class Dataset:
@@ -180,8 +189,23 @@ class Dataset:
         return self
 
     def cache(self, filename=""):
-        """The same elements (they are in memory already)."""
-        return self
+        """The same elements, computed once: the first complete iteration keeps them (after
+        the maps before it), later ones replay them (a file name is not supported)."""
+        if filename:
+            from . import errors
+            raise errors.UnimplementedError("cache: only the in-memory cache (filename='')")
+        kept = []
+
+        def make():
+            if kept and kept[-1] is _DONE:
+                yield from kept[:-1]
+                return
+            kept.clear()
+            for element in self._make():
+                kept.append(element)
+                yield element
+            kept.append(_DONE)
+        return Dataset(make, self._length)
 
     # ---- iteration ----
 
@@ -201,6 +225,18 @@ class Dataset:
 
     def as_numpy_iterator(self):
         return iter(self)
+
+    def get_single_element(self):
+        """The dataset's one element (tf.data.Dataset.get_single_element); ValueError when it
+        has none or more than one."""
+        it = iter(self._make())
+        try:
+            element = next(it)
+        except StopIteration:
+            raise ValueError("get_single_element: the dataset is empty") from None
+        for _ in it:
+            raise ValueError("get_single_element: the dataset has more than one element")
+        return element
 
 
 class DatasetIterator:

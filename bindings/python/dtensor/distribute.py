@@ -13,7 +13,7 @@ from . import (CentralStorageStrategy, ClusterCoordinator, CollectiveCommunicati
                MultiWorkerMirroredStrategy, NcclAllReduce, OneDeviceStrategy,
                ParameterServerStrategy, PerReplica, ReduceOp, ReductionToOneDevice, RemoteValue,
                ReplicaContext, Strategy, TFConfigClusterResolver, get_replica_context,
-               get_strategy, in_cross_replica_context)
+               _replicas, get_strategy, in_cross_replica_context)
 from .train import ClusterSpec
 
 __all__ = ["CentralStorageStrategy", "ClusterCoordinator", "CrossDeviceOps",
@@ -38,6 +38,7 @@ cluster_resolver = _types.SimpleNamespace(TFConfigClusterResolver=TFConfigCluste
 coordinator = _types.SimpleNamespace(ClusterCoordinator=ClusterCoordinator,
                                      RemoteValue=RemoteValue)
 experimental = _types.SimpleNamespace(
+    ValueContext=_replicas.ValueContext,
     ParameterServerStrategy=ParameterServerStrategy,
     CentralStorageStrategy=CentralStorageStrategy,
     MultiWorkerMirroredStrategy=MultiWorkerMirroredStrategy,

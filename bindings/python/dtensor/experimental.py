@@ -2,7 +2,13 @@
 ``from tensorflow.experimental import dtensor`` (it is this package)."""
 
 import sys as _sys
+import types as _types
 
 dtensor = _sys.modules[__package__]
 
-__all__ = ["dtensor"]
+#: tf.experimental.dlpack: a tensor with one component on this client lent as a DLPack
+#: capsule, and a capsule (or a ``__dlpack__`` object) taken as a regular tensor, no copies
+dlpack = _types.SimpleNamespace(to_dlpack=dtensor._to_dlpack,
+                                from_dlpack=dtensor._from_dlpack_capsule)
+
+__all__ = ["dtensor", "dlpack"]

@@ -12,14 +12,19 @@ Every method that computes is collective: every client calls it with the same da
 """
 
 import csv as _csv
+import functools as _functools
 import inspect as _inspect
+import json as _json
 import os as _os
+import struct as _struct
+import tempfile as _tempfile
 import time as _time
 import types as _types
+import zipfile as _zipfile
 
 import numpy as np
 
-from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, AdamW, Optimizer,
+from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, AdamW, Optimizer, RMSprop,
                _allgather_json, _from_components, _replicas, _tape, _value, client_id,
                get_strategy, unpack)
 from . import data as _data
@@ -36,6 +41,10 @@ def _train():
 def _d():
     import dtensor
     return dtensor
+
+
+def _d_symbolic_base():
+    return _d()._Symbolic
 
 
 def stop_gradient(x):
@@ -98,9 +107,78 @@ def _activation(name):
     return table[name]
 
 
+# ---- configs (what Model.save writes) ---------------------------------------------------------
+
+def _serialize(v, what):
+    """A constructor argument as JSON: numbers, strings, None, lists; regularizers, losses,
+    metrics and optimizers as {"class_name", "config"}; numpy dtypes by name."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        return {"class_name": "dtype", "config": np.dtype(v).name}
+    if isinstance(v, (list, tuple)):
+        return [_serialize(x, what) for x in v]
+    if hasattr(v, "get_config"):
+        return {"class_name": type(v).__name__, "config": v.get_config()}
+    raise ValueError(f"{what}: {v!r} cannot be saved (give it by name, e.g. activation='relu')")
+
+
+def _deserialize(v):
+    if isinstance(v, list):
+        return [_deserialize(x) for x in v]
+    if isinstance(v, dict) and "class_name" in v:
+        if v["class_name"] == "dtype":
+            return np.dtype(v["config"])
+        cls = _SAVEABLE.get(v["class_name"])
+        if cls is None:
+            raise ValueError(f"load_model: unknown class {v['class_name']!r}")
+        return cls.from_config(v["config"]) if hasattr(cls, "from_config") else \
+            cls(**{k: _deserialize(x) for k, x in v["config"].items()})
+    return v
+
+
+def _recording(init):
+    """Wrap a layer class's __init__ so that the outermost call records its arguments (the
+    layer's config, which Model.save writes and load_model passes back)."""
+    sig = _inspect.signature(init)
+
+    @_functools.wraps(init)
+    def wrapped(self, *args, **kwargs):
+        if "_config_args" not in vars(self):
+            bound = sig.bind(self, *args, **kwargs)
+            self._config_args = {k: v for k, v in bound.arguments.items()
+                                 if k != "self" and sig.parameters[k].kind not in
+                                 (_inspect.Parameter.VAR_POSITIONAL,
+                                  _inspect.Parameter.VAR_KEYWORD)}
+        init(self, *args, **kwargs)
+    return wrapped
+
+
+class _Configurable:
+    """Classes whose constructor arguments are their config (Keras's get_config and
+    from_config): every subclass's __init__ records them."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in vars(cls):
+            cls.__init__ = _recording(cls.__init__)
+
+    def get_config(self):
+        """The constructor arguments as JSON values; raises for one that is not (a callable
+        activation, say), which a saved model cannot hold."""
+        return {k: _serialize(v, f"{type(self).__name__}: argument {k}")
+                for k, v in getattr(self, "_config_args", {}).items()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{k: _deserialize(v) for k, v in config.items()})
+
+
 # ---- losses ---------------------------------------------------------------------------------
 
-class Loss:
+class Loss(_Configurable):
     """A loss: per-example values from ``per_example(y_true, y_pred)``, reduced by
     ``reduction``: "sum_over_batch_size" (sum / batch size, the default), "sum" or "none"."""
 
@@ -121,6 +199,8 @@ class Loss:
         if isinstance(y_true, DTensor) and np.issubdtype(y_pred.dtype, np.floating) and \
                 y_true.dtype != y_pred.dtype:
             y_true = d.cast(y_true, y_pred.dtype)  # as Keras casts the targets
+        if isinstance(y_true, DTensor):
+            y_true, y_pred = _same_rank(y_true, y_pred)
         losses = self.per_example(y_true, y_pred)
         if sample_weight is not None:
             losses = losses * _as_like(sample_weight, losses)
@@ -130,6 +210,21 @@ class Loss:
         if self.reduction == "sum":
             return total
         return total / float(max(losses.shape[0] if losses.ndim else 1, 1))
+
+
+def _same_rank(y_true, y_pred):
+    """Keras's squeeze_or_expand_to_same_rank: ranks one apart meet by squeezing a last axis of
+    extent 1 from the higher one, else giving the lower one a last axis of extent 1."""
+    d = _d()
+    if y_true.ndim == y_pred.ndim - 1:
+        if y_pred.shape[-1] == 1:
+            return y_true, d.squeeze(y_pred, [-1])
+        return d.expand_dims(y_true, -1), y_pred
+    if y_pred.ndim == y_true.ndim - 1:
+        if y_true.shape[-1] == 1:
+            return d.squeeze(y_true, [-1]), y_pred
+        return y_true, d.expand_dims(y_pred, -1)
+    return y_true, y_pred
 
 
 class MeanSquaredError(Loss):
@@ -252,15 +347,17 @@ def _pairs(y_true, y_pred):
     return list(zip(_blocks(y_true), _blocks(y_pred)))
 
 
-class Metric:
+class Metric(_Configurable):
     """A streaming metric: ``update_state`` adds this client's blocks' totals on the host,
     ``result()`` sums every client's (collective), ``reset_state()`` clears."""
 
     def __init__(self, name=None):
         self.name = name or type(self).__name__.lower()
         # a metric of a client-local strategy (mirrored on several clients) counts this
-        # client's examples alone
-        self._local = getattr(get_strategy(), "_client_local", False)
+        # client's examples alone; a parameter-server strategy's adds the workers' updates
+        strategy = get_strategy()
+        self._local = getattr(strategy, "_client_local", False) and \
+            strategy._kind != _d()._c.STRATEGY_PARAMETER_SERVER
         self.reset_state()
 
     def reset_state(self):
@@ -276,10 +373,21 @@ class Metric:
     def _gather(self, pair):
         return [pair] if self._local else _allgather_json(pair)
 
-    def result(self):
+    def _value(self):
+        """The result as a Python float (collective)."""
         sums = self._gather([self._total, self._count])
         total, count = sum(s[0] for s in sums), sum(s[1] for s in sums)
         return total / count if count else 0.0
+
+    def result(self):
+        """The metric over every client's updates (collective): a float32 scalar tensor on
+        this client (a regular tensor), as Keras's."""
+        return _regular_scalar(self._value())
+
+    def __call__(self, *args, **kwargs):
+        """update_state, then the result (Keras's metric call)."""
+        self.update_state(*args, **kwargs)
+        return self.result()
 
 
 class Mean(Metric):
@@ -299,8 +407,14 @@ class Sum(Metric):
         for b in _blocks(values):
             self._add(b.sum(), 0)
 
-    def result(self):
+    def _value(self):
         return sum(s[0] for s in self._gather([self._total, 0]))
+
+
+def _regular_scalar(value):
+    """A float32 scalar tensor on this client's host mesh (no other client takes part)."""
+    d = _d()
+    return d.dtensor_from_array(np.float32(value), Layout.replicated(d._host_mesh(), 0))
 
 
 class _PairMetric(Metric):
@@ -351,10 +465,18 @@ class MeanSquaredErrorMetric(_PairMetric):
         return ((t - p) ** 2).mean(axis=-1) if p.ndim > 1 else (t - p) ** 2
 
 
+class MeanAbsoluteErrorMetric(_PairMetric):
+    def __init__(self, name="mean_absolute_error"):
+        super().__init__(name)
+
+    def _score(self, t, p):
+        return np.abs(t - p).mean(axis=-1) if p.ndim > 1 else np.abs(t - p)
+
+
 metrics = _types.SimpleNamespace(
     Metric=Metric, Mean=Mean, Sum=Sum, SparseCategoricalAccuracy=SparseCategoricalAccuracy,
     CategoricalAccuracy=CategoricalAccuracy, BinaryAccuracy=BinaryAccuracy, Accuracy=Accuracy,
-    MeanSquaredError=MeanSquaredErrorMetric)
+    MeanSquaredError=MeanSquaredErrorMetric, MeanAbsoluteError=MeanAbsoluteErrorMetric)
 
 
 def _get_metric(m, loss):
@@ -370,7 +492,8 @@ def _get_metric(m, loss):
         return Accuracy()
     table = {"sparse_categorical_accuracy": SparseCategoricalAccuracy,
              "categorical_accuracy": CategoricalAccuracy, "binary_accuracy": BinaryAccuracy,
-             "mse": MeanSquaredErrorMetric, "mean_squared_error": MeanSquaredErrorMetric}
+             "mse": MeanSquaredErrorMetric, "mean_squared_error": MeanSquaredErrorMetric,
+             "mae": MeanAbsoluteErrorMetric, "mean_absolute_error": MeanAbsoluteErrorMetric}
     if m not in table:
         raise ValueError(f"unknown metric {m!r}; one of {sorted(table)} or 'accuracy'")
     return table[m]()
@@ -379,20 +502,138 @@ def _get_metric(m, loss):
 # ---- layers ---------------------------------------------------------------------------------
 
 def _glorot_uniform(shape, rng, dtype):
-    fan_in, fan_out = shape[0], shape[-1]
+    receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1  # a conv kernel's window
+    fan_in = (shape[-2] if len(shape) > 1 else shape[0]) * receptive
+    fan_out = shape[-1] * receptive
     limit = np.sqrt(6.0 / (fan_in + fan_out))
     return rng.uniform(-limit, limit, size=shape).astype(dtype)
 
 
 _INITIALIZERS = {
     "glorot_uniform": _glorot_uniform,
+    "uniform": lambda shape, rng, dtype: rng.uniform(-0.05, 0.05, size=shape).astype(dtype),
     "zeros": lambda shape, rng, dtype: np.zeros(shape, dtype),
     "ones": lambda shape, rng, dtype: np.ones(shape, dtype),
     "random_normal": lambda shape, rng, dtype: rng.normal(0.0, 0.05, size=shape).astype(dtype),
 }
 
 
-class Layer:
+class KerasTensor(_d_symbolic_base()):
+    """A symbolic tensor of Keras's functional API: its shape (None for the batch), dtype and
+    the call (a layer's, or an op's) that makes it from other KerasTensors. Layers and
+    dtensor ops given one return another; ``keras.Model(inputs, outputs)`` runs the calls."""
+
+    def __init__(self, shape, dtype, name=None, node=None):
+        self.shape = _d().TensorShape(shape)
+        self.dtype = dtype
+        self.name = name
+        self._node = node  # (callable, args, kwargs), or None for an Input
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def _make_node(self, fn, args, kwargs):
+        return _symbolic_call(fn, args, kwargs)
+
+    def __repr__(self):
+        return (f"<KerasTensor shape={tuple(self.shape)}, dtype={np.dtype(self.dtype).name}, "
+                f"name={self.name}>")
+
+
+def _is_symbolic(x):
+    if isinstance(x, KerasTensor):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_is_symbolic(v) for v in x)
+    if isinstance(x, dict):
+        return any(_is_symbolic(v) for v in x.values())
+    return False
+
+
+def _map_nested(fn, x):
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map_nested(fn, v) for v in x)
+    if isinstance(x, dict):
+        return {k: _map_nested(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def _placeholder(kt):
+    """A value standing for a KerasTensor (a batch of one) to run a call on."""
+    shape = [1 if d is None else d for d in kt.shape]
+    if np.dtype(kt.dtype) == np.dtype(object):
+        return np.full(shape, "", dtype=object)
+    return np.zeros(shape, dtype=np.dtype(kt.dtype))
+
+
+def _symbolic_call(fn, args, kwargs):
+    """The KerasTensor of fn(*args, **kwargs) with KerasTensors among the arguments: fn runs
+    once on placeholders (a batch of one: it builds the layers it calls), which gives the
+    result's shape and dtype; a leading extent of one under an unknown batch is the batch."""
+    value = fn(*_map_nested(lambda v: _placeholder(v) if isinstance(v, KerasTensor) else v,
+                            list(args)),
+               **_map_nested(lambda v: _placeholder(v) if isinstance(v, KerasTensor) else v,
+                             kwargs))
+    batch = any(isinstance(v, KerasTensor) and v.shape and v.shape[0] is None
+                for v in _d()._nest_flatten([list(args), kwargs]))
+    node = (fn, args, kwargs)
+
+    def wrap(v):
+        a = v if isinstance(v, (DTensor, DVariable)) else np.asarray(v)
+        shape = list(a.shape)
+        if batch and shape and shape[0] == 1:
+            shape[0] = None
+        return KerasTensor(shape, a.dtype, node=node)
+    if isinstance(value, (list, tuple)):  # one node, several outputs
+        outs = [wrap(v) for v in value]
+        for k, o in enumerate(outs):
+            o._node = (lambda *a, _k=k, **kw: fn(*a, **kw)[_k], args, kwargs)
+        return type(value)(outs)
+    return wrap(value)
+
+
+def _node_layers(outputs):
+    """The layers the calls behind some KerasTensors use, in call order, each once."""
+    seen, order = set(), []
+
+    def visit(x):
+        if isinstance(x, (list, tuple)):
+            for v in x:
+                visit(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                visit(v)
+        elif isinstance(x, KerasTensor) and x._node is not None and id(x) not in seen:
+            seen.add(id(x))
+            fn, args, kwargs = x._node
+            visit(list(args))
+            visit(kwargs)
+            layer = getattr(fn, "_layer", None)
+            if layer is not None and layer not in order:
+                order.append(layer)
+    visit(outputs)
+    return order
+
+
+def _evaluate(kt, feed, memo):
+    """The value of a KerasTensor given the inputs' values (feed: id -> value)."""
+    key = id(kt)
+    if key in feed:
+        return feed[key]
+    if key not in memo:
+        if kt._node is None:
+            raise ValueError(f"the model's outputs need the input {kt.name or kt!r}, which was "
+                             f"not given")
+        fn, args, kwargs = kt._node
+
+        def value(v):
+            return _evaluate(v, feed, memo) if isinstance(v, KerasTensor) else v
+        memo[key] = fn(*_map_nested(value, list(args)), **_map_nested(value, kwargs))
+    return memo[key]
+
+
+class Layer(_Configurable):
     """A layer: ``build(input_shape)`` makes its variables on first call."""
 
     _count = 0
@@ -452,11 +693,20 @@ class Layer:
 
     def __call__(self, x, training=None, mask=None, **kwargs):
         """The layer on x. ``training`` goes to a ``call`` that takes it, as Keras passes it
-        (no built-in layer here behaves differently in training); ``mask`` is accepted."""
+        (no built-in layer here behaves differently in training); ``mask`` is accepted. On a
+        KerasTensor (the functional API) it gives the KerasTensor of its output."""
+        if _is_symbolic(x):
+            def call(v):
+                return self(v, training=training, **kwargs)
+            call._layer = self  # the functional model's layers
+            return _symbolic_call(call, (x,), {})
         x = self._input(x)
         if not self.built:
             self.build(x.shape)
             self.built = True
+            for ck, path in getattr(self, "_deferred", ()):  # a restore made before the build
+                ck.read(path)
+            self._deferred = []
         if training is not None and "training" in _inspect.signature(self.call).parameters:
             return self.call(x, training=training, **kwargs)
         return self.call(x, **kwargs)
@@ -471,13 +721,19 @@ class Layer:
 
     @property
     def weights(self):
-        return self.variables
+        """The variables; a parameter-server variable split over ps tasks counts as its shards
+        (each with ``shape`` and ``device``), as TensorFlow lists a ShardedVariable's."""
+        out = []
+        for v in self.variables:
+            shards = v.variables if isinstance(v, _d().PSVariable) else None
+            out.extend(shards if shards and len(shards) > 1 else [v])
+        return out
 
     def count_params(self):
         return int(sum(np.prod(v.shape) for v in self._variables))
 
 
-class Regularizer:
+class Regularizer(_Configurable):
     """A weight regularizer (keras.regularizers): ``regularizer(weight)`` is a scalar loss."""
 
     def __call__(self, x):
@@ -503,9 +759,6 @@ class L1L2(Regularizer):
             term = d.reduce_sum(d.square(x)) * self.l2
             loss = term if loss is None else loss + term
         return loss if loss is not None else d.reduce_sum(x * 0.0)
-
-    def get_config(self):
-        return {"l1": self.l1, "l2": self.l2}
 
 
 class L1(L1L2):
@@ -608,6 +861,255 @@ class Flatten(Layer):
         return (input_shape[0], int(np.prod(input_shape[1:])))
 
 
+class Conv2D(Layer):
+    """activation(conv2d(x, kernel) + bias), x of shape [batch, height, width, channels]
+    (channels last), kernel [kh, kw, channels, filters]: tf.nn.conv2d, composed of windows
+    and one einsum (see dtensor.conv2d)."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
+                 data_format=None, dilation_rate=(1, 1), activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 kernel_regularizer=None, bias_regularizer=None, input_shape=None, name=None,
+                 dtype=np.float32):
+        super().__init__(name, dtype)
+        if isinstance(filters, bool) or not isinstance(filters, (int, np.integer)) or \
+                filters < 1:
+            raise ValueError(f"Conv2D: filters must be a positive integer, got {filters!r}")
+        d = _d()
+        self.filters = int(filters)
+        self.kernel_size = d._hw(kernel_size, "Conv2D: kernel_size")
+        self.strides = d._hw(strides, "Conv2D: strides")
+        self.dilation_rate = d._hw(dilation_rate, "Conv2D: dilation_rate")
+        if str(padding).lower() not in ("valid", "same"):
+            raise ValueError(f"Conv2D: padding {padding!r} is not 'valid' or 'same'")
+        self.padding = str(padding).lower()
+        d._nhwc(data_format or "NHWC", "Conv2D")
+        self.activation = _activation(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+        self.kernel_regularizer = _regularizer(kernel_regularizer)
+        self.bias_regularizer = _regularizer(bias_regularizer)
+        self.input_shape = None if input_shape is None else tuple(input_shape)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(f"{self.name}: Conv2D takes [batch, height, width, channels] "
+                             f"inputs, got shape {tuple(input_shape)}")
+        self.kernel = self.add_weight("kernel", list(self.kernel_size) +
+                                      [input_shape[-1], self.filters], self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer)
+        self.bias = self.add_weight("bias", [self.filters], self.bias_initializer,
+                                    regularizer=self.bias_regularizer) if self.use_bias else None
+
+    def call(self, x):
+        y = _d().conv2d(x, _beside(self.kernel, x), self.strides, self.padding.upper(),
+                        dilations=self.dilation_rate)
+        if self.bias is not None:
+            y = y + _beside(self.bias, x)
+        return self.activation(y)
+
+    def output_shape(self, input_shape):
+        return (input_shape[0],) + _pooled(input_shape[1:3], self.kernel_size, self.strides,
+                                           self.padding, self.dilation_rate) + (self.filters,)
+
+
+def _pooled(hw, window, strides, padding, dilation=(1, 1)):
+    """The spatial extents after a window op (Keras's conv_output_length)."""
+    out = []
+    for n, k, s, d in zip(hw, window, strides, dilation):
+        span = (k - 1) * d + 1
+        out.append(None if n is None else (-(-n // s) if padding == "same" else
+                                           (n - span) // s + 1))
+    return tuple(out)
+
+
+class _Pooling2D(Layer):
+    _op = None
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None,
+                 name=None, dtype=np.float32):
+        super().__init__(name, dtype)
+        d = _d()
+        self.pool_size = d._hw(pool_size, f"{type(self).__name__}: pool_size")
+        self.strides = self.pool_size if strides is None else \
+            d._hw(strides, f"{type(self).__name__}: strides")
+        if str(padding).lower() not in ("valid", "same"):
+            raise ValueError(f"{type(self).__name__}: padding {padding!r} is not 'valid' or "
+                             f"'same'")
+        self.padding = str(padding).lower()
+        d._nhwc(data_format or "NHWC", type(self).__name__)
+
+    def build(self, input_shape):
+        pass
+
+    def call(self, x):
+        return getattr(_d(), self._op)(x, self.pool_size, self.strides, self.padding.upper())
+
+    def output_shape(self, input_shape):
+        return (input_shape[0],) + _pooled(input_shape[1:3], self.pool_size, self.strides,
+                                           self.padding) + (input_shape[3],)
+
+
+class MaxPooling2D(_Pooling2D):
+    """The maximum of each pool_size window (tf.nn.max_pool2d)."""
+    _op = "max_pool2d"
+
+
+class AveragePooling2D(_Pooling2D):
+    """The mean of each pool_size window (tf.nn.avg_pool2d)."""
+    _op = "avg_pool2d"
+
+
+class Reshape(Layer):
+    """Each example reshaped to ``target_shape`` (one extent may be -1)."""
+
+    def __init__(self, target_shape, name=None, dtype=np.float32, input_shape=None):
+        super().__init__(name, dtype)
+        self.target_shape = tuple(int(d) for d in target_shape)
+        self.input_shape = None if input_shape is None else tuple(input_shape)
+
+    def build(self, input_shape):
+        pass
+
+    def call(self, x):
+        return _d().reshape(x, [x.shape[0]] + list(self.output_shape(x.shape)[1:]))
+
+    def output_shape(self, input_shape):
+        shape = list(self.target_shape)
+        if -1 in shape:
+            size = int(np.prod(input_shape[1:]))
+            known = int(np.prod([d for d in shape if d != -1]))
+            shape[shape.index(-1)] = size // known
+        return (input_shape[0],) + tuple(shape)
+
+
+class InputLayer(Layer):
+    """The input of a model: its shape (without the batch axis) and dtype (keras.Input)."""
+
+    def __init__(self, shape=None, batch_size=None, dtype=None, name=None, input_shape=None):
+        super().__init__(name, np.float32)
+        shape = shape if shape is not None else input_shape
+        if shape is None:
+            raise ValueError("Input: shape is required")
+        self.input_shape = tuple(shape)
+        self.input_dtype = dtype
+        self.built = True
+
+    def build(self, input_shape):
+        pass
+
+    def _input(self, x):
+        return x if isinstance(x, (DTensor, DVariable)) else np.asarray(x)
+
+    def call(self, x):
+        return x
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+def Input(shape=None, batch_size=None, name=None, dtype=None, **kwargs):  # noqa: N802 (Keras)
+    """keras.Input: a KerasTensor of the batch's shape (the functional API's input; the first
+    element of a Sequential too)."""
+    layer = InputLayer(shape, batch_size, dtype, name)
+    kt = KerasTensor([batch_size] + list(layer.input_shape),
+                     np.float32 if dtype is None else dtype, name=name)
+    kt._input_layer = layer
+    return kt
+
+
+class StringLookup(Layer):
+    """Strings to integer ids by a vocabulary (keras.layers.StringLookup): with
+    ``num_oov_indices`` n (1 by default) ids 0..n-1 are for strings outside the vocabulary
+    (hashed among them) and vocabulary[i] is n + i; a ``mask_token`` takes id 0 before them.
+    A preprocessing layer: it maps numpy arrays of strings to int64 arrays on the host (as in
+    a dataset's map)."""
+
+    def __init__(self, max_tokens=None, num_oov_indices=1, mask_token=None,
+                 oov_token="[UNK]", vocabulary=None, invert=False, output_mode="int",
+                 name=None, **kwargs):
+        super().__init__(name)
+        if invert or output_mode != "int":
+            raise errors().UnimplementedError("StringLookup: only output_mode='int' lookups")
+        if vocabulary is None:
+            raise ValueError("StringLookup: a vocabulary is required (adapt is not supported)")
+        self.num_oov_indices, self.mask_token, self.oov_token = \
+            int(num_oov_indices), mask_token, oov_token
+        self._vocab = [str(v) for v in vocabulary]
+        first = (1 if mask_token is not None else 0) + self.num_oov_indices
+        self._index = {v: first + i for i, v in enumerate(self._vocab)}
+        self.built = True
+
+    def get_vocabulary(self):
+        return ([self.mask_token] if self.mask_token is not None else []) + \
+            [self.oov_token] * self.num_oov_indices + list(self._vocab)
+
+    def vocabulary_size(self):
+        return len(self.get_vocabulary())
+
+    def _input(self, x):
+        return np.asarray(x.numpy() if isinstance(x, DTensor) else x)
+
+    def build(self, input_shape):
+        pass
+
+    def call(self, x):
+        x = np.asarray(x)
+        masked = 1 if self.mask_token is not None else 0
+        out = np.empty(x.shape, dtype=np.int64)
+        for pos, s in np.ndenumerate(x):
+            s = s.decode() if isinstance(s, bytes) else str(s)
+            if self.mask_token is not None and s == self.mask_token:
+                out[pos] = 0
+            elif s in self._index:
+                out[pos] = self._index[s]
+            elif self.num_oov_indices:
+                out[pos] = masked + (hash(s) % self.num_oov_indices if
+                                     self.num_oov_indices > 1 else 0)
+            else:
+                out[pos] = -1
+        return out
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+class Embedding(Layer):
+    """Rows of a trainable [input_dim, output_dim] table by integer ids (tf.nn.
+    embedding_lookup); in a parameter-server strategy's scope the table is split over the ps
+    tasks by its partitioner, as TensorFlow's."""
+
+    def __init__(self, input_dim, output_dim, embeddings_initializer="uniform",
+                 embeddings_regularizer=None, input_length=None, name=None, dtype=np.float32,
+                 **kwargs):
+        super().__init__(name, dtype)
+        self.input_dim, self.output_dim = int(input_dim), int(output_dim)
+        if self.input_dim < 1 or self.output_dim < 1:
+            raise ValueError(f"Embedding: input_dim {input_dim} and output_dim {output_dim} "
+                             f"must be positive")
+        self.embeddings_initializer = embeddings_initializer
+        self.embeddings_regularizer = _regularizer(embeddings_regularizer)
+
+    def _input(self, x):
+        """Integer ids stay integers (no cast to the layer's dtype)."""
+        if isinstance(x, (DTensor, DVariable)):
+            return _value(x)
+        a = np.asarray(x)
+        ctx = _replicas.current()
+        return _d()._as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight("embeddings", [self.input_dim, self.output_dim],
+                                          self.embeddings_initializer,
+                                          regularizer=self.embeddings_regularizer)
+
+    def call(self, x):
+        return _d().embedding_lookup(_beside(self.embeddings, x), x)
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape) + (self.output_dim,)
+
+
 class LayerNormalization(Layer):
     """Keras' LayerNormalization over the last axis: (x - mean) / sqrt(var + epsilon) * gamma +
     beta with trainable gamma (ones) and beta (zeros) of shape [features], one fused op
@@ -639,7 +1141,12 @@ class LayerNormalization(Layer):
 
 
 layers = _types.SimpleNamespace(Layer=Layer, Dense=Dense, Activation=Activation, Flatten=Flatten,
-                                LayerNormalization=LayerNormalization)
+                                LayerNormalization=LayerNormalization, Conv2D=Conv2D,
+                                Convolution2D=Conv2D, MaxPooling2D=MaxPooling2D,
+                                MaxPool2D=MaxPooling2D, AveragePooling2D=AveragePooling2D,
+                                AvgPool2D=AveragePooling2D, Reshape=Reshape,
+                                InputLayer=InputLayer, Input=Input,
+                                StringLookup=StringLookup, Embedding=Embedding)
 
 
 # ---- callbacks ------------------------------------------------------------------------------
@@ -718,7 +1225,7 @@ class ModelCheckpoint(Callback):
     of ``model`` and ``optimizer``, read back with ``dtensor.train.Checkpoint``)."""
 
     def __init__(self, filepath, monitor="loss", save_best_only=False, mode="min",
-                 save_weights_only=True):
+                 save_weights_only=True, verbose=0, save_freq="epoch"):
         self.filepath, self.monitor, self.save_best_only = filepath, monitor, save_best_only
         self.save_weights_only = save_weights_only
         self.mode = mode
@@ -737,6 +1244,8 @@ class ModelCheckpoint(Callback):
                 return
             self.best = value
         path = self.filepath.format(epoch=epoch + 1, **logs)
+        if _os.path.dirname(path):
+            _os.makedirs(_os.path.dirname(path), exist_ok=True)
         if self.save_weights_only or self.model.optimizer is None:
             self.model.save_weights(path)
         else:  # the training state too: resume with Checkpoint(model=, optimizer=).read
@@ -761,17 +1270,172 @@ class _Progress(Callback):
             print(f"{self.steps}/{self.steps} - {took:.2f}s - " + " - ".join(parts), flush=True)
 
 
+class LearningRateScheduler(Callback):
+    """Sets the optimizer's learning rate at the start of each epoch to ``schedule(epoch)`` or
+    ``schedule(epoch, lr)`` (Keras's); the epoch's logs get ``learning_rate``."""
+
+    def __init__(self, schedule, verbose=0):
+        if not callable(schedule):
+            raise TypeError(f"LearningRateScheduler: schedule must be callable, got "
+                            f"{type(schedule).__name__}")
+        self.schedule, self.verbose = schedule, verbose
+
+    def on_epoch_begin(self, epoch, logs=None):
+        opt = self.model.optimizer
+        try:
+            two = len(_inspect.signature(self.schedule).parameters) >= 2
+        except (TypeError, ValueError):
+            two = True
+        lr = self.schedule(epoch, float(opt.learning_rate)) if two else self.schedule(epoch)
+        opt.learning_rate = float(lr)
+        if self.verbose and client_id() == 0:
+            print(f"\nEpoch {epoch + 1}: LearningRateScheduler setting learning rate to "
+                  f"{float(lr)}.", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = float(self.model.optimizer.learning_rate)
+
+
+def _masked_crc32c(data):
+    """TFRecord's masked CRC-32C (Castagnoli) of bytes."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_CRC32C = []
+for _n in range(256):
+    _c32 = _n
+    for _ in range(8):
+        _c32 = (_c32 >> 1) ^ 0x82F63B78 if _c32 & 1 else _c32 >> 1
+    _CRC32C.append(_c32)
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number, wire, payload):
+    return _varint(number << 3 | wire) + payload
+
+
+def _bytes_field(number, data):
+    return _field(number, 2, _varint(len(data)) + data)
+
+
+class _EventFile:
+    """A TensorBoard event file (TFRecord of tensorflow.Event protos) with scalar summaries."""
+
+    def __init__(self, logdir):
+        _os.makedirs(logdir, exist_ok=True)
+        self.path = _os.path.join(logdir, f"events.out.tfevents.{int(_time.time())}."
+                                          f"{_os.uname().nodename}.{_os.getpid()}.dtensor")
+        self._write(_field(1, 1, _struct.pack("<d", _time.time())) +
+                    _bytes_field(3, b"brain.Event:2"))  # file_version
+
+    def _write(self, event):
+        header = _struct.pack("<Q", len(event))
+        with open(self.path, "ab") as f:
+            f.write(header + _struct.pack("<I", _masked_crc32c(header)) + event +
+                    _struct.pack("<I", _masked_crc32c(event)))
+
+    def scalar(self, tag, value, step):
+        value_msg = _bytes_field(1, tag.encode()) + _field(2, 5, _struct.pack("<f", value))
+        summary = _bytes_field(1, value_msg)
+        self._write(_field(1, 1, _struct.pack("<d", _time.time())) +
+                    _field(2, 0, _varint(int(step))) + _bytes_field(5, summary))
+
+
+class TensorBoard(Callback):
+    """Writes the epoch logs as TensorBoard scalars (``epoch_loss``, ``epoch_accuracy``, ...)
+    to ``log_dir/train`` and ``log_dir/validation`` (client 0 writes)."""
+
+    def __init__(self, log_dir="logs", **kwargs):
+        self.log_dir = _os.fspath(log_dir)
+        self._writers = {}
+
+    def _writer(self, kind):
+        if kind not in self._writers:
+            self._writers[kind] = _EventFile(_os.path.join(self.log_dir, kind))
+        return self._writers[kind]
+
+    def on_epoch_end(self, epoch, logs=None):
+        if client_id() != 0:
+            return
+        for k, v in (logs or {}).items():
+            kind, name = ("validation", k[4:]) if k.startswith("val_") else ("train", k)
+            self._writer(kind).scalar(f"epoch_{name}", float(v), epoch)
+
+
+class BackupAndRestore(Callback):
+    """Backs the model and its optimizer up at the end of each epoch to ``backup_dir``; a fit
+    interrupted and started again resumes from the epoch after the last backup. The backup is
+    deleted when fit ends (``delete_checkpoint``)."""
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
+        if save_freq != "epoch":
+            raise errors().UnimplementedError(f"BackupAndRestore: save_freq {save_freq!r} "
+                                              f"(only 'epoch')")
+        self.backup_dir = _os.fspath(backup_dir)
+        self.delete_checkpoint = delete_checkpoint
+
+    def _path(self):
+        return _os.path.join(self.backup_dir, "backup.h5")
+
+    def _checkpoint(self):
+        return _train().Checkpoint(model=self.model, optimizer=self.model.optimizer)
+
+    def on_train_begin(self, logs=None):
+        if _os.path.isfile(self._path()):
+            ck = self._checkpoint()
+            ck.read(self._path())
+            self.model._initial_epoch = int(ck.metadata.get("epoch", -1)) + 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        _os.makedirs(self.backup_dir, exist_ok=True)
+        ck = self._checkpoint()
+        ck.metadata = {"epoch": epoch}
+        ck.write(self._path())
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint:
+            _d().barrier()
+            if client_id() == 0:
+                import shutil  # noqa: PLC0415
+                shutil.rmtree(self.backup_dir, ignore_errors=True)
+            _d().barrier()  # gone for every client when fit returns
+
+
+def errors():
+    return _d().errors
+
+
 callbacks = _types.SimpleNamespace(Callback=Callback, History=History,
                                    LambdaCallback=LambdaCallback, CSVLogger=CSVLogger,
-                                   ModelCheckpoint=ModelCheckpoint)
+                                   ModelCheckpoint=ModelCheckpoint,
+                                   LearningRateScheduler=LearningRateScheduler,
+                                   TensorBoard=TensorBoard, BackupAndRestore=BackupAndRestore)
 
-optimizers = _types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW)
+optimizers = _types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, AdamW=AdamW,
+                                    RMSprop=RMSprop)
+# TensorFlow 2.11-2.15's tf.keras.optimizers.legacy: the same optimizers (Keras semantics)
+optimizers.legacy = _types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam,
+                                           RMSprop=RMSprop)
 
 
 def _get_optimizer(o):
     if isinstance(o, Optimizer):
         return o
-    table = {"sgd": SGD, "adam": Adam, "adamw": AdamW}
+    table = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
     if str(o).lower() not in table:
         raise ValueError(f"unknown optimizer {o!r}; one of {sorted(table)}")
     return table[str(o).lower()]()
@@ -783,17 +1447,67 @@ class Model(Layer):
     """Subclass with ``call(x)`` (layers as attributes) or use Sequential; then ``compile``
     and ``fit``. Variables are found in the model's layer attributes."""
 
-    def __init__(self, name=None):
+    def __init__(self, inputs=None, outputs=None, name=None):
+        """``Model(inputs, outputs)``: the functional API's model of KerasTensors (inputs a
+        KerasTensor, a list or a dict of them; outputs likewise); ``Model()`` in a subclass
+        with ``call``."""
+        if isinstance(inputs, str) and outputs is None and name is None:
+            inputs, name = None, inputs  # Model("name"), as before
         super().__init__(name)
         self.optimizer = self.loss = None
         self.compiled_metrics = []
         self.stop_training = False
+        self._graph = None
+        if inputs is not None or outputs is not None:
+            if not _is_symbolic(inputs) or not _is_symbolic(outputs):
+                raise TypeError("Model(inputs, outputs): both must be KerasTensors (from "
+                                "keras.Input and the layers called on them)")
+            self._graph = (inputs, outputs)
+            self._functional_layers = _node_layers(outputs)
+            self.built = True
 
     def build(self, input_shape):
         pass
 
     def _layers(self):
+        if self._graph is not None:
+            return list(self._functional_layers)
         return [v for v in vars(self).values() if isinstance(v, Layer) and v is not self]
+
+    def __call__(self, x, training=None, mask=None, **kwargs):
+        if self._graph is None:
+            return Layer.__call__(self, x, training=training, mask=mask, **kwargs)
+        if _is_symbolic(x):
+            def call(v):
+                return self(v, training=training)
+            call._layer = self
+            return _symbolic_call(call, (x,), {})
+        inputs, outputs = self._graph
+        feed = {}
+
+        def bind(kt, value):
+            feed[id(kt)] = value
+        flat = _d()._nest_flatten(inputs)
+        if len(flat) == 1 and not isinstance(x, (dict, list, tuple)):
+            bind(flat[0], x)  # one input: the value itself, in whatever structure it was named
+        elif isinstance(inputs, dict):
+            if not isinstance(x, dict):
+                raise TypeError(f"{self.name}: the model takes a dict with keys "
+                                f"{sorted(inputs)}, got {type(x).__name__}")
+            missing = sorted(set(inputs) - set(x))
+            if missing:
+                raise ValueError(f"{self.name}: the inputs {missing} are missing")
+            for k, kt in inputs.items():
+                bind(kt, x[k])
+        elif isinstance(inputs, (list, tuple)):
+            if not isinstance(x, (list, tuple)) or len(x) != len(inputs):
+                raise ValueError(f"{self.name}: the model takes {len(inputs)} inputs")
+            for kt, v in zip(inputs, x):
+                bind(kt, v)
+        else:
+            bind(inputs, x)
+        memo = {}
+        return _map_nested(lambda kt: _evaluate(kt, feed, memo), outputs)
 
     @property
     def layers(self):
@@ -826,7 +1540,16 @@ class Model(Layer):
                _d().copy_to_mesh(r, Layout.replicated(mesh, r.ndim)) for r in self.losses]
         return loss + _d().add_n(reg) if reg else loss
 
-    def compile(self, optimizer="sgd", loss=None, metrics=None):
+    def compile(self, optimizer="sgd", loss=None, metrics=None, loss_weights=None,
+                weighted_metrics=None, run_eagerly=False, steps_per_execution=1,
+                jit_compile="auto"):
+        """Keras's compile. ``steps_per_execution``, ``run_eagerly`` and ``jit_compile`` are
+        how Keras groups steps into compiled calls: here each step runs as it is, with the same
+        results."""
+        if loss_weights is not None or weighted_metrics is not None:
+            raise errors().UnimplementedError("compile: loss_weights and weighted_metrics "
+                                              "(one output models only)")
+        self._compile_config = {"optimizer": optimizer, "loss": loss, "metrics": metrics}
         self.optimizer = _get_optimizer(optimizer)
         self.loss = _get_loss(loss) if loss is not None else None
         self.compiled_metrics = [_get_metric(m, self.loss) for m in (metrics or [])]
@@ -892,18 +1615,19 @@ class Model(Layer):
                 "fit: call it in cross-replica context, not inside strategy.run")
         data = self._batches(x, y, batch_size, shuffle, seed)
         history = History()
-        cbs = [history] + list(callbacks or [])
+        cbs = list(callbacks or []) + [history]  # History last: it sees what the others log
         steps = steps_per_epoch
         if steps is None:
             steps = len(data)
         if verbose:
             cbs.append(_Progress(epochs, steps))
+        self._initial_epoch = initial_epoch
         for cb in cbs:
             cb.set_model(self)
             cb.on_train_begin()
         it = iter(data)
         self.stop_training = False
-        for epoch in range(initial_epoch, epochs):
+        for epoch in range(self._initial_epoch, epochs):  # BackupAndRestore may move it on
             loss_metric = self._loss_metric()
             for m in self.compiled_metrics:
                 m.reset_state()
@@ -927,8 +1651,8 @@ class Model(Layer):
                     loss_metric._add(n * len(rows), len(rows))
                 for cb in cbs:
                     cb.on_train_batch_end(step, {"loss": n})
-            logs = {"loss": loss_metric.result()}
-            logs.update({m.name: m.result() for m in self.compiled_metrics})
+            logs = {"loss": loss_metric._value()}
+            logs.update({m.name: m._value() for m in self.compiled_metrics})
             if validation_data is not None:
                 val = self.evaluate(*validation_data, verbose=0, return_dict=True)
                 logs.update({f"val_{k}": v for k, v in val.items()})
@@ -957,8 +1681,8 @@ class Model(Layer):
             rows = len(np.asarray(batch[0] if isinstance(batch, (tuple, list)) else batch))
             if loss_metric._local or client_id() == 0:
                 loss_metric._add(n * rows, rows)
-        logs = {"loss": loss_metric.result()}
-        logs.update({m.name: m.result() for m in self.compiled_metrics})
+        logs = {"loss": loss_metric._value()}
+        logs.update({m.name: m._value() for m in self.compiled_metrics})
         if verbose and client_id() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         if return_dict:
@@ -1050,13 +1774,22 @@ class Sequential(Model):
     def __init__(self, layers=None, name=None):
         super().__init__(name)
         self._stack = []
+        self._input_layer = None  # a keras.Input given first
         self._shape = None  # the output shape so far, once the input shape is known
         for layer in layers or []:
             self.add(layer)
 
     def add(self, layer):
+        if isinstance(layer, KerasTensor) and getattr(layer, "_input_layer", None) is not None:
+            layer = layer._input_layer  # keras.Input(...) first
         if not isinstance(layer, Layer):
             raise TypeError(f"Sequential.add: {layer!r} is not a layer")
+        if isinstance(layer, InputLayer):  # keras.Input: the input shape, not a layer
+            if self._stack:
+                raise ValueError("Sequential.add: an Input must come first")
+            self._shape = (None,) + tuple(layer.input_shape)
+            self._input_layer = layer
+            return
         self._stack.append(layer)
         if len(self._stack) == 1 and getattr(layer, "input_shape", None) is not None:
             self._shape = (None,) + tuple(layer.input_shape)
@@ -1078,6 +1811,151 @@ class Sequential(Model):
             x = layer(x)
         return x
 
+    def build(self, input_shape):
+        """Build every layer from the input shape (a restore waiting for the variables then
+        runs before the first computation, as TensorFlow's delayed restoration)."""
+        shape = tuple(input_shape)
+        for layer in self._stack:
+            if not layer.built:
+                layer.build(shape)
+                layer.built = True
+            shape = layer.output_shape(shape)
+
+    def get_config(self):
+        shape = None if self._input_layer is None else list(self._input_layer.input_shape)
+        if shape is None and self._stack and getattr(self._stack[0], "input_shape", None):
+            shape = list(self._stack[0].input_shape)
+        if shape is None and self._stack and self._stack[0].built:
+            shape = list(self._built_shape[1:]) if hasattr(self, "_built_shape") else None
+        return {"name": self.name, "input_shape": shape,
+                "layers": [{"class_name": type(layer).__name__, "config": layer.get_config()}
+                           for layer in self._stack]}
+
+    @classmethod
+    def from_config(cls, config):
+        layers_ = [_deserialize(layer) for layer in config["layers"]]
+        model = cls(name=config.get("name"))
+        if config.get("input_shape") is not None:
+            model.add(InputLayer(config["input_shape"]))
+        for layer in layers_:
+            model.add(layer)
+        return model
+
+
+# ---- saving whole models (Keras's .keras files) ---------------------------------------------
+
+def _save_model(model, filepath, overwrite=True):
+    """model.save: a zip holding config.json (the architecture, and how it was compiled) and
+    model.weights.h5 (a dtensor checkpoint of the weights, written without gathering), as
+    Keras's .keras format is laid out. Collective."""
+    filepath = _os.fspath(filepath)
+    if not filepath.endswith(".keras"):
+        raise ValueError(f"save: {filepath!r}: a model is saved to a .keras file "
+                         f"(save_weights writes the weights alone)")
+    if not overwrite and _os.path.exists(filepath):
+        raise errors().AlreadyExistsError(f"save: {filepath} exists (overwrite=False)")
+    config = {"class_name": type(model).__name__, "config": model.get_config()}
+    compiled = getattr(model, "_compile_config", None)
+    if compiled is not None:
+        config["compile_config"] = {k: _serialize(v, f"save: compile's {k}")
+                                    for k, v in compiled.items()}
+    weights = filepath + ".weights.h5"
+    model.save_weights(weights)
+    error = None
+    if client_id() == 0:
+        try:
+            with _zipfile.ZipFile(filepath, "w") as z:
+                z.writestr("config.json", _json.dumps(config))
+                z.writestr("metadata.json", _json.dumps({"keras_version": "dtensor",
+                                                         "date_saved": _time.ctime()}))
+                z.write(weights, "model.weights.h5")
+        except OSError as e:
+            error = f"save: cannot write {filepath}: {e}"
+        _os.unlink(weights)
+    for e in _allgather_json(error):
+        if e:
+            raise errors().UnknownError(e)
+
+
+def load_model(filepath, custom_objects=None, compile=True):  # noqa: A002 (Keras's name)
+    """keras.models.load_model of a file Model.save wrote: the model rebuilt in the strategy
+    in scope (its variables in that strategy's layout), its weights read back, compiled again
+    as it was when ``compile``. Collective."""
+    filepath = _os.fspath(filepath)
+    if not _os.path.isfile(filepath):
+        raise errors().NotFoundError(f"load_model: no file {filepath!r}")
+    with _zipfile.ZipFile(filepath) as z:
+        config = _json.loads(z.read("config.json"))
+        data = z.read("model.weights.h5")
+    for name, cls in (custom_objects or {}).items():
+        _SAVEABLE[name] = cls
+    model = _deserialize(config)
+    with _tempfile.NamedTemporaryFile(suffix=".h5", delete=False) as f:
+        f.write(data)
+    try:
+        if not model.built:
+            shape = config["config"].get("input_shape")
+            if shape is None:
+                raise ValueError(f"load_model: {filepath} does not say the model's input shape")
+            model(np.zeros([1] + list(shape), np.float32))
+        model.load_weights(f.name)
+    finally:
+        _os.unlink(f.name)
+    cc = config.get("compile_config")
+    if compile and cc is not None:
+        model.compile(**{k: _deserialize(v) for k, v in cc.items()})
+    return model
+
+
+Model.save = _save_model
+
+
+class Progbar:
+    """keras.utils.Progbar: ``update(current, values)`` tracks the step and (name, value)
+    pairs, averaged over the steps unless named in ``stateful_metrics``; the line is printed
+    when the target is reached or ``finalize`` (client 0 prints)."""
+
+    def __init__(self, target, width=30, verbose=1, interval=0.05, stateful_metrics=None,
+                 unit_name="step"):
+        self.target, self.width, self.verbose = target, width, verbose
+        self.stateful = set(stateful_metrics or [])
+        self.unit_name = unit_name
+        self._values, self._seen, self._start = {}, 0, _time.perf_counter()
+
+    def update(self, current, values=None, finalize=None):
+        for name, v in values or []:
+            v = float(v)
+            if name in self.stateful:
+                self._values[name] = [v, 1]
+            else:
+                steps = max(current - self._seen, 1)
+                total = self._values.setdefault(name, [0.0, 0])
+                total[0] += v * steps
+                total[1] += steps
+        self._seen = current
+        if finalize is None:
+            finalize = self.target is not None and current >= self.target
+        if finalize and self.verbose and client_id() == 0:
+            parts = [f"{k}: {t / max(n, 1):.4f}" for k, (t, n) in self._values.items()]
+            took = _time.perf_counter() - self._start
+            print(f"{current}/{self.target} - {took:.0f}s - " + " - ".join(parts), flush=True)
+
+    def add(self, n, values=None):
+        self.update(self._seen + n, values)
+
+
+utils = _types.SimpleNamespace(Progbar=Progbar)
+models = _types.SimpleNamespace(Sequential=Sequential, Model=Model, load_model=load_model)
+
+
+# the classes a saved model's config names
+_SAVEABLE = {c.__name__: c for c in (
+    Sequential, Dense, Activation, Flatten, LayerNormalization, Conv2D, MaxPooling2D,
+    AveragePooling2D, Reshape, InputLayer, StringLookup, Embedding, L1L2, L1, L2, SGD, Adam,
+    AdamW, RMSprop,
+    MeanSquaredError, MeanAbsoluteError, CategoricalCrossentropy, SparseCategoricalCrossentropy,
+    BinaryCrossentropy, Mean, Sum, SparseCategoricalAccuracy, CategoricalAccuracy,
+    BinaryAccuracy, Accuracy, MeanSquaredErrorMetric, MeanAbsoluteErrorMetric)}
 
 __all__ = ["Model", "Sequential", "layers", "losses", "metrics", "optimizers", "callbacks",
-           "regularizers", "stop_gradient", "softmax"]
+           "regularizers", "stop_gradient", "softmax", "Input", "models", "utils"]

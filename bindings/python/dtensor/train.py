@@ -20,9 +20,11 @@ variables), ``dtensor.random.Generator`` (seed and counter). Every call is colle
 """
 import os as _os
 import re as _re
+import shutil as _shutil
 
-from . import (ClusterSpec, DTensorError, DVariable, Layout, Optimizer, PSVariable, Sequential,
-               _allgather_json, _c, _result, barrier, client_id, errors)
+from . import (ClusterSpec, DTensorError, DVariable, Layout, Module, Optimizer, PSVariable,
+               Sequential, _allgather_json, _c, _result, barrier, client_id, errors,
+               num_clients)
 from . import random as _random
 
 __all__ = ["Checkpoint", "CheckpointManager", "latest_checkpoint", "list_variables",
@@ -121,8 +123,27 @@ class Checkpoint:
     # ---- tf.train.Checkpoint's methods ----
 
     def write(self, file_prefix):
-        """Write every tracked object to ``file_prefix`` (the path, as given). Returns it."""
-        self._io(True, file_prefix)
+        """Write every tracked object to ``file_prefix`` (the path, as given; its directory is
+        made when missing). Returns it. Clients that name different files (each worker its own,
+        as TensorFlow's multi-worker programs do) each get the whole checkpoint: it is written
+        once, to client 0's file, and copied to the others'."""
+        path = _os.fspath(_path_arg(file_prefix, "Checkpoint.write"))
+        parent = _os.path.dirname(path)
+        if parent:
+            _os.makedirs(parent, exist_ok=True)
+        paths = _allgather_json(path) if num_clients() > 1 else [path]
+        self._io(True, paths[0])
+        if len(set(paths)) > 1:
+            barrier()  # client 0's file is complete everywhere
+            error = None
+            if path != paths[0]:
+                try:
+                    _shutil.copyfile(paths[0], path)
+                except OSError as e:
+                    error = f"Checkpoint.write: cannot copy {paths[0]} to {path}: {e}"
+            for e in _allgather_json(error):
+                if e:
+                    raise DTensorError(e)
         return str(file_prefix)
 
     def save(self, file_prefix):
@@ -132,7 +153,7 @@ class Checkpoint:
         self.save_counter += 1
         path = f"{file_prefix}-{self.save_counter}.h5"
         try:
-            self._io(True, path)
+            self.write(path)
         except BaseException:
             self.save_counter -= 1
             raise
@@ -141,7 +162,13 @@ class Checkpoint:
     def read(self, save_path):
         """Restore every tracked object from ``save_path``. Raises DTensorError naming the
         first missing, mismatched (shape, dtype) object, or the file's problem; on error
-        nothing changes."""
+        nothing changes. A Keras model not built yet is restored when it is (its first call),
+        as TensorFlow's delayed restoration: the whole checkpoint is read again then."""
+        unbuilt = [m for m in _models(self._objects) if not m.built and not m.variables]
+        if unbuilt:
+            for m in unbuilt:
+                m._deferred = list(getattr(m, "_deferred", [])) + [(self, save_path)]
+            return _LoadStatus()
         counter, md = self._io(False, save_path)
         self.save_counter = counter
         self.metadata = md
@@ -191,6 +218,10 @@ def _collect(name, obj, entries, optimizers):
     elif isinstance(obj, keras.Layer):
         for v in obj.variables:
             entries.append(("variable", f"{name}/{_short(v)}", v._handle))
+    elif isinstance(obj, Module):  # a tf.Module: its attributes, by name
+        for key, value in sorted(vars(obj).items()):
+            if not key.startswith("_") and _tracked(value):
+                _collect(f"{name}/{key}", value, entries, optimizers)
     elif isinstance(obj, Optimizer):
         optimizers.append(("optimizer", name, obj._handle))
     elif isinstance(obj, _random.Generator):
@@ -208,15 +239,36 @@ def _collect(name, obj, entries, optimizers):
                         f"dicts or lists of them")
 
 
+def _tracked(value):
+    """Whether a module attribute holds something a checkpoint saves."""
+    keras = _keras()
+    if isinstance(value, (list, tuple)):
+        return any(_tracked(v) for v in value)
+    if isinstance(value, dict):
+        return any(_tracked(v) for v in value.values())
+    return isinstance(value, (DVariable, Module, keras.Layer, Optimizer, _random.Generator))
+
+
 def _walk(objects):
     keras = _keras()
     for obj in objects.values() if isinstance(objects, dict) else objects:
         if isinstance(obj, (dict, list, tuple)):
             yield from _walk(obj)
-        elif isinstance(obj, (keras.Layer,)):
+        elif isinstance(obj, (keras.Layer, Module)):
             yield from obj.variables
         else:
             yield obj
+
+
+def _models(objects):
+    keras = _keras()
+    out = []
+    for obj in objects.values() if isinstance(objects, dict) else objects:
+        if isinstance(obj, (dict, list, tuple)):
+            out.extend(_models(obj))
+        elif isinstance(obj, keras.Model):
+            out.append(obj)
+    return out
 
 
 def _optimizers(objects):
@@ -249,11 +301,16 @@ class CheckpointManager:
             except OSError as e:
                 error = f"CheckpointManager: cannot create {self.directory}: {e}"
         found = self._scan() if error is None and client_id() == 0 else []
-        agreed = _allgather_json({"error": error, "found": found})
+        agreed = _allgather_json({"error": error, "found": found, "dir": self.directory})
         for a in agreed:
             if a["error"]:
                 raise DTensorError(a["error"])
         self._numbers = agreed[0]["found"]
+        # each client its own directory (as a multi-worker program's workers): each keeps its
+        # own copies, and deletes its own old ones
+        self._own = len({a["dir"] for a in agreed}) > 1
+        if self._own and client_id() != 0:
+            _os.makedirs(self.directory, exist_ok=True)
 
     def _scan(self):
         return sorted(int(m.group(1)) for m in map(_CKPT.match, _os.listdir(self.directory))
@@ -290,7 +347,7 @@ class CheckpointManager:
         while self.max_to_keep is not None and self.max_to_keep > 0 and \
                 len(self._numbers) > self.max_to_keep:
             victim = self._numbers[1] if self._numbers[0] == n else self._numbers[0]
-            if client_id() == 0:
+            if client_id() == 0 or self._own:
                 try:
                     _os.unlink(self._path(victim))
                 except FileNotFoundError:

@@ -111,3 +111,31 @@ def test_initialize_gpu_without_gpus_raises_and_stops():
     else:
         assert "clients [0] have no GPU" in out[0] and out[0].endswith("False")
         assert out[1] == "CPU"
+
+
+def test_tf_experimental_dlpack_round_trip_without_copy():
+    """tf.experimental.dlpack as TensorFlow's documentation uses it: to_dlpack(tensor) gives a
+    capsule, from_dlpack(capsule) a tensor of that memory (no copy), here a regular tensor on
+    this client alone; numpy arrays' memory comes in the same way."""
+    from dtensor.experimental import dlpack
+    x = dtensor.constant([[1., 2.], [3., 4.]])
+    capsule = dlpack.to_dlpack(x)
+    y = dlpack.from_dlpack(capsule)
+    np.testing.assert_array_equal(y.numpy(), [[1., 2.], [3., 4.]])
+    assert y.dtype == np.float32 and y.layout.mesh is x.layout.mesh
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match="consumed once"):
+        dlpack.from_dlpack(capsule)
+    b = dlpack.from_dlpack(dlpack.to_dlpack(dtensor.constant([1.5, -2.], dtensor.bfloat16)))
+    assert b.dtype == dtensor.bfloat16 and b.numpy().tolist() == [1.5, -2.]
+    # one memory: the components of both are the same buffer
+    a, b = (np.from_dlpack(dtensor.local_components(t)[0]) for t in (x, y))
+    assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    host = np.arange(6, dtype=np.int64).reshape(2, 3)
+    z = dlpack.from_dlpack(host)
+    assert np.from_dlpack(z).__array_interface__["data"][0] == \
+        host.__array_interface__["data"][0]
+    np.testing.assert_array_equal((z + 1).numpy(), host + 1)
+    with pytest.raises(TypeError, match="DLPack capsule"):
+        dlpack.from_dlpack([1, 2])
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match="not contiguous"):
+        dlpack.from_dlpack(host.T)

@@ -57,25 +57,26 @@ def test_talk_example_gives_15_on_every_task(strategy):
     assert float(v.read_value()) == 15.0  # chief, workers and ps alike
     if dtensor.client_id() == 0:  # the chief (worker 0 without a chief task)
         assert coordinator.done()
-        assert coordinator.fetch(results) == [10.0, 20.0, 30.0, 40.0, 50.0]
-    else:
-        with pytest.raises(dtensor.DTensorError, match="only the chief"):
-            results[0].fetch()
-    # the coordinator goes on after a join
-    coordinator.schedule(add, args=(5.0,))
-    coordinator.join()
+    # after a join every client knows the results (not collective)
+    assert coordinator.fetch(results) == [10.0, 20.0, 30.0, 40.0, 50.0]
+    # the coordinator goes on after a join; fetch before a join waits on every client, as
+    # TensorFlow's fetch waits (every client runs the program, so every client calls it)
+    rv = coordinator.schedule(add, args=(5.0,))
+    assert rv.fetch() == 50.0
     assert float(v.read_value()) == 20.0
+    coordinator.join()
     coordinator.shutdown()
 
 
 @needs_3
 def test_talk_example_with_a_per_worker_dataset_20_times(strategy):
     """The talk's program: worker_fn adds the next element of a per-worker iterator over
-    [1, 2, 3, 4, 5], scheduled five times, then join: 15 on every task, 20 rounds of 20 (each
-    element goes to one call, whichever worker runs it). (The talk's worker_fn adds inside
-    strategy.run, which runs once per local device: the clients here have two devices each, so
-    it adds directly; examples/guide_parameter_server.py runs the talk's own code.)"""
+    [1, 2, 3, 4, 5] inside strategy.run, scheduled five times, then join: 15 on every task, 20
+    rounds of 20 (each element goes to one call, whichever worker runs it; strategy.run calls
+    its function once per worker, a worker being one replica, as TensorFlow's, although the
+    clients here have two devices each)."""
     coordinator = dtensor.ClusterCoordinator(strategy)
+    assert strategy.num_replicas_in_sync == 1
 
     def dataset_fn():
         return dtensor.data.Dataset.from_tensor_slices([1, 2, 3, 4, 5])
@@ -86,7 +87,9 @@ def test_talk_example_with_a_per_worker_dataset_20_times(strategy):
         assert v.dtype == np.int32  # a Python int, as TensorFlow converts it
 
         def worker_fn(iterator):
-            v.assign_add(next(iterator))
+            def replica_fn(x):
+                v.assign_add(x)
+            strategy.run(replica_fn, args=(next(iterator),))
 
         per_worker_iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
         for _ in range(5):
@@ -99,8 +102,9 @@ def test_talk_example_with_a_per_worker_dataset_20_times(strategy):
 @needs_3
 def test_local_iterator_passed_to_schedule_is_shared(strategy):
     """An iterator made on the coordinator (iter(dataset)) and passed to scheduled functions
-    yields each element once across the cluster too; a sixth call finds it exhausted and
-    fails (rescheduled, then reported on the chief)."""
+    yields each element once across the cluster too; a sixth call finds it exhausted: its
+    function fails with TensorFlow's OutOfRangeError, which join raises on every client and
+    the chief's fetch reports."""
     coordinator = dtensor.ClusterCoordinator(strategy)
     with strategy.scope():
         v = dtensor.Variable(0.0)
@@ -112,12 +116,14 @@ def test_local_iterator_passed_to_schedule_is_shared(strategy):
         return x
 
     results = [coordinator.schedule(worker_fn, args=(iterator,)) for _ in range(6)]
-    coordinator.join()
+    with pytest.raises(dtensor.errors.OutOfRangeError, match="scheduled function 5"):
+        coordinator.join()
     assert v.read_value() == 15.0
     if dtensor.client_id() == 0:
         assert sorted(r.fetch() for r in results[:5]) == [1.0, 2.0, 3.0, 4.0, 5.0]
-        with pytest.raises(dtensor.DTensorError):
+        with pytest.raises(dtensor.DTensorError, match="End of sequence"):
             results[5].fetch()
+    coordinator.join()  # the error was reported once: the next join is clean
     coordinator.shutdown()
 
 
@@ -156,17 +162,36 @@ def test_sharded_variable_and_asynchronous_training(strategy):
 
 
 @needs_3
-def test_failing_function_is_rescheduled_then_reported(strategy):
+def test_join_raises_the_first_failed_functions_error(strategy):
+    """As TensorFlow's ClusterCoordinator.join: a function that raises is not run again; join
+    raises the error of the first one that failed (by schedule order), on every client, once;
+    the functions that succeeded did their work and the chief fetches their values."""
     coordinator = dtensor.ClusterCoordinator(strategy)
+    with strategy.scope():
+        v = dtensor.Variable(0.0)
+    calls = []
 
-    def bad():
-        raise ValueError("no such thing")
+    def bad(what):
+        calls.append(what)
+        raise ValueError(f"no such thing: {what}")
 
-    rv = coordinator.schedule(bad)
-    coordinator.join()
+    def good(x):
+        v.assign_add(x)
+        return x
+
+    rvs = [coordinator.schedule(good, args=(1.0,)), coordinator.schedule(bad, args=("a",)),
+           coordinator.schedule(good, args=(2.0,)), coordinator.schedule(bad, args=("b",))]
+    with pytest.raises(ValueError, match="scheduled function 1 raised ValueError: no such "
+                                         "thing: a"):
+        coordinator.join()
+    assert v.read_value() == 3.0
+    # each bad function ran once, on some worker (the one worker of this cluster)
+    assert calls == (["a", "b"] if strategy.task_type == "worker" else [])
     if dtensor.client_id() == 0:
-        with pytest.raises(dtensor.DTensorError, match="no such thing"):
-            rv.fetch()
+        assert rvs[0].fetch() == 1.0 and rvs[2].fetch() == 2.0
+        with pytest.raises(ValueError, match="no such thing: b"):
+            rvs[3].fetch()
+    coordinator.join()
     coordinator.shutdown()
 
 
@@ -252,3 +277,45 @@ def test_strategy_without_arguments_reads_tf_config(monkeypatch):
     assert v.device == "/job:ps/replica:0/task:0/device:CPU:0"
     assert repr(v) == "<dtensor.Variable 'Variable:0' shape=() dtype=float32, numpy=2.5>"
     assert v == 2.5
+
+
+@needs_3
+def test_optimizers_update_parameter_server_variables_as_keras(strategy):
+    """Optimizers made in the strategy's scope keep their slots on the ps tasks too; a worker's
+    apply_gradients inside strategy.run (as the tutorial's replica_fn) follows Keras's rules:
+    three steps of SGD with momentum, Adam and RMSprop with momentum, against numpy."""
+    coordinator = dtensor.ClusterCoordinator(strategy)
+    w0 = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+    with strategy.scope():
+        opts = {"sgd": dtensor.SGD(0.1, momentum=0.9),
+                "adam": dtensor.Adam(0.1),
+                "rms": dtensor.RMSprop(0.1, momentum=0.5)}
+        ws = {k: dtensor.Variable(w0) for k in opts}
+    grads = [np.full((3, 2), k + 1, np.float32) * np.array([[1, -1]], np.float32)
+             for k in range(3)]
+
+    def step(g, name):
+        def replica_fn(g):
+            opts[name].apply_gradients([(g, ws[name])])
+        strategy.run(replica_fn, args=(dtensor.constant(g),))
+    for g in grads:
+        for name in opts:
+            coordinator.schedule(step, args=(g, name))
+        coordinator.join()
+    w, u = w0.astype(np.float64), np.zeros((3, 2))
+    for g in grads:
+        u = 0.9 * u - 0.1 * g
+        w = w + u
+    np.testing.assert_allclose(ws["sgd"].numpy(), w, rtol=1e-6)
+    w, m, v = w0.astype(np.float64), np.zeros((3, 2)), np.zeros((3, 2))
+    for t, g in enumerate(grads, 1):
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        w = w - 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(ws["adam"].numpy(), w, rtol=1e-5)
+    w, s, u = w0.astype(np.float64), np.zeros((3, 2)), np.zeros((3, 2))
+    for g in grads:
+        s = 0.9 * s + 0.1 * g * g
+        u = 0.5 * u + 0.1 * g / np.sqrt(s + 1e-7)
+        w = w - u
+    np.testing.assert_allclose(ws["rms"].numpy(), w, rtol=1e-5)
+    coordinator.shutdown()
