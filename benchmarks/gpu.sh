@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmarks beside their baselines (benchmarks/bench_gpu.c has the cases): CSV, JSON and
 # a plot (when matplotlib is importable) under $OUT. Needs a build with CUDA and a GPU; on the
-# GPU machine: bash .device/test.sh bench (../shared/gpu/README.md).
+# GPU machine it is the bench step of scripts/gpu_check.sh.
 #   benchmarks/gpu.sh            # BUILD=build-gpu OUT=benchmarks/results/gpu REPS=10
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -35,12 +35,10 @@ if [ "$emulate" = 1 ]; then
     export DTENSOR_EMULATE_CUDA=1 OPENBLAS_NUM_THREADS=1
 else
     build=build-gpu
-    source .device/env.sh
-    # HDF5 and jansson into the same sysroot as the shared packages; their libraries' own needs
-    # only where this system has no library of that name (a Debian copy must not shadow
-    # Ubuntu's).
+    source scripts/gpu_env.sh
+    # the libraries HDF5 loads only where this system has no library of that name (a Debian
+    # copy must not shadow Ubuntu's)
     if [ ! -f /opt/deb/.extra ]; then
-        for f in .device/extra/*.deb; do dpkg -x "$f" /opt/deb; done
         mkdir -p /opt/debfb/root /opt/debfb/lib
         for f in .device/extra/fb/*.deb; do dpkg -x "$f" /opt/debfb/root; done
         have=$(ldconfig -p)
