@@ -168,8 +168,9 @@ python_suite() {
     echo "== one client"
     $venv/bin/python -m pytest -q -p no:cacheprovider bindings/python/tests "${ignore[@]}" -rs || return 1
     echo "== two clients"
-    mpiexec.mpich -n 2 sh -c 'out=/dev/null; [ "${PMI_RANK:-0}" = 0 ] && out=/dev/stdout;
-        exec '"$venv"'/bin/python -m pytest -q -p no:cacheprovider bindings/python/tests '"${ignore[*]}"' -rs >$out 2>&1'
+    # rank 0 prints to the inherited output (reopening /dev/stdout would truncate the step's log)
+    mpiexec.mpich -n 2 sh -c '[ "${PMI_RANK:-0}" = 0 ] || exec >/dev/null; exec 2>&1;
+        exec '"$venv"'/bin/python -m pytest -q -p no:cacheprovider bindings/python/tests '"${ignore[*]}"' -rs'
 }
 suite_step() {
     step suite "${T_SUITE:-360}" bash -c "meson test -C $build --no-suite cuda --num-processes ${SUITE_JOBS:-12} \

@@ -17,10 +17,11 @@ run() { # name, launcher...
     local name=$1
     shift
     echo "== pytest: $name"
-    # Every rank writes its own report; only rank 0 prints.
-    "$@" sh -c 'r=${PMI_RANK:-0}; out=/dev/null; [ "$r" = 0 ] && out=/dev/stdout;
+    # Every rank writes its own report; only rank 0 prints (to the inherited output: reopening
+    # /dev/stdout would truncate a log file that output goes to).
+    "$@" sh -c 'r=${PMI_RANK:-0}; [ "$r" = 0 ] || exec >/dev/null; exec 2>&1;
         exec '"$venv"'/bin/python -m pytest -q -p no:cacheprovider bindings/python/tests \
-            --junitxml=build/pytest/'"$name"'-rank$r.xml >$out 2>&1' || status=1
+            --junitxml=build/pytest/'"$name"'-rank$r.xml' || status=1
 }
 run singleton
 run n2 mpiexec.mpich -n 2
