@@ -14,6 +14,7 @@
  * abandoned run are left to MPI. */
 #include "coll_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +233,26 @@ static dt_status post(run_state *st, bool send, void *buf, size_t bytes, const d
     return DT_OK;
 }
 
+/* The buffers of a failed run that pending receives may still write (a peer that aborted may
+ * never send, and MPI cannot take a posted receive back): kept, and reachable, for the
+ * process's life. */
+static struct abandoned {
+    struct abandoned *next;
+    void *buf;
+} * abandoned;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void abandon(void *buf)
+{
+    struct abandoned *a = malloc(sizeof *a);
+    if (!a)
+        return;
+    pthread_mutex_lock(&abandoned_lock);
+    *a = (struct abandoned){.next = abandoned, .buf = buf};
+    abandoned = a;
+    pthread_mutex_unlock(&abandoned_lock);
+}
+
 /* Post one op's messages; a reduction's contributions go to tmp[r * count]. */
 static dt_status post_op(run_state *st, const dt__xop *o, char **tmp)
 {
@@ -397,9 +418,17 @@ static dt_status emu_run(int n, const dt__xop ops[])
     if (s == DT_OK) {
         for (int i = 0; i < n; i++)
             free(st.tmp[i]);
-        free(st.req);
+    } else {
+        /* MPI may still write the buffers: the requests are released to complete on their
+         * own and the buffers abandoned */
+        for (int i = 0; i < st.nreq; i++)
+            if (st.req[i] != MPI_REQUEST_NULL)
+                MPI_Request_free(&st.req[i]);
+        for (int i = 0; st.tmp && i < n; i++)
+            if (st.tmp[i])
+                abandon(st.tmp[i]);
     }
-    /* otherwise MPI may still write the buffers: they are abandoned to it */
+    free(st.req);
     free(st.tmp);
     return s;
 }
