@@ -7,43 +7,15 @@ with TensorFlow's update rule, the Strategy API's documented results, 15 on ever
 Each example runs in processes of its own, started from the singleton run (a test cannot start
 mpiexec from inside one); every client's output goes to a file of its own."""
 import json
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import CLIENTS
+from examples_run import run
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 pytestmark = pytest.mark.skipif(CLIENTS > 1, reason="the examples start their own clients")
-
-
-def run(tmp_path, example, clients=1, tasks=None, env=None):
-    """Each client's stdout of the example, as a list (client order). ``tasks``: TF_CONFIG of
-    each rank (an MPMD launch, one environment per task, as TensorFlow's tasks start)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
-    base.update(OPENBLAS_NUM_THREADS="1", **(env or {}))
-    script = [sys.executable, str(EXAMPLES / example)]
-    out = tmp_path / "out"
-    if tasks is not None:
-        cmd = ["mpiexec.mpich", "-outfile-pattern", f"{out}.%r"]
-        for i, task in enumerate(tasks):
-            cmd += ([":"] if i else []) + ["-n", "1", "-env", "TF_CONFIG", json.dumps(task)] + \
-                script
-    elif clients > 1:
-        cmd = ["mpiexec.mpich", "-n", str(clients), "-outfile-pattern", f"{out}.%r"] + script
-    else:
-        r = subprocess.run(script, env=base, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return [r.stdout]
-    r = subprocess.run(cmd, env=base, capture_output=True, text=True, timeout=300)
-    outs = [pathlib.Path(f"{out}.{k}").read_text() for k in range(len(tasks or range(clients)))]
-    assert r.returncode == 0, "\n".join(outs) + r.stderr
-    return outs
 
 
 def checks(text):

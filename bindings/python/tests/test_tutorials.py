@@ -7,48 +7,18 @@ its own. The DTensor tutorial's losses are recomputed in numpy; for the others, 
 shuffled at random (as TensorFlow's), the checks are what TensorFlow guarantees: the losses
 fall, a restored model evaluates as the one saved, synchronous workers print the same numbers,
 the learning-rate schedule is followed."""
-import json
 import math
 import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import dtensor
 from conftest import CLIENTS
+from examples_run import EXAMPLES, run
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 pytestmark = pytest.mark.skipif(CLIENTS > 1, reason="the examples start their own clients")
-
-
-def run(tmp_path, example, clients=1, tasks=None, env=None, timeout=600):
-    """Each client's stdout, in client order; the program runs in tmp_path. ``tasks``: each
-    rank's TF_CONFIG (an MPMD launch, one environment per task)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
-    base.update(OPENBLAS_NUM_THREADS="1", **(env or {}))
-    script = [sys.executable, str(EXAMPLES / example)]
-    out = tmp_path / "out"
-    if tasks is not None:
-        cmd = ["mpiexec.mpich", "-outfile-pattern", f"{out}.%r"]
-        for i, task in enumerate(tasks):
-            cmd += ([":"] if i else []) + ["-n", "1", "-env", "TF_CONFIG", json.dumps(task)] + \
-                script
-    elif clients > 1:
-        cmd = ["mpiexec.mpich", "-n", str(clients), "-outfile-pattern", f"{out}.%r"] + script
-    else:
-        r = subprocess.run(script, env=base, capture_output=True, text=True, timeout=timeout,
-                           cwd=tmp_path)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return [r.stdout]
-    r = subprocess.run(cmd, env=base, capture_output=True, text=True, timeout=timeout,
-                       cwd=tmp_path)
-    outs = [pathlib.Path(f"{out}.{k}").read_text() for k in range(len(tasks or range(clients)))]
-    assert r.returncode == 0, "\n".join(outs) + r.stderr
-    return outs
 
 
 def floats(pattern, text):
