@@ -10,6 +10,7 @@ pthread_mutex_t dt__h5_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- dtypes: one row per dtype ------------------------------------------------------------ */
 
+/* The rows' file types (checkpoint.h says what a row holds). */
 static hid_t h5_f32(void)
 {
     return H5Tcopy(H5T_IEEE_F32LE);
@@ -149,6 +150,16 @@ dt_status dt__ckpt_check_name(const char *fn, const char *name, bool slashes)
                             "[A-Za-z0-9_.:-] and '/'",
                             fn, name, ch >= 32 && ch < 127 ? ch : '?', (unsigned char)ch);
     }
+    return DT_OK;
+}
+
+dt_status dt__ckpt_check_path(const char *fn, const char *path)
+{
+    if (!path || !path[0])
+        return dt__fail(DT_ERR_ARG, "%s: path is %s", fn, path ? "empty" : "NULL");
+    if (strlen(path) + 8 >= PATH_MAX_LEN)
+        return dt__fail(DT_ERR_ARG, "%s: path of %zu bytes, at most %d", fn, strlen(path),
+                        PATH_MAX_LEN - 9);
     return DT_OK;
 }
 
@@ -421,15 +432,5 @@ dt_status dt__h5_select_block(hid_t fspace, int rank, const int64_t off[], const
         *mspace = -1;
         return dt__fail(DT_ERR_IO, "checkpoint: selecting a block failed");
     }
-    return DT_OK;
-}
-
-dt_status dt__ckpt_check_path(const char *fn, const char *path)
-{
-    if (!path || !path[0])
-        return dt__fail(DT_ERR_ARG, "%s: path is %s", fn, path ? "empty" : "NULL");
-    if (strlen(path) + 8 >= PATH_MAX_LEN)
-        return dt__fail(DT_ERR_ARG, "%s: path of %zu bytes, at most %d", fn, strlen(path),
-                        PATH_MAX_LEN - 9);
     return DT_OK;
 }
