@@ -340,12 +340,12 @@ int dt__gpu_number(int nclients, const dt__gpu_view views[], int c, int index);
 /* DT_ERR_STATE with the calling function's name unless dt_init has run. */
 dt_status dt__require_init(const char *fn);
 
-/* ---- waiting for other clients and agreeing with them (mesh/agree.c) ---------------------- */
+/* ---- waiting for other clients and agreeing with them (mesh/wait.c, mesh/agree.c) -------- */
 
 /* A wait for other clients: poll, then dt__wait_pause after every poll that found nothing. It
  * spins while young (when the host's clients each have a core), then yields, then sleeps with
  * a growing pause (up to tens of microseconds), so that long waits leave the core to whoever
- * computes (the shared-memory agreement blocks on a futex instead, mesh/agree.c);
+ * computes (the shared-memory agreement blocks on a futex instead, mesh/wait.c);
  * dt__wait_pause returns true once DTENSOR_TIMEOUT has passed (the watchdog).
  * dt__wait_end restores what the wait changed (the thread's timer slack). */
 typedef struct dt__waiter {

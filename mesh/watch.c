@@ -1,6 +1,6 @@
 /* Liveness of the other clients: a client that died is found in seconds, not at the timeout.
  *
- * A wait for other clients (mesh/agree.c's wait_pause: the agreement, dt__mpi_wait_for, the
+ * A wait for other clients (mesh/wait.c's dt__wait_pause_on: the agreement, dt__mpi_wait_for, the
  * collectives) asks dt__watch_poll once it has lasted DT__WATCH_AFTER_S, then every
  * DT__WATCH_EVERY_S. A client is lost when:
  * - its process is gone, for the clients of this client's host (those sharing the agreement's

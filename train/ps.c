@@ -152,7 +152,42 @@ void dt__ps_var_free(dt__ps_var *pv)
     pv->win = MPI_WIN_NULL;
 }
 
-dt_status dt__ps_var_pull(const dt__ps_var *pv, void *host)
+/* One shard's one-sided operation: `count` elements at byte `at` of the caller's buffers `in`
+ * (what goes to the shard) and `out` (what comes back), the request in *req. */
+typedef int (*shard_op)(const dt__ps_var *pv, const dt__ps_shard *sh, size_t at, int count,
+                        const void *in, void *out, MPI_Request *req);
+
+static int get_op(const dt__ps_var *pv, const dt__ps_shard *sh, size_t at, int count,
+                  const void *in, void *out, MPI_Request *req)
+{
+    (void)in;
+    MPI_Datatype type = mpi_type(pv->dtype);
+    return MPI_Rget((char *)out + at, count, type, sh->rank, sh->disp, count, type, pv->win, req);
+}
+
+static int accumulate_op(const dt__ps_var *pv, const dt__ps_shard *sh, size_t at, int count,
+                         const void *in, void *out, MPI_Request *req)
+{
+    (void)out;
+    MPI_Datatype type = mpi_type(pv->dtype);
+    return MPI_Raccumulate((const char *)in + at, count, type, sh->rank, sh->disp, count, type,
+                           MPI_SUM, pv->win, req);
+}
+
+/* MPI_Get_accumulate is atomic per element with every other accumulate (MPI_Raccumulate of
+ * dt_ps_variable_add included): concurrent fetch-adds each see a different value */
+static int fetch_add_op(const dt__ps_var *pv, const dt__ps_shard *sh, size_t at, int count,
+                        const void *in, void *out, MPI_Request *req)
+{
+    MPI_Datatype type = mpi_type(pv->dtype);
+    return MPI_Rget_accumulate((const char *)in + at, count, type, (char *)out + at, count, type,
+                               sh->rank, sh->disp, count, type, MPI_SUM, pv->win, req);
+}
+
+/* `op` (named `what` in errors) on every shard of pv, 64 requests in flight at most; with
+ * `flush`, completed at the targets too, so that a later read (by anyone) sees the update. */
+static dt_status each_shard(const dt__ps_var *pv, shard_op op, const char *what, const void *in,
+                            void *out, bool flush)
 {
     size_t es = dt_dtype_size(pv->dtype);
     MPI_Request reqs[64];
@@ -160,39 +195,27 @@ dt_status dt__ps_var_pull(const dt__ps_var *pv, void *host)
     for (int i = 0; i < pv->nshards; i++) {
         const dt__ps_shard *sh = &pv->shards[i];
         int count = (int)(sh->rows * pv->row_elems);
-        if (MPI_Rget((char *)host + (size_t)(sh->row0 * pv->row_elems) * es, count,
-                     mpi_type(pv->dtype), sh->rank, sh->disp, count, mpi_type(pv->dtype), pv->win,
-                     &reqs[n++]) != MPI_SUCCESS)
-            return dt__fail(DT_ERR_COMM, "parameter server: MPI_Rget of shard %d failed", i);
+        size_t at = (size_t)(sh->row0 * pv->row_elems) * es;
+        if (op(pv, sh, at, count, in, out, &reqs[n++]) != MPI_SUCCESS)
+            return dt__fail(DT_ERR_COMM, "parameter server: %s of shard %d failed", what, i);
         if (n == 64 || i == pv->nshards - 1) {
             DT_TRY(wait_gently(n, reqs));
             n = 0;
         }
     }
+    if (flush && MPI_Win_flush_all(pv->win) != MPI_SUCCESS)
+        return dt__fail(DT_ERR_COMM, "parameter server: MPI_Win_flush_all failed");
     return DT_OK;
+}
+
+dt_status dt__ps_var_pull(const dt__ps_var *pv, void *host)
+{
+    return each_shard(pv, get_op, "MPI_Rget", NULL, host, false);
 }
 
 dt_status dt__ps_var_push(const dt__ps_var *pv, const void *delta)
 {
-    size_t es = dt_dtype_size(pv->dtype);
-    MPI_Request reqs[64];
-    int n = 0;
-    for (int i = 0; i < pv->nshards; i++) {
-        const dt__ps_shard *sh = &pv->shards[i];
-        int count = (int)(sh->rows * pv->row_elems);
-        if (MPI_Raccumulate((const char *)delta + (size_t)(sh->row0 * pv->row_elems) * es, count,
-                            mpi_type(pv->dtype), sh->rank, sh->disp, count, mpi_type(pv->dtype),
-                            MPI_SUM, pv->win, &reqs[n++]) != MPI_SUCCESS)
-            return dt__fail(DT_ERR_COMM, "parameter server: MPI_Raccumulate of shard %d failed", i);
-        if (n == 64 || i == pv->nshards - 1) {
-            DT_TRY(wait_gently(n, reqs));
-            n = 0;
-        }
-    }
-    /* remote completion, so that a later read (by anyone) sees this update */
-    if (MPI_Win_flush_all(pv->win) != MPI_SUCCESS)
-        return dt__fail(DT_ERR_COMM, "parameter server: MPI_Win_flush_all failed");
-    return DT_OK;
+    return each_shard(pv, accumulate_op, "MPI_Raccumulate", delta, NULL, true);
 }
 
 /* ---- coordinator ---------------------------------------------------------------------------- */
@@ -750,30 +773,7 @@ dt_status dt_ps_variable_fetch_add(const dt_ps_variable *v, const void *delta, v
     DT__SERIAL();
     DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, delta, bytes));
     DT_TRY(check_bytes("dt_ps_variable_fetch_add", v, old, bytes));
-    const dt__ps_var *pv = &v->pv;
-    size_t es = dt_dtype_size(pv->dtype);
-    MPI_Datatype type = mpi_type(pv->dtype);
-    MPI_Request reqs[64];
-    int n = 0;
-    /* MPI_Get_accumulate is atomic per element with every other accumulate (MPI_Raccumulate of
-     * dt_ps_variable_add included): concurrent fetch-adds each see a different value */
-    for (int i = 0; i < pv->nshards; i++) {
-        const dt__ps_shard *sh = &pv->shards[i];
-        int count = (int)(sh->rows * pv->row_elems);
-        size_t at = (size_t)(sh->row0 * pv->row_elems) * es;
-        if (MPI_Rget_accumulate((const char *)delta + at, count, type, (char *)old + at, count,
-                                type, sh->rank, sh->disp, count, type, MPI_SUM, pv->win,
-                                &reqs[n++]) != MPI_SUCCESS)
-            return dt__fail(DT_ERR_COMM, "parameter server: MPI_Rget_accumulate of shard %d failed",
-                            i);
-        if (n == 64 || i == pv->nshards - 1) {
-            DT_TRY(wait_gently(n, reqs));
-            n = 0;
-        }
-    }
-    if (MPI_Win_flush_all(pv->win) != MPI_SUCCESS)
-        return dt__fail(DT_ERR_COMM, "parameter server: MPI_Win_flush_all failed");
-    return DT_OK;
+    return each_shard(&v->pv, fetch_add_op, "MPI_Rget_accumulate", delta, old, true);
 }
 
 int dt_ps_variable_num_shards(const dt_ps_variable *v)

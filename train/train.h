@@ -104,7 +104,7 @@ dt_status dt__ps_var_push(const dt__ps_var *pv, const void *delta);
 dt_status dt__model_forward(const dt_model *m, const dt_tensor *x, const dt_tensor *const w[],
                             dt_tensor **out);
 
-/* Checkpoints (train/checkpoint.c): a test hook called on every client after each tensor's
+/* Checkpoints (train/checkpoint_write.c): a test hook called on every client after each tensor's
  * dataset of a save is written (tests kill a client there); NULL normally. */
 extern void (*dt__checkpoint_test_hook)(int item);
 

@@ -5,8 +5,7 @@
  * 0, 1, ..., W K - 1, each exactly once (the second row's 0, 2, ..., each once: the rows are
  * separate elements, maybe on separate ps tasks, so a pair need not match), and the final
  * value is {W K, 2 W K}. */
-#include "dt.h"
-#include "tap.h"
+#include "ps_task.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,18 +16,12 @@ enum { K = 50, MAX_CLIENTS = 16 };
 
 int main(void)
 {
-    if (dt_init(NULL) != DT_OK) {
-        fprintf(stderr, "dt_init: %s\n", dt_last_error());
-        return 1;
-    }
-    tap_init();
-    alarm(60);
-    dt_strategy *s = NULL;
-    dt_status st = dt_strategy_create(DT_STRATEGY_PARAMETER_SERVER, NULL, &s);
-    if (!tap_check(st == DT_OK, "parameter-server strategy: %s", st ? dt_last_error() : "ok"))
-        return tap_done();
+    dt_strategy *s;
     dt_cluster cl;
-    dt_strategy_cluster(s, &cl);
+    int rc;
+    if (!ps_start(60, &s, &cl, &rc))
+        return rc;
+    dt_status st;
     int workers = cl.num_tasks[DT_TASK_WORKER], clients = dt_num_clients();
     bool worker = cl.task_type == DT_TASK_WORKER;
     const int64_t zero[2] = {0, 0}, delta[2] = {1, 2};
@@ -81,12 +74,6 @@ int main(void)
     int64_t short_buf[1];
     tap_check(dt_ps_variable_fetch_add(pv, delta, short_buf, sizeof short_buf) == DT_ERR_ARG,
               "a short buffer is refused: %s", dt_last_error());
-    alarm(0);
     free(all);
-    dt_ps_variable_free(pv);
-    dt_tensor_free(t);
-    dt_strategy_free(s);
-    int rc = tap_done();
-    dt_finalize();
-    return rc;
+    return ps_finish(pv, t, s);
 }

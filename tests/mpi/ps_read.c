@@ -4,8 +4,7 @@
  * reader, for ever (found by the Python suite at -n 2). Run with DTENSOR_CLUSTER=worker=1,ps=1:
  * worker 0 reads, the ps task goes straight to the barrier; an alarm turns a hang into a
  * failure within 20 s. */
-#include "dt.h"
-#include "tap.h"
+#include "ps_task.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,18 +13,12 @@
 
 int main(void)
 {
-    if (dt_init(NULL) != DT_OK) {
-        fprintf(stderr, "dt_init: %s\n", dt_last_error());
-        return 1;
-    }
-    tap_init();
-    alarm(20);
-    dt_strategy *s = NULL;
-    dt_status st = dt_strategy_create(DT_STRATEGY_PARAMETER_SERVER, NULL, &s);
-    if (!tap_check(st == DT_OK, "parameter-server strategy: %s", st ? dt_last_error() : "ok"))
-        return tap_done();
+    dt_strategy *s;
     dt_cluster cl;
-    dt_strategy_cluster(s, &cl);
+    int rc;
+    if (!ps_start(20, &s, &cl, &rc))
+        return rc;
+    dt_status st;
     bool reader = cl.task_type != DT_TASK_PS;
     enum { ROWS = 6, COLS = 2, ROUNDS = 20 };
     float init[ROWS * COLS], got[ROWS * COLS];
@@ -49,11 +42,5 @@ int main(void)
     }
     tap_check(ok, "%d reads while the ps task waits in a barrier, each right: %s", ROUNDS,
               ok ? "ok" : dt_last_error());
-    alarm(0);
-    dt_ps_variable_free(pv);
-    dt_tensor_free(t);
-    dt_strategy_free(s);
-    int rc = tap_done();
-    dt_finalize();
-    return rc;
+    return ps_finish(pv, t, s);
 }
