@@ -1313,12 +1313,54 @@ ATTENTION(f64, double, cblas_dgemm, exp, log)
         KNAME##_##NAME(k, in, out);                                              \
         return DT_OK;                                                            \
     }
+/* The reductions over a run of axes followed by kept ones (a bias's gradient: [B, T, F] summed
+ * over B and T), which reduce_NAME walks with an offset computed per element: each output's
+ * running value in a block of up to REDUCE_BLOCK accumulators along the kept inner axes, the
+ * inputs added in input order as reduce_NAME adds them (the same result, bit for bit), a loop
+ * the compiler vectorizes. */
+enum { REDUCE_BLOCK = 256 };
+#define WRAP_REDUCE(NAME, S, C, LOWEST, HIGHEST)                                                \
+    static dt_status cpu_reduce_##NAME(const dt__kctx *x, const dt__kargs *k,                   \
+                                       const void *const in[], void *out)                       \
+    {                                                                                           \
+        (void)x;                                                                                \
+        int64_t outer, n, inner;                                                                \
+        if (!row_view(k->rank, k->in_shape[0], k->mask, &outer, &n, &inner) || inner == 1) {    \
+            reduce_##NAME(k, in, out);                                                          \
+            return DT_OK;                                                                       \
+        }                                                                                       \
+        C init = k->op == DT_REDUCE_MAX    ? LOWEST                                             \
+                 : k->op == DT_REDUCE_MIN  ? HIGHEST                                            \
+                 : k->op == DT_REDUCE_PROD ? (C)1                                               \
+                                           : (C)0;                                              \
+        for (int64_t q = 0; q < outer; q++)                                                     \
+            for (int64_t j0 = 0; j0 < inner; j0 += REDUCE_BLOCK) {                              \
+                int64_t m = inner - j0 < REDUCE_BLOCK ? inner - j0 : REDUCE_BLOCK;              \
+                const S *xs = (const S *)in[0] + q * n * inner + j0;                            \
+                S *o = (S *)out + q * inner + j0;                                               \
+                C acc[REDUCE_BLOCK];                                                            \
+                for (int64_t j = 0; j < m; j++)                                                 \
+                    acc[j] = init;                                                              \
+                if (k->op == DT_REDUCE_SUM || k->op == DT_REDUCE_MEAN)                          \
+                    for (int64_t p = 0; p < n; p++)                                             \
+                        for (int64_t j = 0; j < m; j++)                                         \
+                            acc[j] = DT__ADD(acc[j], LD_##NAME(xs[p * inner + j]));             \
+                else                                                                            \
+                    for (int64_t p = 0; p < n; p++)                                             \
+                        for (int64_t j = 0; j < m; j++)                                         \
+                            acc[j] =                                                            \
+                                reduce_one_##NAME(k->op, acc[j], LD_##NAME(xs[p * inner + j])); \
+                for (int64_t j = 0; j < m; j++)                                                 \
+                    o[j] = k->a != 1.0 ? STD_##NAME((double)acc[j] * k->a) : ST_##NAME(acc[j]); \
+            }                                                                                   \
+        return DT_OK;                                                                           \
+    }
 #define WRAP_DTYPE(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST) \
     WRAP(fill, NAME)                                                 \
     WRAP(arange, NAME)                                               \
     WRAP(unary, NAME)                                                \
     WRAP(binary, NAME)                                               \
-    WRAP(reduce, NAME)                                               \
+    WRAP_REDUCE(NAME, S, C, LOWEST, HIGHEST)                         \
     WRAP(transpose, NAME)                                            \
     WRAP(copy_blocks, NAME)                                          \
     WRAP(select_fill, NAME)                                          \
