@@ -8,7 +8,8 @@ projection, the cross-entropy in f32, AdamW (lr 3e-3, weight decay 0.01), the sa
 next-token task. Parameters and activations in f32 or bf16 (as `gpt ... bf16`).
 
     python benchmarks/gpt_torch.py --steps 50 --dtype bf16 --device cuda
-prints `pytorch,<steps per second>,<first loss>,<last loss>`. Exits 3 when PyTorch is missing.
+prints `pytorch,<steps per second>,<first loss>,<last loss>,<steps per second of CPU time>`
+(the last the figure to compare on a loaded machine). Exits 3 when PyTorch is missing.
 """
 import argparse
 import math
@@ -124,11 +125,11 @@ def main():
 
     for tok, tgt in data[:3]:
         step(tok, tgt)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for tok, tgt in data[3:]:
         step(tok, tgt)
-    t = time.perf_counter() - t0
-    print(f"pytorch,{a.steps / t:.2f},{losses[0]:.6f},{losses[-1]:.6f}")
+    t, c = time.perf_counter() - t0, time.process_time() - c0
+    print(f"pytorch,{a.steps / t:.2f},{losses[0]:.6f},{losses[-1]:.6f},{a.steps / c:.2f}")
 
 
 if __name__ == "__main__":

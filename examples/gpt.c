@@ -13,9 +13,11 @@
  *                                   f32, BF16_TOL in bf16), Megatron's collectives in the forward
  *                                   pass, and each device's share of the parameters and of a
  *                                   training step's memory; exit 1 if any fails
- *   gpt bench [steps] [f32|bf16] [cpu|gpu]
- *                                   steps per second of each sharding, and the share of the step
- *                                   time spent in collectives (the ledger)
+ *   gpt bench [steps] [f32|bf16] [cpu|gpu] [1|data|model|2d]
+ *                                   steps per second of each sharding (or of the one named), by
+ *                                   the clock and per second of this process's CPU time (the
+ *                                   figure to compare on a loaded machine), and the share of the
+ *                                   step time spent in collectives (the ledger)
  *   gpt program                     print the expanded forward pass under 2d
  * Four devices in all: DTENSOR_CPU_DEVICES=4 gpt, or mpiexec.mpich -n 2 (2 devices each) or
  * -n 4; on GPUs, DTENSOR_CUDA_DEVICES=4 makes one GPU four logical ones. The sharding "1" runs
@@ -468,11 +470,16 @@ static const run shardings[4] = {
     {.name = "2d", .batch = 2, .model = 2},
 };
 
-static double now(void)
+static double seconds(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now(void)
+{
+    return seconds(CLOCK_MONOTONIC);
 }
 
 /* Every sharding in turn: the loss curves against one device's (within tol), the forward
@@ -535,14 +542,18 @@ static bool compare(const dt_mesh *all, int steps, double tol)
     return worst <= tol && colls_ok && quarter && curves[0][steps - 1] < curves[0][0];
 }
 
-/* Steps per second of each sharding over `steps` steps (after 3 untimed), and the share of the
- * step time this client spent in collectives (its ledger). */
-static void bench(const dt_mesh *all, int steps)
+/* Steps per second of each sharding (or of the one named: only) over `steps` steps (after 3
+ * untimed), by the clock and per second of this process's CPU time, and the share of the step
+ * time this client spent in collectives (its ledger). */
+static void bench(const dt_mesh *all, int steps, const char *only)
 {
     static double losses[MAX_STEPS + 3];
     if (dt_client_id() == 0)
-        printf("sharding,steps_per_second,collective_fraction,collectives_per_step\n");
+        printf("sharding,steps_per_second,steps_per_cpu_second,collective_fraction,"
+               "collectives_per_step\n");
     for (int s = 0; s < 4; s++) {
+        if (only && strcmp(only, shardings[s].name))
+            continue;
         run r = shardings[s];
         size_t bytes;
         make_mesh(&r);
@@ -550,9 +561,9 @@ static void bench(const dt_mesh *all, int steps)
         make_functions(&r);
         train(&r, all, 3, losses, false);
         dt_ledger_clear();
-        double t0 = now();
+        double t0 = now(), c0 = seconds(CLOCK_PROCESS_CPUTIME_ID);
         train(&r, all, steps, losses, false);
-        double t = now() - t0, in_coll = 0;
+        double t = now() - t0, c = seconds(CLOCK_PROCESS_CPUTIME_ID) - c0, in_coll = 0;
         int64_t n = dt_ledger_size();
         for (int64_t i = 0; i < n; i++) {
             dt_ledger_entry e;
@@ -560,7 +571,8 @@ static void bench(const dt_mesh *all, int steps)
             in_coll += e.seconds;
         }
         if (dt_client_id() == 0)
-            printf("%s,%.2f,%.3f,%.1f\n", r.name, steps / t, in_coll / t, (double)n / steps);
+            printf("%s,%.2f,%.2f,%.3f,%.1f\n", r.name, steps / t, steps / c, in_coll / t,
+                   (double)n / steps);
         free_run(&r);
     }
 }
@@ -570,11 +582,16 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "2d";
     int steps = argc > 2 ? atoi(argv[2]) : 50;
     const char *type = argc > 3 ? argv[3] : "f32", *on = argc > 4 ? argv[4] : "cpu";
+    const char *only = argc > 5 ? argv[5] : NULL;
+    int named = 0;
+    while (only && named < 4 && strcmp(only, shardings[named].name))
+        named++;
     if (steps < 1 || steps > MAX_STEPS || (strcmp(type, "f32") && strcmp(type, "bf16")) ||
-        (strcmp(on, "cpu") && strcmp(on, "gpu"))) {
+        (strcmp(on, "cpu") && strcmp(on, "gpu")) || named == 4) {
         fprintf(stderr,
-                "gpt: steps %d (1 to %d), dtype %s (f32 or bf16), devices %s (cpu or gpu)\n", steps,
-                MAX_STEPS, type, on);
+                "gpt: steps %d (1 to %d), dtype %s (f32 or bf16), devices %s (cpu or gpu), "
+                "sharding %s (1, data, model or 2d)\n",
+                steps, MAX_STEPS, type, on, only ? only : "(all)");
         return 2;
     }
     dtype = strcmp(type, "bf16") ? DT_DTYPE_F32 : DT_DTYPE_BF16;
@@ -599,7 +616,7 @@ int main(int argc, char **argv)
          * drift apart by bf16's rounding (2^-9 relative) over the steps */
         rc = compare(all, steps, dtype == DT_DTYPE_F32 ? 1e-5 : BF16_TOL) ? 0 : 1;
     } else if (strcmp(mode, "bench") == 0) {
-        bench(all, steps);
+        bench(all, steps, only);
     } else if (s < 4 || strcmp(mode, "program") == 0) {
         run r = shardings[s < 4 ? s : 3];
         size_t bytes;

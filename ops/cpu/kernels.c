@@ -28,6 +28,77 @@ const char *dt__kernel_name(dt__kernel k)
     return (unsigned)k < DT__KERNEL_COUNT ? names[k] : "?";
 }
 
+/* ---- transposition ------------------------------------------------------------------------ */
+
+/* out = in[0] with its axes permuted (out axis i is in axis k->perm[i]), elements of `size`
+ * bytes: output axes merged where they are consecutive in the input too, then rows of the last
+ * merged axis copied whole (a memcpy where the input is contiguous along it, else a strided
+ * loop of that element size), the source offset carried from row to row. */
+#define TRANSPOSE_ROWS(T)                                          \
+    for (int64_t q = 0; q < rows; q++, o += row * (int64_t)size) { \
+        const T *s_ = (const T *)(src + off * (int64_t)size);      \
+        T *o_ = (T *)o;                                            \
+        for (int64_t j = 0; j < row; j++)                          \
+            o_[j] = s_[j * step];                                  \
+        for (int d = nd - 2; d >= 0; d--) {                        \
+            off += st[d];                                          \
+            if (++idx[d] < ext[d])                                 \
+                break;                                             \
+            off -= st[d] * ext[d];                                 \
+            idx[d] = 0;                                            \
+        }                                                          \
+    }
+static void transpose_elements(const dt__kargs *k, const void *in, void *out, size_t size)
+{
+    int64_t si[DT_MAX_RANK], ext[DT_MAX_RANK], st[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};
+    int nd = 0;
+    strides_of(k->rank, k->in_shape[0], si);
+    for (int i = 0; i < k->rank; i++) {
+        int64_t e = k->shape[i], s = si[k->perm[i]];
+        if (e == 1)
+            continue;
+        if (nd > 0 && st[nd - 1] == s * e) {
+            ext[nd - 1] *= e;
+            st[nd - 1] = s;
+            continue;
+        }
+        ext[nd] = e;
+        st[nd++] = s;
+    }
+    int64_t n = dt__num_elements(k->rank, k->shape);
+    int64_t row = nd ? ext[nd - 1] : 1, step = nd ? st[nd - 1] : 1, rows = n ? n / row : 0, off = 0;
+    const unsigned char *src = in;
+    unsigned char *o = out;
+    if (step == 1) {
+        for (int64_t q = 0; q < rows; q++, o += row * (int64_t)size) {
+            memcpy(o, src + off * (int64_t)size, (size_t)row * size);
+            for (int d = nd - 2; d >= 0; d--) {
+                off += st[d];
+                if (++idx[d] < ext[d])
+                    break;
+                off -= st[d] * ext[d];
+                idx[d] = 0;
+            }
+        }
+        return;
+    }
+    switch (size) {
+    case 1:
+        TRANSPOSE_ROWS(uint8_t)
+        break;
+    case 2:
+        TRANSPOSE_ROWS(uint16_t)
+        break;
+    case 4:
+        TRANSPOSE_ROWS(uint32_t)
+        break;
+    default:
+        TRANSPOSE_ROWS(uint64_t)
+        break;
+    }
+}
+#undef TRANSPOSE_ROWS
+
 /* ---- float functions, a block at a time ---------------------------------------------------- */
 
 enum { FLOAT_BLOCK = 256 };
@@ -71,6 +142,9 @@ static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
     }
     return true;
 }
+
+/* Running values a blocked reduction keeps (the reduce kernels of kernels_typed.h). */
+enum { REDUCE_BLOCK = 256 };
 
 /* ---- typed kernels ----------------------------------------------------------------------- */
 

@@ -280,6 +280,32 @@ static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
         }
         return;
     }
+    if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner)) {
+        /* a run of reduced axes followed by kept ones (a bias's gradient: [B, T, F] summed
+         * over B and T): a block of up to REDUCE_BLOCK running values along the kept inner
+         * axes, the inputs added in input order as below (the same result, bit for bit), a
+         * loop the compiler vectorizes */
+        for (int64_t q = 0; q < rows; q++)
+            for (int64_t j0 = 0; j0 < inner; j0 += REDUCE_BLOCK) {
+                int64_t m = inner - j0 < REDUCE_BLOCK ? inner - j0 : REDUCE_BLOCK;
+                const S *xs = x + q * per_row * inner + j0;
+                S *os = o + q * inner + j0;
+                C acc[REDUCE_BLOCK];
+                for (int64_t j = 0; j < m; j++)
+                    acc[j] = init;
+                if (k->op == DT_REDUCE_SUM || k->op == DT_REDUCE_MEAN)
+                    for (int64_t p = 0; p < per_row; p++)
+                        for (int64_t j = 0; j < m; j++)
+                            acc[j] = DT__ADD(acc[j], T_LD(xs[p * inner + j]));
+                else
+                    for (int64_t p = 0; p < per_row; p++)
+                        for (int64_t j = 0; j < m; j++)
+                            acc[j] = T_FN(reduce_one)(k->op, acc[j], T_LD(xs[p * inner + j]));
+                for (int64_t j = 0; j < m; j++)
+                    os[j] = k->a != 1.0 ? T_STD((double)acc[j] * k->a) : T_ST(acc[j]);
+            }
+        return;
+    }
     if (sizeof(C) == sizeof(S)) { /* input-major, accumulating in the output */
         C *acc = out;
         int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};
@@ -323,18 +349,7 @@ static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
 }
 static void T_FN(transpose)(const dt__kargs *k, const void *const in[], void *out)
 {
-    const S *x = in[0];
-    S *o = out;
-    int r = k->rank;
-    int64_t n = dt__num_elements(r, k->shape), si[DT_MAX_RANK], sp[DT_MAX_RANK],
-            idx[DT_MAX_RANK] = {0};
-    strides_of(r, k->in_shape[0], si);
-    for (int i = 0; i < r; i++)
-        sp[i] = si[k->perm[i]];
-    for (int64_t i = 0; i < n; i++) {
-        o[i] = x[offset_of(r, idx, sp)];
-        next_index(r, k->shape, idx);
-    }
+    transpose_elements(k, in[0], out, sizeof(S));
 }
 static void T_FN(select_fill)(const dt__kargs *k, const void *const in[], void *out)
 {

@@ -2,14 +2,17 @@
  * (common/unary.h gives the definitions): the elementary functions in float (SLEEF's 1-ulp
  * functions; sqrt and rsqrt from the correctly rounded vector square root), the composites in
  * double (SLEEF's 1-ulp double functions, the expression of dt__unary_f operation for
- * operation) and rounded once. Compiled with -mavx2 -mfma and called only where the CPU has
+ * operation) and rounded once; gelu in float from a corrected argument where its inputs allow
+ * (gelu8). Compiled with -mavx2 -mfma and called only where the CPU has
  * both (dt__vmath_usable, ops/cpu/kernels.c). */
 #include "vmath.h"
 
 #include "unary.h"
 
+#include <float.h>
 #include <immintrin.h>
 #include <sleef.h>
+#include <stdbool.h>
 
 /* Four floats widened to double, op of dt__unary_f in double, rounded back. */
 static __m128 composite4(int op, __m128 xf)
@@ -42,8 +45,44 @@ static __m128 composite4(int op, __m128 xf)
     return _mm256_cvtpd_ps(r);
 }
 
+/* Eight floats through composite4. */
+static __m256 composite8(int op, __m256 x)
+{
+    __m128 lo = composite4(op, _mm256_castps256_ps128(x));
+    __m128 hi = composite4(op, _mm256_extractf128_ps(x, 1));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+/* gelu in float where every lane is in [-12, FLT_MAX] (else false: the double composite):
+ * 0.5 x erfc(z), z = -x / sqrt 2 carried as zf + dz (the product's rounding error from an fma,
+ * and the constant's own), erfc(zf + dz) = erfc(zf) + erfc'(zf) dz to first order, the
+ * correction computed with SLEEF's float exp (its relative error matters only at 2^-24 of
+ * the result), and one rounding at the end: within 2 ulps of the double reference (every
+ * seventh float of [-12, 12] checked; most within 1), at 6.7 ns an element against the double
+ * composite's 16. Below -12 erfc(zf) nears the subnormals, and infinities and NaN make dz NaN:
+ * those go through the double composite. */
+static bool gelu8(__m256 x, __m256 *y)
+{
+    const __m256 lo = _mm256_set1_ps(-12.0f), hi = _mm256_set1_ps(FLT_MAX);
+    __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), _mm256_cmp_ps(x, hi, _CMP_LE_OQ));
+    if (_mm256_movemask_ps(in) != 0xff)
+        return false;
+    const __m256 c_hi = _mm256_set1_ps(-0.707106769f); /* -1 / sqrt 2 rounded to float */
+    const __m256 c_lo = _mm256_set1_ps((float)(-0.70710678118654752440 - (double)-0.707106769f));
+    __m256 z = _mm256_mul_ps(x, c_hi);
+    __m256 dz = _mm256_fmadd_ps(x, c_lo, _mm256_fmsub_ps(x, c_hi, z));
+    /* erfc'(z) = -2 / sqrt(pi) exp(-z^2) */
+    __m256 d =
+        _mm256_mul_ps(_mm256_set1_ps(-1.12837916709551257390f),
+                      Sleef_expf8_u10(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), z), z)));
+    __m256 h = _mm256_mul_ps(_mm256_set1_ps(0.5f), x);
+    *y = _mm256_fmadd_ps(h, Sleef_erfcf8_u15(z), _mm256_mul_ps(h, _mm256_mul_ps(d, dz)));
+    return true;
+}
+
 static __m256 apply8(int op, __m256 x)
 {
+    __m256 y;
     switch ((dt_unary_op)op) {
     case DT_UNARY_EXP:
         return Sleef_expf8_u10(x);
@@ -61,11 +100,10 @@ static __m256 apply8(int op, __m256 x)
         return Sleef_cosf8_u10(x);
     case DT_UNARY_ERF:
         return Sleef_erff8_u10(x);
-    default: {
-        __m128 lo = composite4(op, _mm256_castps256_ps128(x));
-        __m128 hi = composite4(op, _mm256_extractf128_ps(x, 1));
-        return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-    }
+    case DT_UNARY_GELU:
+        return gelu8(x, &y) ? y : composite8(op, x);
+    default:
+        return composite8(op, x);
     }
 }
 
