@@ -247,6 +247,21 @@ void dt__dev_call_free(dt__coll_req *r);
  * of some axis mask spans across clients, split from one per mesh), freed with it. */
 void dt__dev_mesh_free(dt_mesh *m);
 
+/* What collectives/ keeps per mesh and per runtime, made and freed through mesh/'s hooks
+ * (collectives.c registers them):
+ * - dt__coll_mesh_open: the communicators a mesh's collectives need before any step runs
+ *   (device collectives across clients), made when the mesh is; the outcome is agreed by
+ *   every client. Collective (a mesh that is not client-local).
+ * - dt__coll_mesh_free: the per-mesh state (communicators included). Collective.
+ * - dt__coll_init: MPI objects of the collectives (the 16-bit float reductions), made once
+ *   MPI is up; also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that is not
+ *   0, 1 or auto (the other objects are made all the same). dt__coll_shutdown frees them
+ *   before MPI goes down. */
+dt_status dt__coll_mesh_open(const dt_mesh *m);
+void dt__coll_mesh_free(dt_mesh *m);
+dt_status dt__coll_init(void);
+void dt__coll_shutdown(void);
+
 /* Ledger: record a finished collective. */
 void dt__ledger_record(const dt__coll_req *r, double seconds);
 

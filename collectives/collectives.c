@@ -573,3 +573,15 @@ void dt__coll_axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size)
 {
     axes_str(m, axes, buf, size);
 }
+
+/* mesh/ makes and frees the collectives' state per mesh and per runtime through these. */
+static const dt__hooks coll_hooks = {.floor = DT__FLOOR_COLLECTIVES,
+                                     .mpi_up = dt__coll_init,
+                                     .mpi_down = dt__coll_shutdown,
+                                     .mesh_made = dt__coll_mesh_open,
+                                     .mesh_freed = dt__coll_mesh_free};
+
+__attribute__((constructor)) static void coll_register(void)
+{
+    dt__hooks_add(&coll_hooks);
+}
