@@ -123,9 +123,42 @@ struct dt__coll_req {
     double t0;
     bool parallel;                /* local phases on the device workers (large enough to pay off) */
     struct dt__coll_stage *stage; /* host copies of device buffers (staged.c), or NULL */
-    bool device;                  /* a device collective across clients (device.c) */
-    struct dt__dev_call *dev;     /* its state while in flight, or NULL */
+    const struct dt__transport *transport; /* what carries it (dt__transport_add) */
+    struct dt__dev_call *dev;              /* its state while in flight, or NULL */
 };
+
+/* ---- transports ----------------------------------------------------------------------------
+ *
+ * One way of carrying a collective, as a backend's kernel table carries a kernel. Each file of
+ * a transport adds its entry (a constructor; cuda.c exists only in builds with CUDA), and
+ * dt__collective_start takes the first entry, by ascending priority, whose usable() is true:
+ *   10 "device"  device.c  GPUs whose groups span clients, or NCCL asked for: NCCL or its
+ *                          emulation over MPI, one rank per physical GPU
+ *   20 "staged"  staged.c  devices the host cannot touch in groups spanning clients (clients
+ *                          share GPUs, or emulated GPUs): host copies, then the host path
+ *   30 "cuda"    cuda.c    GPUs of one client: device copies and reduction kernels
+ *   40 "host"    mpi.c     shared memory inside a client, MPI across clients (always usable)
+ * A request runs prepare (before the plan), check (after it), start; then progress until it
+ * says done (the caller yields between calls and watches the time), then finish. */
+typedef struct dt__transport {
+    const char *name;
+    int priority;
+    /* The ledger's backend and the resolved algorithm, or NULL: the plan names them (the host
+     * path: local, mpi, hierarchical, by host) */
+    const char *ledger;
+    dt_collective_algorithm algorithm;
+    bool group_comms; /* runs over the groups' MPI communicators (dt__coll_mask makes them) */
+    /* Pure metadata of r (its mesh and mask), so every client chooses alike. */
+    bool (*usable)(const dt__coll_req *r);
+    dt_status (*prepare)(dt__coll_req *r);     /* NULL: nothing */
+    dt_status (*check)(const dt__coll_req *r); /* NULL: it can run every plan */
+    dt_status (*start)(dt__coll_req *r);
+    /* True once done (a failure sets *status); NULL: start or finish waits by itself. */
+    bool (*progress)(dt__coll_req *r, dt_status *status);
+    dt_status (*finish)(dt__coll_req *r); /* NULL: nothing */
+} dt__transport;
+/* Add t (static storage) to the transports; called before main (constructors). */
+void dt__transport_add(const dt__transport *t);
 
 /* DT_ERR_UNSUPPORTED unless algorithm `a` can run on devices of `type`. */
 dt_status dt__coll_check_algorithm(dt_device_type type, dt_collective_algorithm a, const char *fn);
@@ -156,22 +189,9 @@ bool dt__hosts_choose(dt__coll_kind kind, dt_collective_algorithm a, const dt__h
 dt_status dt__hosts_setup(dt__coll_req *r, dt__gcall *gc);
 dt_status dt__hosts_next(dt__coll_req *r, dt__gcall *gc);
 
-/* Devices whose memory host code cannot touch, in groups spanning clients without NCCL
- * (nccl_possible false: clients share GPUs, or the GPUs are emulated): stage_in copies each
- * local device's buffers to host memory and points r->c at the copies, so that the host path
- * runs on them; stage_out copies the received ones back. */
+/* The host copies of the staged transport (staged.c), freed with the request. */
 typedef struct dt__coll_stage dt__coll_stage;
-bool dt__coll_needs_stage(const dt__coll_req *r, bool nccl_possible);
-dt_status dt__coll_stage_in(dt__coll_req *r);
-dt_status dt__coll_stage_out(dt__coll_req *r);
 void dt__coll_stage_free(dt__coll_stage *st);
-
-#ifdef DT_HAVE_CUDA
-/* GPU devices of one client (collectives/cuda.c): can every group exchange directly (peer
- * access), and queue the collective on the members' streams. */
-dt_status dt__cuda_coll_check(const dt__coll_req *r);
-dt_status dt__cuda_coll_run(dt__coll_req *r);
-#endif
 
 /* ---- device collectives across clients (device.c) ------------------------------------------
  *
@@ -206,6 +226,7 @@ typedef struct dt__xop {
 
 typedef struct dt__xport {
     const char *name; /* the ledger's backend */
+    bool emulated;    /* links GPUs emulated on the host (dt__rt.cuda_emulated), else real ones */
     /* The communicators of `nranks` GPUs, ranks numbered as the caller chose: this client's k
      * GPUs are ranks rank[j], their side devices side[j]; client_of[r] is the client (rank in
      * comm) of rank r. out[j] gets rank[j]'s communicator. Collective over comm, whose every
@@ -227,25 +248,31 @@ typedef struct dt__xport {
     void (*free)(dt__xcomm *c);
 } dt__xport;
 
-extern const dt__xport dt__xport_emulated;
-#ifdef DT_HAVE_CUDA
-extern const dt__xport dt__xport_nccl;
-#endif
+/* Add x (static storage) to the links device.c chooses from: the one whose `emulated` is the
+ * runtime's (nccl.c, only in builds with CUDA; xport_emulated.c). Called before main. */
+void dt__xport_add(const dt__xport *x);
 
-/* Whether a collective of r runs as a device collective (its groups spanning clients, or NCCL
- * asked for, on a backend with a transport whose GPUs no two clients share). Pure metadata. */
-bool dt__dev_applies(const dt__coll_req *r);
-/* Queue it: the side streams wait for the members' compute streams, combine the logical
- * devices of each GPU, run the transport, and give each member its result; nothing waits on
- * the host. Then wait: every member's compute stream waits for its side stream (consumers
- * come after), and the request's temporaries go back. A failure aborts the mesh's
- * communicators and marks its devices dead. */
-dt_status dt__dev_start(dt__coll_req *r);
-dt_status dt__dev_wait(dt__coll_req *r);
+/* The state of a device collective (device.c's transport) while in flight: freed with the
+ * request. */
 void dt__dev_call_free(dt__coll_req *r);
 /* The mesh's device communicators (dt__coll_mesh_open makes them: every set of GPUs a group
  * of some axis mask spans across clients, split from one per mesh), freed with it. */
 void dt__dev_mesh_free(dt_mesh *m);
+
+/* What collectives/ keeps per mesh and per runtime, made and freed through mesh/'s hooks
+ * (collectives.c registers them):
+ * - dt__coll_mesh_open: the communicators a mesh's collectives need before any step runs
+ *   (device collectives across clients), made when the mesh is; the outcome is agreed by
+ *   every client. Collective (a mesh that is not client-local).
+ * - dt__coll_mesh_free: the per-mesh state (communicators included). Collective.
+ * - dt__coll_init: MPI objects of the collectives (the 16-bit float reductions), made once
+ *   MPI is up; also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that is not
+ *   0, 1 or auto (the other objects are made all the same). dt__coll_shutdown frees them
+ *   before MPI goes down. */
+dt_status dt__coll_mesh_open(const dt_mesh *m);
+void dt__coll_mesh_free(dt_mesh *m);
+dt_status dt__coll_init(void);
+void dt__coll_shutdown(void);
 
 /* Ledger: record a finished collective. */
 void dt__ledger_record(const dt__coll_req *r, double seconds);

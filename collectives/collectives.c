@@ -1,5 +1,5 @@
 /* The collectives entry points: validation, the optional agreement check, the choice of
- * algorithm per group, and start / wait over the shared-memory, MPI and NCCL backends. */
+ * algorithm per group, and start / wait over the transport the table gives (dt__transport). */
 #include "coll_internal.h"
 
 #include <sched.h>
@@ -417,31 +417,41 @@ static dt_status plan(dt__coll_req *r)
          {"mpi by host (host-staged)", "hierarchical by host (host-staged)"}},
     };
     r->backend = spans ? names[hosts][r->stage != NULL][stacked] : "local";
-    /* GPU devices: groups inside this client exchange by device copies and reduction kernels
-     * (also between logical devices of one GPU, which NCCL refuses); across clients, or when
-     * NCCL is asked for, device collectives (device.c: NCCL, one rank per physical GPU),
-     * unless the buffers were staged to the host (staged.c). */
-    bool gpus = on_devices(r->m->type) && !r->stage, nccl = r->device;
-    if (gpus || nccl)
-        r->backend = nccl ? "nccl" : "cuda";
-    r->algorithm = nccl   ? DT_ALGORITHM_NCCL
-                   : gpus ? DT_ALGORITHM_AUTO
-                   : ring ? DT_ALGORITHM_RING
+    r->algorithm = ring ? DT_ALGORITHM_RING
                    : rtod || a == DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        ? DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE
                        : DT_ALGORITHM_HIERARCHICAL_COPY;
+    /* the device transports name themselves (the device transport by its link at start) */
+    if (r->transport->ledger) {
+        r->backend = r->transport->ledger;
+        r->algorithm = r->transport->algorithm;
+    }
     return DT_OK;
 }
 
-/* The host path reads and writes the buffers of devices the host cannot touch only after their
- * queued work is done (emulated GPUs in one client; staged copies wait by themselves). */
-static dt_status host_ready(const dt__coll_req *r)
+/* ---- the transports ------------------------------------------------------------------------ */
+
+/* Sorted by priority, lowest first; filled before main (constructors), read-only afterwards. */
+static const dt__transport *transports[8];
+static int num_transports;
+
+void dt__transport_add(const dt__transport *t)
 {
-    const dt__backend *be = dt__backend_of(r->m->type);
-    dt__device *const *devs = dt__mesh_local_devices(r->m);
-    for (int i = 0; be && !be->host_accessible && be->sync && !r->stage && i < r->m->num_local; i++)
-        DT_TRY(be->sync(devs[i]));
-    return DT_OK;
+    if (num_transports == (int)(sizeof transports / sizeof *transports))
+        abort(); /* a broken invariant of the build: more transports than slots */
+    int i = num_transports++;
+    for (; i > 0 && transports[i - 1]->priority > t->priority; i--)
+        transports[i] = transports[i - 1];
+    transports[i] = t;
+}
+
+/* The first transport, by priority, that carries r (the host transport carries any). */
+static const dt__transport *choose(const dt__coll_req *r)
+{
+    for (int i = 0; i < num_transports; i++)
+        if (transports[i]->usable(r))
+            return transports[i];
+    abort(); /* a broken invariant of the build: no transport left */
 }
 
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out)
@@ -464,31 +474,25 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
     unsigned axes = c->axes & ((1u << m->num_axes) - 1u);
     if (s == DT_OK)
         s = dt__coll_mask(m, axes, false, &r->mask);
-    /* across clients, GPUs exchange on the devices unless clients share a GPU (NCCL refuses
-     * two ranks on one); then through host copies */
-    r->device = s == DT_OK && dt__dev_applies(r);
-    if (s == DT_OK && !r->device && dt__coll_needs_stage(r, false))
-        s = dt__coll_stage_in(r);
+    /* the first transport by priority that carries it (coll_internal.h: across clients, GPUs
+     * exchange on the devices unless clients share a GPU, NCCL refusing two ranks on one; then
+     * through host copies) */
+    if (s == DT_OK) {
+        r->transport = choose(r);
+        if (r->transport->prepare)
+            s = r->transport->prepare(r);
+    }
     if (s == DT_OK)
         s = plan(r);
-#ifdef DT_HAVE_CUDA
-    if (s == DT_OK && on_devices(m->type) && !r->stage && !r->device)
-        s = dt__cuda_coll_check(r);
-#endif
+    if (s == DT_OK && r->transport->check)
+        s = r->transport->check(r);
     if (check)
         s = check_agreement(r, s);
     if (s == DT_OK)
-        s = dt__coll_mask(m, axes, !r->device, &r->mask);
+        s = dt__coll_mask(m, axes, r->transport->group_comms, &r->mask);
     if (s == DT_OK) {
         r->mask->seq++;
-        if (r->device)
-            s = dt__dev_start(r);
-#ifdef DT_HAVE_CUDA
-        else if (on_devices(m->type) && !r->stage)
-            s = dt__cuda_coll_run(r);
-#endif
-        else if ((s = host_ready(r)) == DT_OK)
-            s = dt__coll_mpi_start(r);
+        s = r->transport->start(r);
     }
     if (s != DT_OK) {
         req_free(r);
@@ -540,22 +544,19 @@ dt_status dt__collective_wait(dt__coll_req *r)
     if (!r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
-    if (r->device) {
-        s = dt__dev_wait(r);
-    } else if (!on_devices(r->m->type) || r->stage) {
+    const dt__transport *t = r->transport;
+    if (t->progress) {
         dt__waiter w;
         dt__wait_begin(&w);
-        while (!dt__coll_mpi_progress(r, &s))
+        while (!t->progress(r, &s))
             if (dt__wait_pause(&w)) {
                 s = gave_up(r, &w);
                 break;
             }
         dt__wait_end(&w);
-        if (s == DT_OK)
-            dt__coll_local_post(r);
-        if (s == DT_OK && r->stage)
-            s = dt__coll_stage_out(r);
     }
+    if (s == DT_OK && t->finish)
+        s = t->finish(r);
     if (s == DT_OK)
         dt__ledger_record(r, now() - r->t0);
     req_free(r);
@@ -572,4 +573,16 @@ dt_status dt__collective(const dt_mesh *m, const dt__coll *c)
 void dt__coll_axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size)
 {
     axes_str(m, axes, buf, size);
+}
+
+/* mesh/ makes and frees the collectives' state per mesh and per runtime through these. */
+static const dt__hooks coll_hooks = {.floor = DT__FLOOR_COLLECTIVES,
+                                     .mpi_up = dt__coll_init,
+                                     .mpi_down = dt__coll_shutdown,
+                                     .mesh_made = dt__coll_mesh_open,
+                                     .mesh_freed = dt__coll_mesh_free};
+
+__attribute__((constructor)) static void coll_register(void)
+{
+    dt__hooks_add(&coll_hooks);
 }

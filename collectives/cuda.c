@@ -113,7 +113,8 @@ static dt_status member(const dt__coll_req *r, const dt__gcall *gc, dt__device *
     }
 }
 
-dt_status dt__cuda_coll_check(const dt__coll_req *r)
+/* Can every group exchange directly (at most DT__COMBINE_MAX members here, peer access)? */
+static dt_status cuda_check(const dt__coll_req *r)
 {
     dt__device *const *devs = dt__mesh_local_devices(r->m);
     for (int gi = 0; gi < r->num_groups; gi++) {
@@ -138,7 +139,8 @@ dt_status dt__cuda_coll_check(const dt__coll_req *r)
     return DT_OK;
 }
 
-dt_status dt__cuda_coll_run(dt__coll_req *r)
+/* Queue the collective on the members' streams; the host does not wait. */
+static dt_status cuda_start(dt__coll_req *r)
 {
     dt__device *const *devs = dt__mesh_local_devices(r->m);
     for (int gi = 0; gi < r->num_groups; gi++) {
@@ -155,4 +157,25 @@ dt_status dt__cuda_coll_run(dt__coll_req *r)
         DT_TRY(cross_wait(r, mem, k, true));
     }
     return DT_OK;
+}
+
+/* Collectives of a mesh whose backend runs them on its devices (GPUs, not emulated ones). */
+static bool cuda_usable(const dt__coll_req *r)
+{
+    const dt__backend *be = dt__backend_of(r->m->type);
+    return be && be->device_collectives;
+}
+
+static const dt__transport cuda_transport = {.name = "cuda",
+                                             .priority = 30,
+                                             .ledger = "cuda",
+                                             .algorithm = DT_ALGORITHM_AUTO,
+                                             .group_comms = true,
+                                             .usable = cuda_usable,
+                                             .check = cuda_check,
+                                             .start = cuda_start};
+
+__attribute__((constructor)) static void cuda_register(void)
+{
+    dt__transport_add(&cuda_transport);
 }

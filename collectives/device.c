@@ -49,17 +49,23 @@ struct dt__devmesh {
     int nsets, cap;
 };
 
+/* The links between GPUs this build has; filled before main (constructors). */
+static const dt__xport *xports[4];
+static int num_xports;
+
+void dt__xport_add(const dt__xport *x)
+{
+    if (num_xports == (int)(sizeof xports / sizeof *xports))
+        abort(); /* a broken invariant of the build: more links than slots */
+    xports[num_xports++] = x;
+}
+
 static const dt__xport *xport_of(dt_device_type type)
 {
-    if (type != DT_DEVICE_CUDA)
-        return NULL;
-    if (dt__rt.cuda_emulated)
-        return &dt__xport_emulated;
-#ifdef DT_HAVE_CUDA
-    return &dt__xport_nccl;
-#else
+    for (int i = 0; type == DT_DEVICE_CUDA && i < num_xports; i++)
+        if (xports[i]->emulated == dt__rt.cuda_emulated)
+            return xports[i];
     return NULL;
-#endif
 }
 
 /* The side device of GPU `gpu`: this client's first device on it, whatever the mesh. */
@@ -321,7 +327,9 @@ static void fail_mesh(const dt_mesh *m)
 
 /* ---- one collective ------------------------------------------------------------------------ */
 
-bool dt__dev_applies(const dt__coll_req *r)
+/* Whether a collective of r runs as a device collective (its groups spanning clients, or NCCL
+ * asked for, on a backend with a transport whose GPUs no two clients share). Pure metadata. */
+static bool dev_applies(const dt__coll_req *r)
 {
     if (!mesh_uses_devices(r->m) || !r->mask)
         return false;
@@ -817,7 +825,10 @@ static dt_status finish_group(dt__coll_req *r, struct dt__dev_call *c, int gi)
     return s;
 }
 
-dt_status dt__dev_start(dt__coll_req *r)
+/* Queue it: the side streams wait for the members' compute streams, combine the logical
+ * devices of each GPU, run the transport, and give each member its result; nothing waits on
+ * the host. A failure aborts the mesh's communicators and marks its devices dead. */
+static dt_status dev_start(dt__coll_req *r)
 {
     const dt_mesh *m = r->m;
     dt_mesh *mm = (dt_mesh *)m;
@@ -869,7 +880,10 @@ dt_status dt__dev_start(dt__coll_req *r)
     return s;
 }
 
-dt_status dt__dev_wait(dt__coll_req *r)
+/* Every member's compute stream waits for its side stream (consumers come after), and the
+ * request's temporaries go back. A failure aborts the mesh's communicators and marks its
+ * devices dead. */
+static dt_status dev_wait(dt__coll_req *r)
 {
     struct dt__dev_call *c = r->dev;
     if (!c)
@@ -896,4 +910,18 @@ dt_status dt__dev_wait(dt__coll_req *r)
         fail_mesh(r->m);
     dt__dev_call_free(r);
     return s;
+}
+
+static const dt__transport dev_transport = {.name = "device",
+                                            .priority = 10,
+                                            .ledger = "nccl",
+                                            .algorithm = DT_ALGORITHM_NCCL,
+                                            .group_comms = false,
+                                            .usable = dev_applies,
+                                            .start = dev_start,
+                                            .finish = dev_wait};
+
+__attribute__((constructor)) static void dev_register(void)
+{
+    dt__transport_add(&dev_transport);
 }

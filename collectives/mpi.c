@@ -1,6 +1,8 @@
-/* Cross-client step of a group that spans clients: one nonblocking MPI collective on the
- * group's communicator, or a ring of point-to-point messages, or reduce-then-broadcast. Every
- * call here is nonblocking; dt__coll_mpi_progress tests and advances (the caller yields). */
+/* The host transport's cross-client step of a group that spans clients: one nonblocking MPI
+ * collective on the group's communicator, or a ring of point-to-point messages, or
+ * reduce-then-broadcast (local.c does the shared-memory phases around it). Every call here is
+ * nonblocking; dt__coll_mpi_progress tests and advances (the caller yields). Also MPI's types
+ * and reductions of the dtypes, and the transport's entry. */
 #include "coll_internal.h"
 
 #include <limits.h>
@@ -14,6 +16,98 @@ static dt_status fits_int(const dt__coll_req *r, const dt__gcall *gc, int64_t v,
     return dt__fail(DT_ERR_UNSUPPORTED,
                     "%s: %s of %lld elements in group %d exceeds MPI's int counts",
                     dt__coll_kind_name(r->c.kind), what, (long long)v, gc->g->id);
+}
+
+/* ---- MPI types and reductions of the dtypes ------------------------------------------------ */
+
+MPI_Datatype dt__coll_mpi_type(dt_dtype t)
+{
+    static const MPI_Datatype types[] = {
+        [DT_DTYPE_F32] = MPI_FLOAT,
+        [DT_DTYPE_F64] = MPI_DOUBLE,
+        [DT_DTYPE_I32] = MPI_INT32_T,
+        [DT_DTYPE_I64] = MPI_INT64_T,
+        /* the 16-bit floats as their bits: reductions use the ops of dt__coll_mpi_op */
+        [DT_DTYPE_BF16] = MPI_UINT16_T,
+        [DT_DTYPE_F16] = MPI_UINT16_T,
+        [DT_DTYPE_BOOL] = MPI_UINT8_T,
+        [DT_DTYPE_U8] = MPI_UINT8_T,
+        [DT_DTYPE_I8] = MPI_INT8_T,
+    };
+    return types[t];
+}
+
+/* MPI's reductions know no 16-bit floats, MPICH 4.0 compares MPI_UINT8_T (and
+ * MPI_UNSIGNED_CHAR) as signed in MPI_MAX and MPI_MIN (3 > 255), and its MPI_MAX and MPI_MIN of
+ * floats keep or drop a NaN by the order of the operands: user ops (created at dt_init) run the
+ * library's own element loops there. */
+#define USER_MPI_FN(NAME, name, opname, OP)                                             \
+    static void mpi_##name##_##opname(void *in, void *inout, int *len, MPI_Datatype *t) \
+    {                                                                                   \
+        (void)t;                                                                        \
+        dt__coll_reduce(DT_DTYPE_##NAME, OP, inout, in, (size_t)*len);                  \
+    }
+#define USER_MPI_FNS(NAME, name)                  \
+    USER_MPI_FN(NAME, name, sum, DT_REDUCE_SUM)   \
+    USER_MPI_FN(NAME, name, prod, DT_REDUCE_PROD) \
+    USER_MPI_FN(NAME, name, max, DT_REDUCE_MAX)   \
+    USER_MPI_FN(NAME, name, min, DT_REDUCE_MIN)
+USER_MPI_FNS(BF16, bf16)
+USER_MPI_FNS(F16, f16)
+USER_MPI_FN(U8, u8, max, DT_REDUCE_MAX)
+USER_MPI_FN(U8, u8, min, DT_REDUCE_MIN)
+USER_MPI_FN(F32, f32, max, DT_REDUCE_MAX)
+USER_MPI_FN(F32, f32, min, DT_REDUCE_MIN)
+USER_MPI_FN(F64, f64, max, DT_REDUCE_MAX)
+USER_MPI_FN(F64, f64, min, DT_REDUCE_MIN)
+
+static MPI_Op user_ops[DT_DTYPE_COUNT][DT_REDUCE_COUNT];
+static bool user_ops_made;
+
+dt_status dt__coll_init(void)
+{
+#define HALF_FNS(name)                     \
+    {[DT_REDUCE_SUM] = mpi_##name##_sum,   \
+     [DT_REDUCE_MEAN] = mpi_##name##_sum,  \
+     [DT_REDUCE_PROD] = mpi_##name##_prod, \
+     [DT_REDUCE_MAX] = mpi_##name##_max,   \
+     [DT_REDUCE_MIN] = mpi_##name##_min}
+    MPI_User_function *fns[DT_DTYPE_COUNT][DT_REDUCE_COUNT] = {
+        [DT_DTYPE_BF16] = HALF_FNS(bf16),
+        [DT_DTYPE_F16] = HALF_FNS(f16),
+        [DT_DTYPE_U8] = {[DT_REDUCE_MAX] = mpi_u8_max, [DT_REDUCE_MIN] = mpi_u8_min},
+        [DT_DTYPE_F32] = {[DT_REDUCE_MAX] = mpi_f32_max, [DT_REDUCE_MIN] = mpi_f32_min},
+        [DT_DTYPE_F64] = {[DT_REDUCE_MAX] = mpi_f64_max, [DT_REDUCE_MIN] = mpi_f64_min},
+    };
+#undef HALF_FNS
+    for (int t = 0; t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            user_ops[t][o] = MPI_OP_NULL;
+    for (int t = 0; t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            if (fns[t][o])
+                MPI_Op_create(fns[t][o], 1, &user_ops[t][o]);
+    user_ops_made = true;
+    return dt__hosts_configure();
+}
+
+void dt__coll_shutdown(void)
+{
+    dt__hosts_shutdown();
+    for (int t = 0; user_ops_made && t < DT_DTYPE_COUNT; t++)
+        for (int o = 0; o < DT_REDUCE_COUNT; o++)
+            if (user_ops[t][o] != MPI_OP_NULL)
+                MPI_Op_free(&user_ops[t][o]);
+    user_ops_made = false;
+}
+
+MPI_Op dt__coll_mpi_op(dt_dtype t, dt_reduce_op op)
+{
+    static const MPI_Op ops[] = {
+        [DT_REDUCE_SUM] = MPI_SUM, [DT_REDUCE_MEAN] = MPI_SUM,  [DT_REDUCE_MAX] = MPI_MAX,
+        [DT_REDUCE_MIN] = MPI_MIN, [DT_REDUCE_PROD] = MPI_PROD,
+    };
+    return user_ops_made && user_ops[t][op] != MPI_OP_NULL ? user_ops[t][op] : ops[op];
 }
 
 /* ---- ring ---------------------------------------------------------------------------------- */
@@ -338,4 +432,40 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
         all = all && gc->done;
     }
     return all;
+}
+
+/* The host path reads and writes the buffers of devices the host cannot touch only after their
+ * queued work is done (emulated GPUs in one client; staged copies wait by themselves). */
+static dt_status host_start(dt__coll_req *r)
+{
+    const dt__backend *be = dt__backend_of(r->m->type);
+    dt__device *const *devs = dt__mesh_local_devices(r->m);
+    for (int i = 0; be && !be->host_accessible && be->sync && i < r->m->num_local; i++)
+        DT_TRY(be->sync(devs[i]));
+    return dt__coll_mpi_start(r);
+}
+
+static bool host_usable(const dt__coll_req *r)
+{
+    (void)r;
+    return true;
+}
+
+static dt_status host_finish(dt__coll_req *r)
+{
+    dt__coll_local_post(r);
+    return DT_OK;
+}
+
+static const dt__transport host_transport = {.name = "host",
+                                             .priority = 40,
+                                             .group_comms = true,
+                                             .usable = host_usable,
+                                             .start = host_start,
+                                             .progress = dt__coll_mpi_progress,
+                                             .finish = host_finish};
+
+__attribute__((constructor)) static void host_register(void)
+{
+    dt__transport_add(&host_transport);
 }

@@ -516,11 +516,17 @@ static void nccl_free(dt__xcomm *c)
     free(c);
 }
 
-const dt__xport dt__xport_nccl = {
+static const dt__xport nccl_xport = {
     .name = "nccl",
+    .emulated = false,
     .init = nccl_init,
     .split = nccl_split,
     .run = nccl_run,
     .abort = nccl_abort,
     .free = nccl_free,
 };
+
+__attribute__((constructor)) static void nccl_register(void)
+{
+    dt__xport_add(&nccl_xport);
+}

@@ -46,10 +46,13 @@ static void from_f32(dt_dtype t, uint16_t *dst, const float *src, size_t n)
         dst[i] = t == DT_DTYPE_BF16 ? dt__f32_to_bf16(src[i]) : dt__f32_to_f16(src[i]);
 }
 
-bool dt__coll_needs_stage(const dt__coll_req *r, bool nccl_possible)
+/* Devices whose memory host code cannot touch, in groups spanning clients without device
+ * collectives (the device transport comes first: here clients share GPUs, or the GPUs are
+ * emulated without its emulation). */
+static bool stage_needed(const dt__coll_req *r)
 {
     const dt__backend *be = dt__backend_of(r->m->type);
-    if (!be || be->host_accessible || nccl_possible)
+    if (!be || be->host_accessible)
         return false;
     for (int gi = 0; gi < r->mask->num_groups; gi++)
         if (r->mask->groups[gi].num_clients > 1)
@@ -120,7 +123,9 @@ void dt__coll_stage_free(dt__coll_stage *st)
     free(st);
 }
 
-dt_status dt__coll_stage_in(dt__coll_req *r)
+/* Copy each local device's buffers to host memory and point r->c at the copies, so that the
+ * host path runs on them. */
+static dt_status stage_in(dt__coll_req *r)
 {
     int n = r->m->num_local;
     dt__coll_stage *st = calloc(1, sizeof *st);
@@ -188,7 +193,8 @@ dt_status dt__coll_stage_in(dt__coll_req *r)
     return DT_OK;
 }
 
-dt_status dt__coll_stage_out(dt__coll_req *r)
+/* Copy the received ones back. */
+static dt_status stage_out(dt__coll_req *r)
 {
     dt__coll_stage *st = r->stage;
     dt__device *const *devs = dt__mesh_local_devices(r->m);
@@ -210,4 +216,25 @@ dt_status dt__coll_stage_out(dt__coll_req *r)
     if (wide) /* the ledger records the collective's own dtype */
         r->c.dtype = st->widened;
     return s;
+}
+
+/* The host path on the copies, then the copies back. */
+static dt_status staged_finish(dt__coll_req *r)
+{
+    dt__coll_local_post(r);
+    return stage_out(r);
+}
+
+static const dt__transport staged_transport = {.name = "staged",
+                                               .priority = 20,
+                                               .group_comms = true,
+                                               .usable = stage_needed,
+                                               .prepare = stage_in,
+                                               .start = dt__coll_mpi_start,
+                                               .progress = dt__coll_mpi_progress,
+                                               .finish = staged_finish};
+
+__attribute__((constructor)) static void staged_register(void)
+{
+    dt__transport_add(&staged_transport);
 }

@@ -433,11 +433,17 @@ static dt_status emu_run(int n, const dt__xop ops[])
     return s;
 }
 
-const dt__xport dt__xport_emulated = {
+static const dt__xport emu_xport = {
     .name = "nccl (emulated)",
+    .emulated = true,
     .init = emu_init,
     .split = emu_split,
     .run = emu_run,
     .abort = emu_abort,
     .free = emu_free,
 };
+
+__attribute__((constructor)) static void emu_register(void)
+{
+    dt__xport_add(&emu_xport);
+}

@@ -212,6 +212,10 @@ struct dt__device {
     int ordinal;     /* CUDA device ordinal; core index a CPU worker is bound to, or -1 */
     int logical;     /* CUDA: index of this logical device on its physical GPU */
     int gpu;         /* CUDA: the job-wide number of its physical GPU (dt__rt.gpu_of) */
+    /* this client's devices of its type, this one among them (the runtime's array): how a
+     * backend reaches the other devices of a GPU */
+    dt__device *siblings;
+    int num_siblings;
     const dt__backend *backend;
     dt__kctx kx;              /* what kernels see (stream, BLAS handle, TF32) */
     void *ev_ready, *ev_done; /* CUDA events ordering collectives between devices' streams */
@@ -260,7 +264,8 @@ void dt__device_free(dt__device *d, void *p, size_t bytes);
 void dt__device_release_cache(dt__device *d);
 /* Mark d dead with the message of the current failure (dt_last_error()): from now on every
  * allocation and kernel on it fails with DT_ERR_DEVICE naming it. The first mark stays.
- * dt__device_alive: DT_OK, or that failure again. */
+ * dt__device_alive: DT_OK, or that failure again. (common/device.c: the backends mark their
+ * devices too.) */
 void dt__device_kill(dt__device *d);
 dt_status dt__device_alive(const dt__device *d);
 /* Test hook: from now on, this process's device allocations of more than `bytes` fail with
@@ -491,24 +496,41 @@ struct dt_mesh {
     dt_collective_algorithm coll_algorithm; /* dt_mesh_set_collective_algorithm */
 };
 
-/* The eager program cache (spmd/graph.c): drop every program built for mesh m (called when
- * the mesh is destroyed, so no cached program outlives a mesh it points to); free it all (at
- * dt_finalize); the number of cached programs (tests). Not collective. */
-void dt__program_cache_drop_mesh(const dt_mesh *m);
-void dt__program_cache_free(void);
+/* Hooks (mesh/mesh.c): the state that a floor above mesh/ keeps per mesh and per runtime is
+ * made and dropped when mesh/ says, through hooks that floor registers (a constructor in its
+ * own folder, at library load), so that no call runs up a floor. Every member may be NULL.
+ * Hooks that make run bottom floor first; hooks that drop run top floor first (an upper
+ * floor's state may point into a lower one's: programs cached per mesh before the mesh's
+ * communicators). */
+typedef struct dt__hooks {
+    int floor; /* orders the hooks: DT__FLOOR_* */
+    /* dt_init, MPI just up (a client of an MPI job), before the world communicator is made:
+     * MPI objects of that floor. A failure is agreed by dt_init like its own. */
+    dt_status (*mpi_up)(void);
+    /* MPI about to go down (dt_finalize, or a dt_init that failed after mpi_up), once every
+     * device has stopped; also after a client was lost, so it waits for no other client. */
+    void (*mpi_down)(void);
+    /* dt_finalize, every client agreed, before the runtime's own meshes are freed. */
+    void (*finalize)(void);
+    /* A mesh that is not client-local was made: what its steps need made now, agreed by
+     * every client (collective over the mesh). A failure frees the mesh (mesh_freed). */
+    dt_status (*mesh_made)(const dt_mesh *m);
+    /* A mesh's last reference is freed. Collective as dt_mesh_free is. */
+    void (*mesh_freed)(dt_mesh *m);
+} dt__hooks;
+/* The floors above mesh/ that keep state per mesh or runtime (docs/ARCHITECTURE.md, "The
+ * floors"), bottom to top. */
+enum { DT__FLOOR_LAYOUT = 1, DT__FLOOR_COLLECTIVES, DT__FLOOR_SPMD, DT__FLOOR_TRAIN };
+/* Add h (kept, not copied: static storage) to the hooks. Called before main (constructors). */
+void dt__hooks_add(const dt__hooks *h);
+/* Run every hook of one kind (mesh/ alone calls these). */
+dt_status dt__hooks_mpi_up(void);
+void dt__hooks_mpi_down(void);
+void dt__hooks_finalize(void);
+dt_status dt__hooks_mesh_made(const dt_mesh *m);
+void dt__hooks_mesh_freed(dt_mesh *m);
+/* The number of programs in the eager program cache (spmd/graph.c; tests). Not collective. */
 int dt__program_cache_count(void);
-
-/* Free the collectives' per-mesh state (communicators included). Collective. */
-void dt__coll_mesh_free(dt_mesh *m);
-/* The communicators a mesh's collectives need before any step runs (device collectives
- * across clients), made when the mesh is; the outcome is agreed by every client. Collective
- * (a mesh that is not client-local). */
-dt_status dt__coll_mesh_open(const dt_mesh *m);
-/* MPI objects of the collectives (the 16-bit float reductions): made once MPI is up, freed
- * before it goes down. Also reads DTENSOR_COLLECTIVES_BY_HOST: DT_ERR_ARG naming a value that
- * is not 0, 1 or auto (the other objects are made all the same). */
-dt_status dt__coll_init(void);
-void dt__coll_shutdown(void);
 
 dt_mesh *dt__mesh_retain(const dt_mesh *m);
 /* A mesh over the runtime devices `ids` (strictly increasing global ids; NULL: all of them),

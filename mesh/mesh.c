@@ -5,6 +5,64 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- hooks of the floors above ----------------------------------------------------------- */
+
+/* Sorted by floor, bottom first; filled before main (constructors), read-only afterwards. */
+static const dt__hooks *hooks[8];
+static int num_hooks;
+
+void dt__hooks_add(const dt__hooks *h)
+{
+    if (num_hooks == (int)(sizeof hooks / sizeof *hooks))
+        abort(); /* a broken invariant of the build: more floors than slots */
+    int i = num_hooks++;
+    for (; i > 0 && hooks[i - 1]->floor > h->floor; i--)
+        hooks[i] = hooks[i - 1];
+    hooks[i] = h;
+}
+
+dt_status dt__hooks_mpi_up(void)
+{
+    dt_status s = DT_OK;
+    for (int i = 0; i < num_hooks; i++)
+        if (hooks[i]->mpi_up) {
+            dt_status t = hooks[i]->mpi_up();
+            s = s == DT_OK ? t : s;
+        }
+    return s;
+}
+
+void dt__hooks_mpi_down(void)
+{
+    for (int i = num_hooks - 1; i >= 0; i--)
+        if (hooks[i]->mpi_down)
+            hooks[i]->mpi_down();
+}
+
+void dt__hooks_finalize(void)
+{
+    for (int i = num_hooks - 1; i >= 0; i--)
+        if (hooks[i]->finalize)
+            hooks[i]->finalize();
+}
+
+dt_status dt__hooks_mesh_made(const dt_mesh *m)
+{
+    for (int i = 0; i < num_hooks; i++)
+        if (hooks[i]->mesh_made)
+            DT_TRY(hooks[i]->mesh_made(m));
+    return DT_OK;
+}
+
+void dt__hooks_mesh_freed(dt_mesh *m)
+{
+    for (int i = num_hooks - 1; i >= 0; i--)
+        if (hooks[i]->mesh_freed)
+            hooks[i]->mesh_freed(m);
+}
+
+/* ---- meshes ------------------------------------------------------------------------------- */
+
 static bool valid_name(const char *s)
 {
     if (!s || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
@@ -289,7 +347,7 @@ dt_status dt__mesh_build(int num_axes, const char *const names[], const int size
     }
     atomic_fetch_add(&dt__rt.live_meshes, 1);
     /* communicators of device collectives are made now, agreed, never inside a step */
-    dt_status s = client_local ? DT_OK : dt__coll_mesh_open(m);
+    dt_status s = client_local ? DT_OK : dt__hooks_mesh_made(m);
     if (s != DT_OK) {
         dt_mesh_free(m);
         return s;
@@ -462,8 +520,7 @@ void dt_mesh_free(dt_mesh *m)
     DT__SERIAL();
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
-    dt__program_cache_drop_mesh(m);
-    dt__coll_mesh_free(m);
+    dt__hooks_mesh_freed(m);
     if (m->comm != MPI_COMM_NULL)
         MPI_Comm_free(&m->comm);
     free(m->local);

@@ -316,6 +316,8 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
         d->ordinal = ordinals ? ordinals[i] : -1;
         d->logical = logical ? logical[i] : 0;
         d->backend = backend;
+        d->siblings = devs;
+        d->num_siblings = count;
         pthread_mutex_init(&d->lock, NULL);
         pthread_cond_init(&d->wake, NULL);
         pthread_mutex_init(&d->cache_lock, NULL);
@@ -664,7 +666,7 @@ static void release_all(bool finalizing)
     dt__channel_close();
     bool lost = dt__watch_lost();
     if (dt__rt.mpi_used)
-        dt__coll_shutdown();
+        dt__hooks_mpi_down();
     bool hosts =
         finalizing && !lost && dt__rt.mpi_used && dt__rt.clients_on_host < dt__rt.num_clients;
     double quiet = hosts ? quiesce() : 0;
@@ -719,7 +721,7 @@ dt_status dt_init(const dt_init_options *opts)
             dt__rt.mpi_owned = true;
         }
         dt__rt.mpi_used = true;
-        dt_status c = dt__coll_init();
+        dt_status c = dt__hooks_mpi_up();
         local = local == DT_OK ? c : local;
         MPI_Comm_dup(MPI_COMM_WORLD, &dt__rt.world);
         /* errors are statuses, never an abort of the job: a message that fails because a client
@@ -834,7 +836,7 @@ dt_status dt_finalize(void)
         DT_TRY(local);
     else
         DT_TRY(dt__agree(dt__rt.world, local));
-    dt__program_cache_free();
+    dt__hooks_finalize();
     dt__mesh_all_free();
     release_all(true);
     return DT_OK;

@@ -15,6 +15,9 @@ export HWLOC_PLUGINS_BLACKLIST=hwloc_pci
 status=0
 for kind in plain asan; do
     dir=$(scripts/build.sh "$kind") || { echo "build ($kind) failed"; exit 1; }
+    # no call or include up a floor (docs/ARCHITECTURE.md, "The floors"); the plain build has
+    # every object, CUDA's included
+    if [ "$kind" = plain ]; then scripts/check_layers.sh "$dir" || status=1; fi
     echo "== tests: $dir"
     # Suite 'multihost' (clients on several hosts made of network namespaces, MPICH over TCP)
     # runs in the plain build; under ASan the by-host paths run through DTENSOR_AGREE_HOSTS=2.

@@ -395,7 +395,8 @@ static void cache_insert(const cache_key *k, size_t len, uint64_t h, dt__program
     pthread_mutex_unlock(&cache_lock);
 }
 
-void dt__program_cache_drop_mesh(const dt_mesh *m)
+/* Drop every program built for mesh m, so that no cached program outlives a mesh it points to. */
+static void cache_drop_mesh(dt_mesh *m)
 {
     pthread_mutex_lock(&cache_lock);
     int keep = 0;
@@ -434,13 +435,22 @@ void dt__program_cache_drop_mesh(const dt_mesh *m)
     pthread_mutex_unlock(&cache_lock);
 }
 
-void dt__program_cache_free(void)
+static void cache_free(void)
 {
     pthread_mutex_lock(&cache_lock);
     cache_clear_locked();
     free(cache);
     cache = NULL;
     pthread_mutex_unlock(&cache_lock);
+}
+
+/* The cache follows the meshes and the runtime (mesh/ calls these through its hooks). */
+static const dt__hooks cache_hooks = {
+    .floor = DT__FLOOR_SPMD, .finalize = cache_free, .mesh_freed = cache_drop_mesh};
+
+__attribute__((constructor)) static void cache_register(void)
+{
+    dt__hooks_add(&cache_hooks);
 }
 
 int dt__program_cache_count(void)

@@ -120,15 +120,19 @@ static dt_status emu_fail(dt__device *d, const char *fmt, ...)
     return s;
 }
 
+/* The client's emulated devices (the runtime's array, from their opens until the last close). */
+static dt__device *cuda_devs;
+static int num_cuda;
+
 static dt__device *device(int local)
 {
-    return &dt__rt.devices[DT_DEVICE_CUDA][local];
+    return &cuda_devs[local];
 }
 
 /* Drop the regions every compute stream has waited for. */
 static void prune(void)
 {
-    int n = dt__rt.num_devices[DT_DEVICE_CUDA];
+    int n = num_cuda;
     for (emu_region **r = &regions; *r;) {
         bool all = true;
         for (int i = 0; all && i < n; i++) {
@@ -227,7 +231,7 @@ static dt_status drain(dt__device *d)
 static dt_status drain_all(void)
 {
     dt_status s = DT_OK;
-    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++) {
+    for (int i = 0; i < num_cuda; i++) {
         dt_status t = drain(device(i));
         s = s == DT_OK ? t : s;
     }
@@ -274,7 +278,9 @@ static dt_status emu_open(dt__device *d)
     enter_lock();
     pthread_mutex_unlock(&lock);
     emu_dev *e = calloc(1, sizeof *e);
-    int n = dt__rt.num_devices[DT_DEVICE_CUDA];
+    cuda_devs = d->siblings;
+    num_cuda = d->num_siblings;
+    int n = num_cuda;
     if (e)
         e->waited = calloc((size_t)n + 1, sizeof *e->waited);
     if (!e || !e->waited) {
@@ -294,7 +300,7 @@ static void emu_close(dt__device *d)
     emu_dev *e = dev_of(d);
     /* the last device closed takes the regions with it */
     bool last = true;
-    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++)
+    for (int i = 0; i < num_cuda; i++)
         last = last && (device(i) == d || !dev_of(device(i)));
     while (last && regions) {
         emu_region *r = regions;
@@ -302,6 +308,10 @@ static void emu_close(dt__device *d)
         free(r);
     }
     d->side = NULL;
+    if (last) { /* the runtime frees its array next */
+        cuda_devs = NULL;
+        num_cuda = 0;
+    }
     pthread_mutex_unlock(&lock);
     if (e)
         free(e->waited);
@@ -432,7 +442,7 @@ static dt_status side_use(dt__device *side, const void *p, size_t bytes, bool wr
     emu_dev *e = dev_of(side);
     if (!late || !bytes)
         return DT_OK;
-    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++) {
+    for (int i = 0; i < num_cuda; i++) {
         dt__device *d = device(i);
         for (const emu_op *o = dev_of(d) ? dev_of(d)->head : NULL; o; o = o->next) {
             bool writes =

@@ -100,9 +100,9 @@ static void poisoned(const dt__device *d, cudaError_t e)
 {
     if (!sticky(e))
         return;
-    for (int i = 0; i < dt__rt.num_devices[DT_DEVICE_CUDA]; i++)
-        if (dt__rt.devices[DT_DEVICE_CUDA][i].ordinal == d->ordinal)
-            dt__device_kill(&dt__rt.devices[DT_DEVICE_CUDA][i]);
+    for (int i = 0; i < d->num_siblings; i++)
+        if (d->siblings[i].ordinal == d->ordinal)
+            dt__device_kill(&d->siblings[i]);
 }
 
 bool dt__cuda_can_access(int a, int b)
