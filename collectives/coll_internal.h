@@ -120,7 +120,11 @@ struct dt__coll_req {
     int num_groups;
     dt__gcall *gc;
     char *block; /* the groups' small arrays (send, recv, seg, mc) */
-    double t0;
+    /* monotonic seconds: the start called and returned, the wait entered, the completion seen
+     * (by dt__collective_test or the wait; 0 until then) */
+    double t0, t_started, t_wait, t_done;
+    dt_status poked; /* a failure dt__collective_test met, returned by the wait */
+    char poked_msg[512];
     bool parallel;                /* local phases on the device workers (large enough to pay off) */
     struct dt__coll_stage *stage; /* host copies of device buffers (staged.c), or NULL */
     bool device;                  /* a device collective across clients (device.c) */
@@ -248,7 +252,8 @@ void dt__dev_call_free(dt__coll_req *r);
 void dt__dev_mesh_free(dt_mesh *m);
 
 /* Ledger: record a finished collective. */
-void dt__ledger_record(const dt__coll_req *r, double seconds);
+/* Record r, whose wait returns at monotonic time `end`. */
+void dt__ledger_record(const dt__coll_req *r, double end);
 
 /* Block counts of a group's call. */
 static inline int64_t dt__gc_block(const dt__coll_req *r, const dt__gcall *gc, int s, int t)
