@@ -251,9 +251,9 @@ void dt__program_seal(dt__program *p);
 /* Communication overlap (spmd/overlap.c). The run order: each collective moves up to just
  * after the last step its buffers depend on (it writes its result, reads its operand), never
  * above the collective before it (every client starts collectives in the program's order, as
- * MPI and NCCL require), and an all-gather not above the first reader of the collective
- * before it (so that a fully sharded layer's gather is prefetched one collective ahead, not
- * every layer's at once); each is waited for just before the first later step that reads its
+ * MPI and NCCL require), and an all-gather not above the first reader of the all-gather
+ * before it (so that a fully sharded model's gathers are prefetched one ahead, not every
+ * layer's at once); each is waited for just before the first later step that reads its
  * result or writes either buffer (wait_at). A pure function of the program, so identical on
  * every client. DTENSOR_OVERLAP=0 (read here, when a program is built) keeps the emitted
  * order and waits for each collective at once. Called by seal, before lifetimes. */

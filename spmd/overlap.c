@@ -61,20 +61,28 @@ void dt__program_schedule(dt__program *p)
         return;
     }
     /* Build the order step by step: kernels go last, a collective as far up as it may.
-     * prev: run position of the last collective placed (prev_step its step). */
-    int len = 0, prev = -1, prev_step = -1;
+     * prev: run position of the last collective placed; gather, gather_step: of the last
+     * all-gather (positions of earlier steps move only when a collective goes above them,
+     * and none goes above the last collective). */
+    int len = 0, prev = -1, gather = -1, gather_step = -1;
     for (int i = 0; i < n; i++) {
         const dt__step *st = &p->steps[i];
         int at = len;
         if (st->kind == DT__STEP_COLL) {
             int lowest = prev + 1;
-            if (st->coll == DT__COLL_ALL_GATHER && prev >= 0)
-                lowest = first_conflict(p, order, len, prev, &p->steps[prev_step]);
+            bool gathers = st->coll == DT__COLL_ALL_GATHER;
+            if (gathers && gather >= 0) {
+                int w = first_conflict(p, order, len, gather, &p->steps[gather_step]);
+                lowest = w > lowest ? w : lowest;
+            }
             while (at > lowest && !conflicts(st, &p->steps[order[at - 1]]))
                 at--;
             memmove(order + at + 1, order + at, sizeof *order * (size_t)(len - at));
             prev = at;
-            prev_step = i;
+            if (gathers) {
+                gather = at;
+                gather_step = i;
+            }
         }
         order[at] = i;
         len++;

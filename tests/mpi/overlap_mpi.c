@@ -7,7 +7,7 @@
  * two runs' results are bitwise equal; both match a host computation in double (within 1e-12
  * relative); every ledger entry's times are in order (start <= started <= wait <= end, start
  * <= done <= end) and the hidden share lies in [0, 1]; the sequence of collectives (kind,
- * axes, bytes, cause) is the same on every client and with overlap on and off. Run at -n 2,
+ * axes, group, cause) is the same on every client and with overlap on and off. Run at -n 2,
  * -n 4 (more ranks than cores), -n 1 with 4 devices and -n 2 with 2 devices each. */
 #include "dt.h"
 #include "tap.h"
@@ -110,8 +110,8 @@ static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap)
 /* One collective as the order check compares it. */
 typedef struct coll_sig {
     char op[24], axes[DT_STRING_MAX / 2], cause[64];
-    int64_t sent, received;
-    double start; /* to sort by, then cleared */
+    int group_size, uneven; /* not the bytes: a client's own shards' (uneven shards differ) */
+    double start;           /* to sort by, then cleared */
 } coll_sig;
 
 enum { MAX_COLL = 64 };
@@ -156,8 +156,8 @@ static bool run(const dt_function *g, dt_tensor *const in[], double out[3][D * H
         snprintf(x->op, sizeof x->op, "%s", e.op);
         snprintf(x->axes, sizeof x->axes, "%s", e.axes_names);
         snprintf(x->cause, sizeof x->cause, "%s", e.cause);
-        x->sent = e.bytes_sent;
-        x->received = e.bytes_received;
+        x->group_size = e.group_size;
+        x->uneven = e.uneven;
         x->start = e.start;
         *times_ok = *times_ok && e.start > 0 && e.start <= e.started && e.started <= e.wait &&
                     e.wait <= e.end && e.start <= e.done && e.done <= e.end &&

@@ -61,16 +61,18 @@ static void coll(dt__program *p, dt__coll_kind kind, int send, int recv)
 
 /* Steps (the slots are temporaries, `in` the program's input):
  *   0 a = k(in)    1 b = k(in)    2 c = k(b)    3 r = all_reduce(a)    4 d = k(c)
- *   5 e = k(r, d)  6 g = all_gather(in)         7 f = k(g, e)
- * The all-reduce moves up to just after step 0 and is waited for before step 5, its reader;
- * the all-gather may not start above the all-reduce's first reader (step 5): it goes just
- * before it, and is waited for before step 7. */
+ *   5 e = k(r, d)  6 g = all_gather(in)   7 f = k(g, e)   8 h = all_gather(in)   9 o = k(h, f)
+ * The all-reduce moves up to just after step 0, its operand's writer, and is waited for
+ * before step 5, its reader. The first all-gather moves up to just below the all-reduce (no
+ * collective passes another) and is waited for before step 7; the second may not start above
+ * the first's reader (one gather ahead): it goes just before step 7 and is waited for before
+ * step 9. */
 static dt__program *build(void)
 {
     dt__program *p;
     cr_assert_eq(dt__program_create("t", 1, 0, &p), DT_OK);
     int in = slot(p), a = slot(p), b = slot(p), c = slot(p), r = slot(p), d = slot(p), e = slot(p),
-        g = slot(p), f = slot(p);
+        g = slot(p), f = slot(p), h = slot(p), o = slot(p);
     p->slots[in].input = 0;
     kernel(p, 1, &in, a);
     kernel(p, 1, &in, b);
@@ -80,6 +82,8 @@ static dt__program *build(void)
     kernel(p, 2, (int[]){r, d}, e);
     coll(p, DT__COLL_ALL_GATHER, in, g);
     kernel(p, 2, (int[]){g, e}, f);
+    coll(p, DT__COLL_ALL_GATHER, in, h);
+    kernel(p, 2, (int[]){h, f}, o);
     return p;
 }
 
@@ -98,14 +102,16 @@ Test(overlap, collectives_start_early_and_wait_late)
     dt__program *p = build();
     dt__program_seal(p);
     cr_assert_not_null(p->order);
-    int want[8] = {0, 3, 1, 2, 4, 6, 5, 7};
-    for (int q = 0; q < 8; q++)
+    int want[10] = {0, 3, 6, 1, 2, 4, 5, 8, 7, 9};
+    for (int q = 0; q < 10; q++)
         cr_expect_eq(p->order[q], want[q], "run position %d: step %d, not %d", q, p->order[q],
                      want[q]);
     cr_expect_eq(p->steps[3].wait_at, position(p, 5), "the all-reduce is waited for at %d",
                  p->steps[3].wait_at);
     cr_expect_eq(p->steps[6].wait_at, position(p, 7), "the all-gather is waited for at %d",
                  p->steps[6].wait_at);
+    cr_expect_eq(p->steps[8].wait_at, position(p, 9), "the second all-gather at %d",
+                 p->steps[8].wait_at);
     /* the all-reduce's operand stays alive, apart from b, c and d, until its wait */
     cr_expect_geq(p->slots[p->steps[3].in[0]].last, p->steps[3].wait_at - 1);
     dt__program_release(p);
@@ -120,6 +126,7 @@ Test(overlap, off_keeps_the_emitted_order)
     cr_expect_null(p->order);
     cr_expect_eq(p->steps[3].wait_at, 4);
     cr_expect_eq(p->steps[6].wait_at, 7);
+    cr_expect_eq(p->steps[8].wait_at, 9);
     dt__program_release(p);
 }
 
