@@ -508,9 +508,9 @@ static bool host_path(const dt__coll_req *r)
 
 bool dt__collective_test(dt__coll_req *r)
 {
-    if (!r || !host_path(r) || r->poked != DT_OK)
-        return r && r->poked != DT_OK;
-    if (r->t_done > 0)
+    if (!r || !host_path(r))
+        return false;
+    if (r->poked != DT_OK || r->t_done > 0)
         return true;
     dt_status s = DT_OK;
     if (!dt__coll_mpi_progress(r, &s))
