@@ -87,7 +87,8 @@ static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap)
         setenv("DTENSOR_OVERLAP", "0", 1);
     dt_layout lx, l1, l2;
     dt_function *f = NULL, *g = NULL;
-    dt_tensor *x, *w1, *w2, *z = NULL, *h = NULL, *y = NULL, *yy = NULL, *loss = NULL;
+    dt_tensor *x = NULL, *w1 = NULL, *w2 = NULL, *z = NULL, *h = NULL, *y = NULL, *yy = NULL,
+              *loss = NULL;
     bool ok = dt_layout_parse(m, p->x, &lx) == DT_OK && dt_layout_parse(m, p->w1, &l1) == DT_OK &&
               dt_layout_parse(m, p->w2, &l2) == DT_OK && dt_function_begin(&f) == DT_OK;
     ok = ok && dt_function_input(f, &lx, DT_DTYPE_F64, 2, (int64_t[]){B, D}, &x) == DT_OK &&
@@ -101,6 +102,9 @@ static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap)
         ok = dt_function_end(f, 1, &loss) == DT_OK && ok;
     ok = ok && dt_function_gradient(f, 0, 2, (int[]){1, 2}, &g) == DT_OK;
     dt_function_free(f);
+    dt_tensor *sym[8] = {x, w1, w2, z, h, y, yy, loss};
+    for (int k = 0; k < 8; k++)
+        dt_tensor_free(sym[k]);
     unsetenv("DTENSOR_OVERLAP");
     if (!ok)
         tap_diag("%s: trace: %s", p->name, dt_last_error());
