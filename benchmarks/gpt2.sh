@@ -20,7 +20,8 @@
 # with QUICK), COMPILE (1; 0 skips torch.compile), MODEL (more flags of both sides, e.g.
 # "--d-model 64 --heads 4 --vocab 500 --seq 16 --batch 8" for a smoke run). Writes $OUT/gpt2.csv (one row per
 # configuration: config, side, processes, tokens_per_second, peak_rss_mib, state_bytes,
-# step_peak_bytes, then the losses), gpt2.json, gpt2.md (the table, also printed) and gpt2.png,
+# step_peak_bytes, hidden_share (dtensor: the share of communication time hidden behind compute,
+# from the ledger's start and end times), then the losses), gpt2.json, gpt2.md (the table, also printed) and gpt2.png,
 # through benchmarks/gpt2_report.py. Timings on a shared machine are noisy: read the ratios,
 # each against its counterpart of the same run, and note the load printed with them.
 set -euo pipefail

@@ -2,8 +2,9 @@
 gpt2.png (tokens per second per configuration; when matplotlib is importable).
 
 Rows of gpt2.csv: config, side, devices, processes, tokens_per_second, peak_rss_mib (largest
-process), state_bytes and step_peak_bytes (dtensor's allocator, busiest device), then the loss
-of every step. Each dtensor configuration is read against its PyTorch counterpart of the same
+process), state_bytes and step_peak_bytes (dtensor's allocator, busiest device), hidden_share
+(dtensor: the share of client 0's communication time in the timed steps hidden behind its
+compute, from the ledger), then the loss of every step. Each dtensor configuration is read against its PyTorch counterpart of the same
 run; the loss curves against each other (the largest relative difference from the first
 row's curve, over the steps every row has).
 
@@ -32,24 +33,27 @@ def main():
                          "peak_rss_mib": float(r[5]),
                          "state_bytes": int(r[6]) if r[6] else None,
                          "step_peak_bytes": int(r[7]) if r[7] else None,
-                         "losses": [float(x) for x in r[8:]]})
+                         "hidden_share": float(r[8]) if r[8] else None,
+                         "losses": [float(x) for x in r[9:]]})
     by = {(r["config"], r["side"]): r for r in rows}
     lines = ["| configuration | dtensor tokens/s | PyTorch | PyTorch tokens/s | ratio | "
-             "peak RSS MiB dtensor / PyTorch |", "|---|---|---|---|---|---|"]
+             "peak RSS MiB dtensor / PyTorch | communication hidden |",
+             "|---|---|---|---|---|---|---|"]
     ratios = []
     for r in rows:
         if r["side"] != "dtensor":
             continue
         pairs = [by[k] for k in COUNTERPARTS.get((r["config"], "dtensor"), []) if k in by]
+        hidden = "" if r["hidden_share"] is None else f"{100 * r['hidden_share']:.0f}%"
         if not pairs:
             lines.append(f"| {r['config']} | {r['tokens_per_second']:.1f} | | | | "
-                         f"{r['peak_rss_mib']:.0f} |")
+                         f"{r['peak_rss_mib']:.0f} | {hidden} |")
         for t in pairs:
             ratio = r["tokens_per_second"] / t["tokens_per_second"]
             ratios.append({"config": r["config"], "against": t["side"], "ratio": ratio})
             lines.append(f"| {r['config']} | {r['tokens_per_second']:.1f} | {t['side']} | "
                          f"{t['tokens_per_second']:.1f} | {ratio:.2f} | "
-                         f"{r['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} |")
+                         f"{r['peak_rss_mib']:.0f} / {t['peak_rss_mib']:.0f} | {hidden} |")
     best = {}
     for side in ("dtensor", "torch"):
         cand = [r for r in rows if r["side"].startswith(side)]

@@ -15,7 +15,7 @@ epsilon / sqrt(1 - beta_2^t), which makes the two updates the same.
 Modes ddp, fsdp (FSDP2's fully_shard per block and at the root) and tp (parallelize_module:
 ColwiseParallel q, k, v and the MLP's first projection, RowwiseParallel the output
 projections) run under torchrun with the gloo backend. Prints each step's loss and one line
-`csv,torch-<mode>,<processes>,<tokens/s>,<peak RSS MiB (largest process)>,,,<losses...>`.
+`csv,torch-<mode>,<processes>,<tokens/s>,<peak RSS MiB (largest process)>,,,,<losses...>`.
 Exits 3 when PyTorch (or h5py) is missing.
 """
 import argparse
@@ -252,7 +252,7 @@ def main():
         tdist.all_reduce(rss, op=tdist.ReduceOp.MAX)
     if rank == 0:
         tps = a.steps * a.batch * a.seq / seconds
-        print(f"csv,torch-{a.mode},{world},{world},{tps:.1f},{float(rss) / 1024:.1f},,,"
+        print(f"csv,torch-{a.mode},{world},{world},{tps:.1f},{float(rss) / 1024:.1f},,,,"
               + ",".join(f"{x:.7g}" for x in losses))
     if dist:
         tdist.destroy_process_group()

@@ -120,7 +120,11 @@ struct dt__coll_req {
     int num_groups;
     dt__gcall *gc;
     char *block; /* the groups' small arrays (send, recv, seg, mc) */
-    double t0;
+    /* monotonic seconds: the start called and returned, the wait entered, the completion seen
+     * (by dt__collective_test or the wait; 0 until then) */
+    double t0, t_started, t_wait, t_done;
+    dt_status poked; /* a failure dt__collective_test met, returned by the wait */
+    char poked_msg[512];
     bool parallel;                /* local phases on the device workers (large enough to pay off) */
     struct dt__coll_stage *stage; /* host copies of device buffers (staged.c), or NULL */
     const struct dt__transport *transport; /* what carries it (dt__transport_add) */
@@ -275,7 +279,8 @@ dt_status dt__coll_init(void);
 void dt__coll_shutdown(void);
 
 /* Ledger: record a finished collective. */
-void dt__ledger_record(const dt__coll_req *r, double seconds);
+/* Record r, whose wait returns at monotonic time `end`. */
+void dt__ledger_record(const dt__coll_req *r, double end);
 
 /* Block counts of a group's call. */
 static inline int64_t dt__gc_block(const dt__coll_req *r, const dt__gcall *gc, int s, int t)

@@ -498,8 +498,29 @@ dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req
         req_free(r);
         return s;
     }
+    r->t_started = now();
     *out = r;
     return DT_OK;
+}
+
+/* Advance a started collective without blocking, where its transport progresses on this
+ * thread (the host path: MPI, shared memory, host-staged copies of device buffers); true once
+ * it is done (a failure is kept for the wait to return). */
+bool dt__collective_test(dt__coll_req *r)
+{
+    if (!r || !r->transport->progress)
+        return false;
+    if (r->poked != DT_OK || r->t_done > 0)
+        return true;
+    dt_status s = DT_OK;
+    if (!r->transport->progress(r, &s))
+        return false;
+    if (s != DT_OK) {
+        r->poked = s;
+        snprintf(r->poked_msg, sizeof r->poked_msg, "%s", dt_last_error());
+    }
+    r->t_done = now();
+    return true;
 }
 
 /* The watchdog in a collective: name the collective, its mesh axes and the clients of this
@@ -545,20 +566,27 @@ dt_status dt__collective_wait(dt__coll_req *r)
         return dt__fail(DT_ERR_ARG, "collective wait: request is NULL");
     dt_status s = DT_OK;
     const dt__transport *t = r->transport;
+    r->t_wait = now();
     if (t->progress) {
+        if (r->poked != DT_OK) {
+            dt__set_error(r->poked_msg);
+            s = r->poked;
+        }
         dt__waiter w;
         dt__wait_begin(&w);
-        while (!t->progress(r, &s))
+        while (s == DT_OK && !t->progress(r, &s))
             if (dt__wait_pause(&w)) {
                 s = gave_up(r, &w);
                 break;
             }
         dt__wait_end(&w);
+        if (r->t_done <= 0)
+            r->t_done = now();
     }
     if (s == DT_OK && t->finish)
         s = t->finish(r);
     if (s == DT_OK)
-        dt__ledger_record(r, now() - r->t0);
+        dt__ledger_record(r, now());
     req_free(r);
     return s;
 }

@@ -84,6 +84,11 @@ dt_status dt__collective(const dt_mesh *m, const dt__coll *c);
 typedef struct dt__coll_req dt__coll_req;
 dt_status dt__collective_start(const dt_mesh *m, const dt__coll *c, dt__coll_req **out);
 dt_status dt__collective_wait(dt__coll_req *r);
+/* Advance a started collective without blocking (MPI_Test, the next round of a ring or of the
+ * by-host steps), so that it progresses while the caller computes; true once it is complete
+ * (the wait then returns at once). A failure is kept for the wait. Device collectives progress
+ * on their own: false. This client only. */
+bool dt__collective_test(dt__coll_req *r);
 
 /* How groups spanning hosts choose the by-host path (collectives/hosts.c): 0 never, 1 always
  * where it applies, 2 by the cost model (the default; dt_init sets it from

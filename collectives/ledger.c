@@ -25,7 +25,7 @@ static void print_entry(FILE *f, const dt_ledger_entry *e)
             dt_collective_algorithm_name(e->algorithm), e->backend, e->cause[0] ? e->cause : "-");
 }
 
-void dt__ledger_record(const dt__coll_req *r, double seconds)
+void dt__ledger_record(const dt__coll_req *r, double end)
 {
     dt_ledger_entry e;
     memset(&e, 0, sizeof e);
@@ -43,7 +43,12 @@ void dt__ledger_record(const dt__coll_req *r, double seconds)
         if (r->gc[gi].max_recv > e.bytes_received)
             e.bytes_received = r->gc[gi].max_recv;
     }
-    e.seconds = seconds;
+    e.start = r->t0;
+    e.started = r->t_started;
+    e.wait = r->t_wait;
+    e.done = r->t_done > 0 ? r->t_done : end;
+    e.end = end;
+    e.seconds = end - r->t0;
     e.algorithm = r->algorithm;
     snprintf(e.backend, sizeof e.backend, "%s", r->backend);
     snprintf(e.cause, sizeof e.cause, "%s", r->c.cause ? r->c.cause : "");
@@ -184,11 +189,12 @@ dt_status dt_ledger_write_json(FILE *f)
         json_string(f, e->axes_names);
         fprintf(f,
                 ", \"axis_mask\": %u, \"group_size\": %d, \"uneven\": %s, \"bytes_sent\": %lld, "
-                "\"bytes_received\": %lld, \"seconds\": %.9f, \"algorithm\": \"%s\", "
+                "\"bytes_received\": %lld, \"seconds\": %.9f, \"start\": %.9f, \"started\": %.9f, "
+                "\"wait\": %.9f, \"done\": %.9f, \"end\": %.9f, \"algorithm\": \"%s\", "
                 "\"backend\": ",
                 e->axes, e->group_size, e->uneven ? "true" : "false", (long long)e->bytes_sent,
-                (long long)e->bytes_received, e->seconds,
-                dt_collective_algorithm_name(e->algorithm));
+                (long long)e->bytes_received, e->seconds, e->start, e->started, e->wait, e->done,
+                e->end, dt_collective_algorithm_name(e->algorithm));
         json_string(f, e->backend);
         fprintf(f, ", \"cause\": ");
         json_string(f, e->cause);
@@ -197,4 +203,77 @@ dt_status dt_ledger_write_json(FILE *f)
     fprintf(f, "%s]}\n", size ? "\n" : "");
     pthread_mutex_unlock(&lock);
     return DT_OK;
+}
+
+/* ---- overlap ------------------------------------------------------------------------------ */
+
+static int by_begin(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The measure of the union of n intervals [iv[i][0], iv[i][1]] (sorted here). */
+static double union_measure(double (*iv)[2], int64_t n)
+{
+    qsort(iv, (size_t)n, sizeof *iv, by_begin);
+    double total = 0, lo = 0, hi = 0;
+    bool open = false;
+    for (int64_t i = 0; i < n; i++) {
+        if (iv[i][1] <= iv[i][0])
+            continue;
+        if (!open || iv[i][0] > hi) {
+            open = true;
+            total += hi - lo;
+            lo = iv[i][0];
+            hi = iv[i][1];
+        } else if (iv[i][1] > hi) {
+            hi = iv[i][1];
+        }
+    }
+    return total + hi - lo;
+}
+
+dt_status dt_ledger_overlap_get(int64_t first_step, int64_t last_step, dt_ledger_overlap *out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_ARG, "dt_ledger_overlap_get: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (last_step < first_step)
+        return dt__fail(DT_ERR_ARG,
+                        "dt_ledger_overlap_get: last step %lld is before the first %lld",
+                        (long long)last_step, (long long)first_step);
+    pthread_mutex_lock(&lock);
+    /* per entry its communication [start, done] and the parts of it this client was blocked
+     * in: inside the start call, and from entering the wait on */
+    double(*comm)[2] = malloc(sizeof *comm * (size_t)(size + 1));
+    double(*busy)[2] = malloc(2 * sizeof *busy * (size_t)(size + 1));
+    int64_t n = 0, nb = 0;
+    for (int64_t i = 0; comm && busy && i < size; i++) {
+        const dt_ledger_entry *e = &entries[i];
+        if (e->step < first_step || e->step > last_step)
+            continue;
+        comm[n][0] = e->start;
+        comm[n++][1] = e->done;
+        busy[nb][0] = e->start;
+        busy[nb++][1] = e->started < e->done ? e->started : e->done;
+        if (e->wait < e->done) {
+            busy[nb][0] = e->wait;
+            busy[nb++][1] = e->done;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    dt_status s = DT_OK;
+    if (!comm || !busy) {
+        s = dt__fail(DT_ERR_NOMEM, "dt_ledger_overlap_get: out of memory");
+    } else {
+        out->collectives = n;
+        out->comm_seconds = union_measure(comm, n);
+        out->exposed_seconds = union_measure(busy, nb);
+        if (out->comm_seconds > 0)
+            out->hidden_share = 1.0 - out->exposed_seconds / out->comm_seconds;
+    }
+    free(comm);
+    free(busy);
+    return s;
 }

@@ -17,7 +17,9 @@
  *
  *   gpt2 [--preset one|one-unfused|data|fsdp|tensor|2d] [--steps N] [--warmup N] [options]
  *        train, print each step's loss and, at the end, one CSV line:
- *        preset,devices,clients,tokens_per_second,peak_rss_mib,state_bytes,peak_bytes,losses...
+ *        preset,devices,clients,tokens_per_second,peak_rss_mib,state_bytes,peak_bytes,
+ *        hidden_share,losses... (hidden_share: of the timed steps' communication on client 0,
+ *        the share hidden behind its compute, from the ledger: dt_ledger_overlap_get)
  *   gpt2 --compare [options]   every preset the devices allow, and one device with the fused
  *        attention and without it: the same loss curve (within --tol), and the fully sharded
  *        memory bound; exit 1 when one fails
@@ -234,6 +236,7 @@ typedef struct run {
     size_t state_bytes; /* in use on the busiest device with parameters, slots and gradients */
     size_t peak_bytes;  /* the most in use during a step on the busiest device */
     double seconds;     /* the timed steps */
+    dt_ledger_overlap overlap; /* of the timed steps, this client's */
     double *losses;
 } run;
 
@@ -615,8 +618,11 @@ static void train(run *r, const dt_mesh *all, bool print)
     for (int step = 0; step < cfg.warmup + cfg.steps; step++) {
         if (step == cfg.warmup) {
             CHECK(dt_barrier());
+            dt_ledger_clear(); /* the timed steps are ledger steps 1 .. cfg.steps */
             t0 = now();
         }
+        if (step >= cfg.warmup)
+            dt_ledger_next_step();
         batch_of(step, tok, tgt);
         dt_tensor *ttok, *ttgt;
         CHECK(dt_tensor_from_host(&tl, DT_DTYPE_I32, 2, shape, tok, bt * sizeof *tok, &ttok));
@@ -670,6 +676,7 @@ static void train(run *r, const dt_mesh *all, bool print)
         dt_tensor_free(ttgt);
     }
     r->seconds = now() - t0;
+    CHECK(dt_ledger_overlap_get(1, cfg.steps, &r->overlap));
     r->state_bytes = most_of_clients(r->state_bytes);
     r->peak_bytes = most_of_clients(r->peak_bytes);
     free(tok);
@@ -732,8 +739,13 @@ static void print_csv(const run *r)
     if (dt_client_id() != 0)
         return;
     double tps = (double)cfg.steps * cfg.batch * cfg.seq / r->seconds;
-    printf("csv,%s,%d,%d,%.1f,%.1f,%zu,%zu", r->name, dt_num_global_devices(DT_DEVICE_CPU),
-           dt_num_clients(), tps, (double)most / 1024.0, r->state_bytes, r->peak_bytes);
+    printf("%s: %lld collectives in %d timed steps, %.3f s of communication, %.0f%% of it "
+           "hidden behind compute (client 0)\n",
+           r->name, (long long)r->overlap.collectives, cfg.steps, r->overlap.comm_seconds,
+           100 * r->overlap.hidden_share);
+    printf("csv,%s,%d,%d,%.1f,%.1f,%zu,%zu,%.3f", r->name, dt_num_global_devices(DT_DEVICE_CPU),
+           dt_num_clients(), tps, (double)most / 1024.0, r->state_bytes, r->peak_bytes,
+           r->overlap.hidden_share);
     for (int i = 0; i < cfg.warmup + cfg.steps; i++)
         printf(",%.9g", r->losses[i]);
     printf("\n");

@@ -1618,11 +1618,19 @@ typedef struct dt_ledger_entry {
     int uneven;                         /* 1 for the v forms */
     int64_t bytes_sent;                 /* per device */
     int64_t bytes_received;             /* per device */
-    double seconds;                     /* from start to the end of the wait */
+    double seconds;                     /* from start to the end of the wait (end - start) */
     dt_collective_algorithm algorithm;  /* the one that ran (never AUTO) */
     char backend[32]; /* "local", "mpi", "hierarchical", "cuda", "nccl"; "mpi (host-staged)" and
                        * "hierarchical (host-staged)" for GPU buffers copied to the host */
     char cause[64];   /* the global op that caused it; "" when not given */
+    /* When, in seconds of this client's monotonic clock (CLOCK_MONOTONIC): the start was
+     * called and returned, the wait was entered, completion was seen (by a poll between
+     * kernels, or in the wait; device collectives: at the end of the wait) and the wait
+     * returned. start <= started <= wait <= end and start <= done <= end. A traced program
+     * starts a collective as soon as its operand is written and waits for it just before the
+     * first step that reads its result (or overwrites its buffers), so that compute runs in
+     * between. */
+    double start, started, wait, done, end;
 } dt_ledger_entry;
 
 /* Start a new step: later entries carry the next step number, which is returned. Steps start
@@ -1640,6 +1648,20 @@ void dt_ledger_clear(void);
 dt_status dt_ledger_print(FILE *f);
 /* Write {"client": c, "dropped": n, "entries": [{...}, ...]} with the fields above. */
 dt_status dt_ledger_write_json(FILE *f);
+
+/* How much of a run of steps' communication was hidden behind this client's compute. */
+typedef struct dt_ledger_overlap {
+    int64_t collectives;    /* entries of the steps */
+    double comm_seconds;    /* the union of the entries' [start, done] intervals */
+    double exposed_seconds; /* of that, the time this client was inside a collective's start
+                             * or wait call (blocked, or combining shards itself) */
+    double hidden_share;    /* 1 - exposed / comm: the share spent computing (0 when comm is 0) */
+} dt_ledger_overlap;
+
+/* The overlap of the entries of steps first_step..last_step (dt_ledger_next_step; entries
+ * kept, not dropped). DT_ERR_ARG for a NULL out or last_step < first_step. This client only:
+ * each client measures its own. */
+dt_status dt_ledger_overlap_get(int64_t first_step, int64_t last_step, dt_ledger_overlap *out);
 
 #ifdef __cplusplus
 }

@@ -161,6 +161,7 @@ typedef struct dt__step {
     int64_t **counts;  /* per local device (uneven forms), or NULL */
     dt__block **boxes; /* per local device: dt__coll.boxes, or NULL */
     int64_t (*at)[2];  /* per local device: elements into the send and the recv buffer, or NULL */
+    int wait_at;       /* position in the run order before which it is waited for (overlap.c) */
     /* the printed line and the totals it contributes */
     char text[768];
     double mults_total; /* gemm multiplies over every device of the mesh */
@@ -183,6 +184,7 @@ typedef struct dt__program {
     uint64_t fingerprint;
     bool has_fingerprint;
     struct dt__arena_plan *plan; /* where the temporaries lie (dt__program_seal), or NULL */
+    int *order; /* the run order of the steps (dt__program_schedule), or NULL: as emitted */
 } dt__program;
 
 dt_status dt__program_create(const char *title, int ninputs, int noutputs, dt__program **out);
@@ -246,6 +248,32 @@ dt_status dt__program_print(const dt__program *p, FILE *f);
 /* Compute each temporary's lifetime and run all-reduces of dying temporaries in place (call
  * once the program is complete). */
 void dt__program_seal(dt__program *p);
+/* Communication overlap (spmd/overlap.c). The run order: each collective moves up to just
+ * after the last step its buffers depend on (it writes its result, reads its operand), never
+ * above the collective before it (every client starts collectives in the program's order, as
+ * MPI and NCCL require), and an all-gather not above the first reader of the all-gather
+ * before it (so that a fully sharded model's gathers are prefetched one ahead, not every
+ * layer's at once); each is waited for just before the first later step that reads its
+ * result or writes either buffer (wait_at). A pure function of the program, so identical on
+ * every client. DTENSOR_OVERLAP=0 (read here, when a program is built) keeps the emitted
+ * order and waits for each collective at once. Called by seal, before lifetimes. */
+void dt__program_schedule(dt__program *p);
+/* Collectives in flight during a run: started at their step, completed at their wait_at. */
+typedef struct dt__flight {
+    dt__coll_req **req;
+    int *wait_at;
+    int n, cap;
+} dt__flight;
+/* Room for a program's collectives (before the run's agreement: nothing fails after it). */
+dt_status dt__flight_init(dt__flight *f, const dt__program *p);
+/* Add a started collective, to be waited for before run position `wait_at`. */
+void dt__flight_add(dt__flight *f, dt__coll_req *r, int wait_at);
+/* Advance every collective in flight without blocking (between kernels). */
+void dt__flight_poke(const dt__flight *f);
+/* Complete those due before run position `pos` (INT_MAX: all), in start order; the first
+ * failure is returned, and every one is completed or released all the same. */
+dt_status dt__flight_wait(dt__flight *f, int pos);
+void dt__flight_free(dt__flight *f);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates
  * nothing else reads becomes one FUSED step (call on a complete program, before sealing). */
 void dt__program_fuse(dt__program *p);

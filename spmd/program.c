@@ -3,6 +3,7 @@
  * client; only the per-local-device arguments differ. */
 #include "engine.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,7 @@ void dt__program_release(dt__program *p)
     free(p->slots);
     free(p->steps);
     plan_free(p->plan);
+    free(p->order);
     free(p->in);
     free(p->out);
     free(p);
@@ -537,9 +539,10 @@ static dt_status run_transfer(const dt__program *p, const dt__step *st, void ***
     return DT_OK;
 }
 
-/* scratch: room for 2 pointers per local device (allocated before the run's agreement, so
- * that nothing here can fail on one client alone). */
-static dt_status run_coll(const dt__step *st, void ***bufs, void **scratch)
+/* Start the collective; scratch: room for 2 pointers per local device, this collective's
+ * alone while it is in flight (allocated before the run's agreement, so that nothing here can
+ * fail on one client alone). */
+static dt_status run_coll(const dt__step *st, void ***bufs, void **scratch, dt__coll_req **req)
 {
     const void **sat = NULL;
     void **rat = NULL;
@@ -567,7 +570,7 @@ static dt_status run_coll(const dt__step *st, void ***bufs, void **scratch)
         .counts = (const int64_t *const *)st->counts,
         .boxes = (const dt__block *const *)st->boxes,
     };
-    return dt__collective(st->mesh, &c);
+    return dt__collective_start(st->mesh, &c, req);
 }
 
 /* ---- temporaries: one arena per device, planned before the first collective ------------- */
@@ -621,14 +624,16 @@ static void lifetimes(dt__program *p)
         p->slots[i].first = p->nsteps;
         p->slots[i].last = -1;
     }
-    for (int i = 0; i < p->nsteps; i++) {
-        const dt__step *st = &p->steps[i];
+    /* in run order; a collective's buffers live on until its wait */
+    for (int q = 0; q < p->nsteps; q++) {
+        const dt__step *st = &p->steps[p->order ? p->order[q] : q];
+        int until = st->kind == DT__STEP_COLL && st->wait_at - 1 > q ? st->wait_at - 1 : q;
         for (int t = -1; t < st->nin; t++) { /* the output, then each operand */
             dt__slot *sl = &p->slots[t < 0 ? st->out : st->in[t]];
-            if (i < sl->first)
-                sl->first = i;
-            if (i > sl->last)
-                sl->last = i;
+            if (q < sl->first)
+                sl->first = q;
+            if (until > sl->last)
+                sl->last = until;
         }
     }
 }
@@ -758,8 +763,14 @@ static dt_status plan_temps(const dt__program *p, struct dt__arena_plan **out)
 
 void dt__program_seal(dt__program *p)
 {
+    free(p->order); /* reduce_in_place works in the emitted order */
+    p->order = NULL;
+    for (int i = 0; i < p->nsteps; i++)
+        p->steps[i].wait_at = 0;
     lifetimes(p);
     reduce_in_place(p);
+    dt__program_schedule(p);
+    lifetimes(p);
     plan_free(p->plan);
     if (plan_temps(p, &p->plan) != DT_OK)
         p->plan = NULL; /* each run plans for itself */
@@ -842,8 +853,12 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
     for (int i = 0; i < p->nsteps; i++)
         if (p->steps[i].mesh->num_local > most)
             most = p->steps[i].mesh->num_local;
+    dt__flight fl = {0};
+    if (s == DT_OK)
+        s = dt__flight_init(&fl, p);
     dt__failure *failed = s == DT_OK ? calloc((size_t)most + 1, sizeof *failed) : NULL;
-    void **scratch = s == DT_OK ? calloc(2 * (size_t)most + 1, sizeof *scratch) : NULL;
+    void **scratch =
+        s == DT_OK ? calloc(2 * (size_t)most * ((size_t)fl.cap + 1) + 1, sizeof *scratch) : NULL;
     if (s == DT_OK && (!failed || !scratch))
         s = dt__fail(DT_ERR_NOMEM, "program: out of memory");
     const dt_mesh *m0 = p->nslots ? p->slots[0].mesh : NULL;
@@ -853,8 +868,12 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
      * devices whose kernels can fail, the clients then agree on the outcome (on every op, so
      * that every client takes the same path). */
     dt_status kernels = DT_OK;
-    for (int i = 0; s == DT_OK && i < p->nsteps; i++) {
-        const dt__step *st = &p->steps[i];
+    int ncoll = 0;
+    for (int q = 0; s == DT_OK && q < p->nsteps; q++) {
+        const dt__step *st = &p->steps[p->order ? p->order[q] : q];
+        s = dt__flight_wait(&fl, q);
+        if (s != DT_OK)
+            break;
         if (st->kind == DT__STEP_KERNEL) {
             run_ctx c = {.p = p, .st = st, .bufs = bufs, .failed = failed};
             if (kernels == DT_OK)
@@ -863,9 +882,18 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
             if (kernels == DT_OK)
                 kernels = run_transfer(p, st, bufs);
         } else {
-            s = run_coll(st, bufs, scratch);
+            dt__coll_req *r;
+            s = run_coll(st, bufs, scratch + 2 * (size_t)most * (size_t)ncoll++, &r);
+            if (s == DT_OK)
+                dt__flight_add(&fl, r, st->wait_at);
         }
+        dt__flight_poke(&fl);
     }
+    /* every collective started is completed (or released) even after a failure */
+    dt_status w = dt__flight_wait(&fl, INT_MAX);
+    if (s == DT_OK)
+        s = w;
+    dt__flight_free(&fl);
     free(failed);
     free(scratch);
     if (s == DT_OK)
