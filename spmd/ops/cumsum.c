@@ -90,12 +90,24 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "cumsum", &y, want, out);
 }
 
+/* The running sum taken the other way: cumsum of dy with reverse flipped. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int flags = n->attrs.keepdims;
+    return dt__tape_keep(a, dt_cumsum(dy, n->attrs.axis, flags & 1, !(flags & 2), NULL, &dx[0]),
+                         &dx[0]);
+}
+
 const dt__op_def dt__op_cumsum = {.name = "cumsum",
                                   .min_inputs = 1,
                                   .max_inputs = 1,
                                   .infer = infer,
                                   .expand = expand,
-                                  .pull = dt__pull_same};
+                                  .pull = dt__pull_same,
+                                  .vjp = vjp};
 
 dt_status dt_cumsum(const dt_tensor *x, int axis, int exclusive, int reverse,
                     const dt_op_options *opts, dt_tensor **out)

@@ -59,12 +59,22 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int axis = n->attrs.axis;
+    return dt__tape_keep(a, dt_squeeze(dy, 1, &axis, NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_expand_dims = {.name = "expand_dims",
                                        .min_inputs = 1,
                                        .max_inputs = 1,
                                        .infer = infer,
                                        .expand = expand,
-                                       .pull = pull};
+                                       .pull = pull,
+                                       .vjp = vjp};
 
 dt_status dt_expand_dims(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out)
 {
