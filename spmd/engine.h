@@ -457,8 +457,15 @@ void dt__assign_add(dt__assign *s, int slot, int axis);
 typedef double (*dt__assign_cost_fn)(void *ctx, const int axis[]);
 /* best[0..n) the cheapest assignment; false when none has a finite cost. */
 bool dt__assign_best(const dt__assign *s, dt__assign_cost_fn cost, void *ctx, int best[]);
+/* Where a searched expansion leaves its result: the request, or (none) the layout it is
+ * computed in without partial axes. */
+dt_layout dt__search_final(const dt_layout *want, const dt_layout *computed);
 /* Elements of the largest shard of (layout, shape): the first shard of every axis. */
 int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[]);
+
+/* x with an unsharded extent-1 axis at `axis` (expand_dims, stack): the same slot, new
+ * metadata. */
+dt__dist dt__dist_with_axis(const dt__dist *x, int axis);
 
 /* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,

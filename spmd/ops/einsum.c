@@ -311,12 +311,7 @@ static void layouts_of(const esearch *S, const int ax[], elayouts *L)
     for (int l = 0; l < e->nl; l++) /* contracted and summed labels: pending sums */
         if (!e->in[2][l] && ax[l] != DT_UNSHARDED)
             L->y.partial |= 1u << ax[l];
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])

@@ -24,8 +24,8 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-/* x with an unsharded extent-1 axis at `axis`: the same slot, new metadata. */
-static dt__dist inserted(const dt__dist *x, int axis)
+/* The result without a step (stack.c adds each operand's axis so too). */
+dt__dist dt__dist_with_axis(const dt__dist *x, int axis)
 {
     dt__dist y = *x;
     y.rank = x->rank + 1;
@@ -42,7 +42,7 @@ static dt__dist inserted(const dt__dist *x, int axis)
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
-    dt__dist y = inserted(&in[0], n->attrs.axis);
+    dt__dist y = dt__dist_with_axis(&in[0], n->attrs.axis);
     return dt__finish(p, "expand_dims", &y, want, out);
 }
 

@@ -78,12 +78,7 @@ static void layouts_of(const gsearch *S, const int ax[], glayouts *L)
     for (int j = 0; j < S->k; j++)
         L->t.axes[1 + j] = L->y.axes[S->r + j] = ax[1 + S->r + j];
     L->y.partial = keep | (ax[0] != DT_UNSHARDED ? 1u << ax[0] : 0u);
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])

@@ -196,12 +196,7 @@ static void layouts_of(search *S, mm_plan *p)
     p->a.axes[s.ak] = p->b.axes[s.bk] = kx;
     if (kx != DT_UNSHARDED)
         p->c.partial = 1u << kx;
-    if (S->want) {
-        p->final = *S->want;
-    } else {
-        p->final = p->c;
-        p->final.partial = 0;
-    }
+    p->final = dt__search_final(S->want, &p->c);
 }
 
 /* The group size P of a plan whose partial C goes to its rows on k's mesh axis by one

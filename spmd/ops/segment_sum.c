@@ -83,12 +83,7 @@ static void layouts_of(const ssearch *S, const int ax[], slayouts *L)
     for (int j = 0; j < S->k; j++)
         L->x.axes[S->r + j] = L->y.axes[1 + j] = ax[1 + S->r + j];
     L->y.partial = keep | rows; /* each device summed only its own rows */
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])

@@ -37,26 +37,11 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-/* x with an unsharded extent-1 axis at `axis` (metadata: the same slot). */
-static dt__dist with_axis(const dt__dist *x, int axis)
-{
-    dt__dist y = *x;
-    y.rank = x->rank + 1;
-    y.layout.rank = y.rank;
-    for (int i = 0, j = 0; i < y.rank; i++) {
-        bool new_axis = i == axis;
-        y.shape[i] = new_axis ? 1 : x->shape[j];
-        y.layout.axes[i] = new_axis ? DT_UNSHARDED : x->layout.axes[j];
-        j += !new_axis;
-    }
-    return y;
-}
-
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
     int axis = n->attrs.axis;
-    dt__dist first = with_axis(&in[0], axis), y;
+    dt__dist first = dt__dist_with_axis(&in[0], axis), y;
     dt_layout yl = want ? *want : first.layout;
     yl.partial = 0;
     int64_t shape[DT_MAX_RANK];
@@ -67,7 +52,7 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
         /* operand t fills index t of the new axis: result index g is its index g - t */
         dt__dist x;
         DT_TRY(dt__resolve_partial(p, "stack", &in[t], &x));
-        x = with_axis(&x, axis);
+        x = dt__dist_with_axis(&x, axis);
         int64_t shift[DT_MAX_RANK] = {0};
         shift[axis] = -t;
         DT_TRY(dt__emit_exchange_into(p, "stack", &x, shift, &y));
