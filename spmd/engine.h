@@ -387,16 +387,22 @@ typedef struct dt__op_def {
     /* Gradient rule (spmd/autodiff.c walks the graph backwards and calls it); NULL: nothing
      * flows (constants, integer results). */
     dt__vjp_fn vjp;
+    /* Printing (may be NULL): the mode of a kernel step of `kernel` that this op emits, in
+     * words ("exp / sum"); NULL for a kernel it does not emit. The printer asks every op. */
+    const char *(*describe)(dt__kernel kernel, unsigned mode);
 } dt__op_def;
 
 #define DT__OP_DECL(NAME, name) extern const dt__op_def dt__op_##name;
 DT__OP_LIST(DT__OP_DECL)
 #undef DT__OP_DECL
 
+/* The op table (spmd/names.c). */
 const dt__op_def *dt__op_get(dt__op op);
 
 /* Shared helpers of op files. */
+/* l as text ("<invalid layout>" when it is not one), in buf (spmd/names.c). */
 char *dt__layout_str(const dt_layout *l, char *buf, size_t size);
+
 /* A non-partial layout of rank `rank` on m with every axis unsharded. */
 dt_layout dt__layout_none(const dt_mesh *m, int rank);
 /* Bring x to its layout without partial axes (all-reduce / nothing). */

@@ -208,13 +208,23 @@ static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_te
     return DT_OK;
 }
 
+/* The printer's words for the norm kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    static const char *const words[] = {"mean", "variance", "mean square", "layer_norm",
+                                        "rms_norm"};
+    unsigned m = DT__MODE_KIND(mode);
+    return kernel != DT__K_NORM ? NULL : m < 5 ? words[m] : "?";
+}
+
 const dt__op_def dt__op_norm = {.name = "norm",
                                 .min_inputs = 1,
                                 .max_inputs = 3,
                                 .infer = infer,
                                 .expand = expand,
                                 .pull = pull,
-                                .vjp = vjp};
+                                .vjp = vjp,
+                                .describe = describe};
 
 static dt_status call(int op, const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
                       double epsilon, const dt_op_options *opts, dt_tensor **out)

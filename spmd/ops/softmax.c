@@ -217,13 +217,23 @@ static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_te
     }
 }
 
+/* The printer's words for the softmax kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    static const char *const words[] = {"sum of exp", "exp / sum", "x - max - log sum",
+                                        "max + log sum", "max"};
+    unsigned m = DT__MODE_KIND(mode);
+    return kernel != DT__K_SOFTMAX ? NULL : m < 5 ? words[m] : "?";
+}
+
 const dt__op_def dt__op_softmax = {.name = "softmax",
                                    .min_inputs = 1,
                                    .max_inputs = 1,
                                    .infer = infer,
                                    .expand = expand,
                                    .pull = pull,
-                                   .vjp = vjp};
+                                   .vjp = vjp,
+                                   .describe = describe};
 
 static dt_status call(int op, const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                       const dt_op_options *opts, dt_tensor **out)
