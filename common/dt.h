@@ -138,6 +138,8 @@ typedef struct dt__backend {
     /* Collectives across clients on the devices (collectives/device.c), with a transport
      * between physical GPUs (NCCL, or its emulation); NULL: they go through host memory. */
     const struct dt__dev_ops *dev;
+    /* The arithmetic its gemm kernel runs with in `dtype`, in words, for the printer. */
+    const char *(*gemm_math)(dt_dtype dtype);
 } dt__backend;
 
 /* What device collectives need of a backend besides its kernels and copies. Every device has,

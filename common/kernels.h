@@ -234,6 +234,9 @@ typedef dt_status (*dt__kernel_fn)(const dt__kctx *x, const dt__kargs *k, const 
 
 /* The backends' (kernel, dtype) tables; NULL entries: the backend lacks that kernel. */
 extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
+/* The arithmetic of those kernels' gemm (dt__backend.gemm_math of the CPU backend and of the
+ * emulated CUDA one, which runs them). */
+const char *dt__cpu_gemm_math(dt_dtype dtype);
 extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 
 /* The CPU's FUSED kernel (ops/cpu/fused.c), the row of every dtype (ops run the table's own

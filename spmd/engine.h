@@ -352,6 +352,46 @@ dt_status dt__emit_exchange(dt__program *p, const char *cause, const dt__dist *i
 dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__dist *in,
                                  const int64_t shift[], const dt__dist *out);
 
+/* ---- gradients: the tape (spmd/autodiff.c) ----------------------------------------------- */
+
+/* One backward pass of dt_function_gradient: every symbolic tensor it records. An op's gradient
+ * rule (its vjp slot) records with the public ops through these calls; each result is kept by
+ * the pass (freed when it ends) and written to *out. */
+typedef struct dt__tape dt__tape;
+
+/* Keep the tensor a call just made (`tp` points at its out-parameter; read after the call). */
+dt_status dt__tape_keep(dt__tape *a, dt_status s, dt_tensor **tp);
+dt_status dt__tape_unary(dt__tape *a, dt_unary_op op, const dt_tensor *x, dt_tensor **out);
+dt_status dt__tape_binary(dt__tape *a, dt_binary_op op, const dt_tensor *x, const dt_tensor *y,
+                          dt_tensor **out);
+/* A constant of `shape`, replicated on like's mesh in like's dtype (rank 0: a scalar). */
+dt_status dt__tape_constant(dt__tape *a, const dt_tensor *like, int rank, const int64_t shape[],
+                            double value, dt_tensor **out);
+dt_status dt__tape_scalar(dt__tape *a, const dt_tensor *like, double value, dt_tensor **out);
+dt_status dt__tape_cast(dt__tape *a, const dt_tensor *x, dt_dtype dtype, dt_tensor **out);
+dt_status dt__tape_where(dt__tape *a, const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y,
+                         dt_tensor **out);
+dt_status dt__tape_reshape(dt__tape *a, const dt_tensor *x, int rank, const int64_t shape[],
+                           dt_tensor **out);
+/* A reduction over `axes` keeping them as extent 1. */
+dt_status dt__tape_reduce_keep(dt__tape *a, dt_reduce_op op, const dt_tensor *x, int naxes,
+                               const int axes[], dt_tensor **out);
+/* dy summed down to `shape` (numpy broadcasting in reverse). */
+dt_status dt__tape_sum_to(dt__tape *a, dt_tensor *dy, int rank, const int64_t shape[],
+                          dt_tensor **out);
+/* The gradient of operand x from g (of a broadcast result): summed to x's shape, in x's dtype;
+ * NULL for an integer or bool x. */
+dt_status dt__tape_grad_of(dt__tape *a, dt_tensor *g, const dt_tensor *x, dt_tensor **out);
+/* dy_keep (x's shape with some extents 1) broadcast to x's shape, sharded as x turns out to be. */
+dt_status dt__tape_broadcast_to(dt__tape *a, dt_tensor *dy_keep, const dt_tensor *x,
+                                dt_tensor **out);
+
+/* An op's gradient rule: given the node, its operands x[] and result y (tensors of the gradient
+ * function) and the gradient dy of y, set dx[i] to the gradient of operand i (NULL: none
+ * flows). */
+typedef dt_status (*dt__vjp_fn)(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                                dt_tensor *dy, dt_tensor *dx[]);
+
 /* ---- op definitions ---------------------------------------------------------------------- */
 
 typedef struct dt__op_def {
@@ -372,16 +412,25 @@ typedef struct dt__op_def {
      * read, so it is no use of them (a gradient broadcast shaped and sharded like the value it
      * differentiates, whose layout is known only at expansion). */
     bool like_operand;
+    /* Gradient rule (spmd/autodiff.c walks the graph backwards and calls it); NULL: nothing
+     * flows (constants, integer results). */
+    dt__vjp_fn vjp;
+    /* Printing (may be NULL): the mode of a kernel step of `kernel` that this op emits, in
+     * words ("exp / sum"); NULL for a kernel it does not emit. The printer asks every op. */
+    const char *(*describe)(dt__kernel kernel, unsigned mode);
 } dt__op_def;
 
 #define DT__OP_DECL(NAME, name) extern const dt__op_def dt__op_##name;
 DT__OP_LIST(DT__OP_DECL)
 #undef DT__OP_DECL
 
+/* The op table (spmd/names.c). */
 const dt__op_def *dt__op_get(dt__op op);
 
 /* Shared helpers of op files. */
+/* l as text ("<invalid layout>" when it is not one), in buf (spmd/names.c). */
 char *dt__layout_str(const dt_layout *l, char *buf, size_t size);
+
 /* A non-partial layout of rank `rank` on m with every axis unsharded. */
 dt_layout dt__layout_none(const dt_mesh *m, int rank);
 /* Bring x to its layout without partial axes (all-reduce / nothing). */
@@ -442,8 +491,15 @@ void dt__assign_add(dt__assign *s, int slot, int axis);
 typedef double (*dt__assign_cost_fn)(void *ctx, const int axis[]);
 /* best[0..n) the cheapest assignment; false when none has a finite cost. */
 bool dt__assign_best(const dt__assign *s, dt__assign_cost_fn cost, void *ctx, int best[]);
+/* Where a searched expansion leaves its result: the request, or (none) the layout it is
+ * computed in without partial axes. */
+dt_layout dt__search_final(const dt_layout *want, const dt_layout *computed);
 /* Elements of the largest shard of (layout, shape): the first shard of every axis. */
 int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[]);
+
+/* x with an unsharded extent-1 axis at `axis` (expand_dims, stack): the same slot, new
+ * metadata. */
+dt__dist dt__dist_with_axis(const dt__dist *x, int axis);
 
 /* x converted to `dtype` in x's layout (partial terms summed first): a CAST kernel step. */
 dt_status dt__emit_cast(dt__program *p, const char *cause, const dt__dist *x, dt_dtype dtype,

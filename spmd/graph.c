@@ -5,37 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dt__op_def *const op_table[DT__OP_COUNT] = {
-#define DT__OP_ENTRY(NAME, name) [DT__OP_##NAME] = &dt__op_##name,
-    DT__OP_LIST(DT__OP_ENTRY)
-#undef DT__OP_ENTRY
-};
-
-const dt__op_def *dt__op_get(dt__op op)
-{
-    return (unsigned)op < DT__OP_COUNT ? op_table[op] : NULL;
-}
-
-const char *dt_unary_op_name(dt_unary_op op)
-{
-    static const char *const names[] = {
-#define UNAME(NAME, name) [DT_UNARY_##NAME] = #name,
-        DT_UNARY_LIST(UNAME)
-#undef UNAME
-    };
-    return (unsigned)op < DT_UNARY_COUNT ? names[op] : "?";
-}
-
-const char *dt_binary_op_name(dt_binary_op op)
-{
-    static const char *const names[] = {
-#define BNAME(NAME, name) [DT_BINARY_##NAME] = #name,
-        DT_BINARY_LIST(BNAME)
-#undef BNAME
-    };
-    return (unsigned)op < DT_BINARY_COUNT ? names[op] : "?";
-}
-
 /* ---- graph ------------------------------------------------------------------------------ */
 
 static void graph_free(dt__graph *g)

@@ -22,13 +22,6 @@ void dt__local_shape(const dt__dist *x, int device, int64_t local[], int64_t off
     dt_layout_local_shape(&x->layout, x->shape, device, local, offset);
 }
 
-char *dt__layout_str(const dt_layout *l, char *buf, size_t size)
-{
-    if (dt_layout_to_string(l, buf, size) != DT_OK)
-        snprintf(buf, size, "<invalid layout>");
-    return buf;
-}
-
 dt_layout dt__layout_none(const dt_mesh *m, int rank)
 {
     dt_layout l = {.mesh = m, .rank = rank, .partial = 0, .partial_op = DT_REDUCE_SUM};
@@ -194,49 +187,16 @@ static void shape_text(char *buf, size_t size, int rank, const int64_t s[])
     dt__shape_str(buf, size, rank, s);
 }
 
-/* The arithmetic a gemm runs with, for the printer: integer gemms are exact loops; f32 on
- * CUDA devices uses TF32 tensor cores only when the user allowed it (dt_init_options);
- * emulated CUDA devices run the CPU's kernels. */
-static const char *gemm_math(dt_device_type type, dt_dtype dtype)
+/* A kernel's mode in words, from the op that emits the kernel (its describe slot), or NULL. */
+static const char *mode_words(dt__kernel kernel, unsigned mode)
 {
-    bool cuda = type == DT_DEVICE_CUDA && !dt__rt.cuda_emulated;
-    switch (dtype) {
-    case DT_DTYPE_F32:
-        return !cuda              ? "FP32 (OpenBLAS sgemm)"
-               : dt__rt.cuda_tf32 ? "TF32 tensor cores (cuBLAS)"
-                                  : "FP32 (cuBLAS sgemm)";
-    case DT_DTYPE_F64:
-        return cuda ? "FP64 (cuBLAS dgemm)" : "FP64 (OpenBLAS dgemm)";
-    case DT_DTYPE_BF16:
-    case DT_DTYPE_F16:
-        return cuda ? "FP32 accumulation (cuBLAS GemmEx), rounded once"
-                    : "FP32 accumulation (OpenBLAS sgemm on widened copies), rounded once";
-    default:
-        return "exact integer loops";
+    for (int op = 0; op < DT__OP_COUNT; op++) {
+        const dt__op_def *d = dt__op_get((dt__op)op);
+        const char *w = d->describe ? d->describe(kernel, mode) : NULL;
+        if (w)
+            return w;
     }
-}
-
-/* The mode of a row-wise kernel (common/kernels.h), for the printer. */
-static const char *row_mode_name(dt__kernel kernel, unsigned mode)
-{
-    static const char *const softmax[] = {"sum of exp", "exp / sum", "x - max - log sum",
-                                          "max + log sum", "max"};
-    static const char *const norm[] = {"mean", "variance", "mean square", "layer_norm", "rms_norm"};
-    static const char *const arg[] = {"index", "records", "merge"};
-    unsigned m = DT__MODE_KIND(mode);
-    switch (kernel) {
-    case DT__K_SOFTMAX:
-        return m < 5 ? softmax[m] : "?";
-    case DT__K_NORM:
-        return m < 5 ? norm[m] : "?";
-    case DT__K_SCAN:
-        return m == DT__SCAN_TOTAL                ? "totals"
-               : (mode & DT__SCAN_CARRY) != 0     ? "running sum plus the shards before"
-               : (mode & DT__SCAN_EXCLUSIVE) != 0 ? "exclusive running sum"
-                                                  : "running sum";
-    default:
-        return m < 3 ? arg[m] : "?";
-    }
+    return NULL;
 }
 
 /* The printed line of a kernel, from the busiest device's arguments. */
@@ -249,6 +209,7 @@ static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_typ
     const char *dn = dt_dtype_name(dtype);
     switch (kernel) {
     case DT__K_GEMM: {
+        const dt__backend *be = dt__backend_of(type); /* it names its gemm's arithmetic */
         char bs[32] = "";
         if (k->batch != 1)
             snprintf(bs, sizeof bs, "%lld x ", (long long)k->batch);
@@ -257,7 +218,7 @@ static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_typ
                  "device (at most), %.0f on %d devices, %s",
                  dn, bs, (long long)k->m, (long long)k->k, k->ta ? "^T" : "", (long long)k->k,
                  (long long)k->n, k->tb ? "^T" : "", (long long)k->m, (long long)k->n, mults_max,
-                 mults_total, ndev, gemm_math(type, dtype));
+                 mults_total, ndev, be && be->gemm_math ? be->gemm_math(dtype) : "?");
         break;
     }
     case DT__K_UNARY:
@@ -283,17 +244,17 @@ static void kernel_text(char *buf, size_t size, dt__kernel kernel, dt_device_typ
     case DT__K_COPY_BLOCKS:
         snprintf(buf, size, "copy %s local -> %s (%d blocks)", dn, out, k->nblocks);
         break;
-    case DT__K_SOFTMAX:
-    case DT__K_NORM:
-    case DT__K_SCAN:
-    case DT__K_ARG_REDUCE:
-        shape_text(a, sizeof a, k->rank, k->in_shape[0]);
-        snprintf(buf, size, "%s %s %s local %s -> %s", dt__kernel_name(kernel),
-                 row_mode_name(kernel, k->mode), dn, a, out);
+    default: {
+        const char *mode = mode_words(kernel, k->mode);
+        if (mode) {
+            shape_text(a, sizeof a, k->rank, k->in_shape[0]);
+            snprintf(buf, size, "%s %s %s local %s -> %s", dt__kernel_name(kernel), mode, dn, a,
+                     out);
+        } else {
+            snprintf(buf, size, "%s %s local %s", dt__kernel_name(kernel), dn, out);
+        }
         break;
-    default:
-        snprintf(buf, size, "%s %s local %s", dt__kernel_name(kernel), dn, out);
-        break;
+    }
     }
 }
 

@@ -8,7 +8,9 @@
  *   replicated -> shard(j)          local slice, no communication
  *   replicated -> partial(a)        local: member 0 keeps the value, the others the identity
  * Uneven shards use the collectives' v forms with per-device counts computed here from the
- * layouts, the same on every member of a group. */
+ * layouts, the same on every member of a group. The block exchange between unrelated layouts
+ * is spmd/exchange.c; the layout search of the op rules, spmd/search.c. */
+#include "relayout.h"
 #include "engine.h"
 
 #include <math.h>
@@ -17,7 +19,7 @@
 
 /* ---- planning ----------------------------------------------------------------------------- */
 
-static int64_t max_local_elems(const dt_layout *l, int rank, const int64_t shape[])
+int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[])
 {
     /* The first shard of every axis is the largest. */
     int64_t e = 1;
@@ -42,8 +44,8 @@ static void trans_volume(const dt__trans *t, dt_dtype dtype, int rank, const int
     const dt_mesh *m = t->before.mesh;
     int g = group_size(m, t->axes);
     double es = (double)dt_dtype_size(dtype);
-    double bin = (double)max_local_elems(&t->before, rank, shape) * es;
-    double bout = (double)max_local_elems(&t->after, rank, shape) * es;
+    double bin = (double)dt__max_local_elems(&t->before, rank, shape) * es;
+    double bout = (double)dt__max_local_elems(&t->after, rank, shape) * es;
     *bytes = *msgs = *local = 0;
     switch (t->kind) {
     case DT__T_ALL_REDUCE:
@@ -223,14 +225,9 @@ typedef struct tctx {
     bool direct; /* the collective reads / writes the shards in place (no pack/unpack) */
 } tctx;
 
-static int coord(const dt_mesh *m, int a, int device)
-{
-    return device / m->strides[a] % m->sizes[a];
-}
-
 static int member(const dt_mesh *m, int a, int device, int r)
 {
-    return device + (r - coord(m, a, device)) * m->strides[a];
+    return device + (r - dt__coord(m, a, device)) * m->strides[a];
 }
 
 /* Does every group along mesh axis a sit inside one client, on devices the host can address?
@@ -268,12 +265,6 @@ static bool outermost_everywhere(const dt__dist *d, const dt_mesh *m, int axis)
     return true;
 }
 
-static void copy_shape(int64_t dst[], const int64_t src[], int rank)
-{
-    for (int i = 0; i < DT_MAX_RANK; i++)
-        dst[i] = i < rank ? src[i] : 0;
-}
-
 /* -- all-gather: member s's block is its shard of axis `from`. */
 static void ag_counts(void *ctx, int d, int64_t counts[])
 {
@@ -298,9 +289,9 @@ static void ag_boxes(void *ctx, int d, dt__block boxes[])
         int64_t blk[DT_MAX_RANK];
         dt__local_shape(c->in, member(m, c->mesh_axis, d, s), blk, NULL);
         b->rank = rank;
-        copy_shape(b->src_shape, blk, rank);
-        copy_shape(b->extent, blk, rank);
-        copy_shape(b->dst_shape, out_local, rank);
+        dt__copy_shape(b->src_shape, blk, rank);
+        dt__copy_shape(b->extent, blk, rank);
+        dt__copy_shape(b->dst_shape, out_local, rank);
         b->dst_off[i] = dt_shard_offset(c->in->shape[i], c->g, s);
     }
 }
@@ -312,7 +303,7 @@ static void ag_unpack(void *ctx, int d, dt__kargs *k)
     int64_t out_local[DT_MAX_RANK];
     dt__local_shape(&c->out, d, out_local, NULL);
     k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
+    dt__copy_shape(k->shape, out_local, rank);
     k->nblocks = c->g;
     k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
     if (!k->blocks)
@@ -326,22 +317,20 @@ static void ag_unpack(void *ctx, int d, dt__kargs *k)
     }
 }
 
-/* k copies one block into the whole local output `out_local` from a local input of shape
- * in_local; the caller sets the block's offsets. NULL when out of memory (no blocks). */
-static dt__block *one_block(dt__kargs *k, int rank, const int64_t in_local[],
-                            const int64_t out_local[])
+dt__block *dt__one_block(dt__kargs *k, int rank, const int64_t in_local[],
+                         const int64_t out_local[])
 {
     k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
+    dt__copy_shape(k->shape, out_local, rank);
     k->blocks = calloc(1, sizeof *k->blocks);
     if (!k->blocks)
         return NULL;
     k->nblocks = 1;
     dt__block *b = k->blocks;
     b->rank = rank;
-    copy_shape(b->src_shape, in_local, rank);
-    copy_shape(b->dst_shape, out_local, rank);
-    copy_shape(b->extent, out_local, rank);
+    dt__copy_shape(b->src_shape, in_local, rank);
+    dt__copy_shape(b->dst_shape, out_local, rank);
+    dt__copy_shape(b->extent, out_local, rank);
     return b;
 }
 
@@ -353,11 +342,11 @@ static void slice_args(void *ctx, int d, dt__kargs *k)
     int64_t in_local[DT_MAX_RANK], out_local[DT_MAX_RANK];
     dt__local_shape(c->in, d, in_local, NULL);
     dt__local_shape(&c->out, d, out_local, NULL);
-    dt__block *b = one_block(k, rank, in_local, out_local);
+    dt__block *b = dt__one_block(k, rank, in_local, out_local);
     if (!b)
         return;
     b->src_off[j] =
-        dt_shard_offset(c->in->shape[j], c->g, coord(c->in->layout.mesh, c->mesh_axis, d));
+        dt_shard_offset(c->in->shape[j], c->g, dt__coord(c->in->layout.mesh, c->mesh_axis, d));
 }
 
 /* -- all-to-all: member r sends member s the part of its shard in s's range of axis `to`. */
@@ -391,11 +380,11 @@ static void a2a_pack(void *ctx, int d, dt__kargs *k)
     for (int s = 0; s < g && k->blocks; s++) {
         dt__block *b = &k->blocks[s];
         b->rank = rank;
-        copy_shape(b->src_shape, local, rank);
-        copy_shape(b->extent, local, rank);
+        dt__copy_shape(b->src_shape, local, rank);
+        dt__copy_shape(b->extent, local, rank);
         b->extent[j] = dt_shard_size(c->in->shape[j], g, s);
         b->src_off[j] = dt_shard_offset(c->in->shape[j], g, s);
-        copy_shape(b->dst_shape, b->extent, rank);
+        dt__copy_shape(b->dst_shape, b->extent, rank);
         b->dst_at = at;
         at += dt__num_elements(rank, b->extent);
     }
@@ -408,17 +397,17 @@ static void a2a_unpack(void *ctx, int d, dt__kargs *k)
     int64_t out_local[DT_MAX_RANK];
     dt__local_shape(&c->out, d, out_local, NULL);
     k->rank = rank;
-    copy_shape(k->shape, out_local, rank);
+    dt__copy_shape(k->shape, out_local, rank);
     k->nblocks = g;
     k->blocks = calloc((size_t)g, sizeof *k->blocks);
     int64_t at = 0;
     for (int s = 0; s < g && k->blocks; s++) {
         dt__block *b = &k->blocks[s];
         b->rank = rank;
-        copy_shape(b->src_shape, out_local, rank);
+        dt__copy_shape(b->src_shape, out_local, rank);
         b->src_shape[i] = dt_shard_size(c->in->shape[i], g, s);
-        copy_shape(b->extent, b->src_shape, rank);
-        copy_shape(b->dst_shape, out_local, rank);
+        dt__copy_shape(b->extent, b->src_shape, rank);
+        dt__copy_shape(b->dst_shape, out_local, rank);
         b->dst_off[i] = dt_shard_offset(c->in->shape[i], g, s);
         b->src_at = at;
         at += dt__num_elements(rank, b->extent);
@@ -432,7 +421,7 @@ static void a2a_boxes(void *ctx, int d, dt__block boxes[])
     tctx *c = ctx;
     const dt_mesh *m = c->in->layout.mesh;
     int rank = c->in->rank, i = c->t->from, j = c->t->to, g = c->g;
-    int me = coord(m, c->mesh_axis, d);
+    int me = dt__coord(m, c->mesh_axis, d);
     int64_t out_local[DT_MAX_RANK];
     dt__local_shape(&c->out, d, out_local, NULL);
     for (int s = 0; s < g; s++) {
@@ -440,11 +429,11 @@ static void a2a_boxes(void *ctx, int d, dt__block boxes[])
         int64_t local[DT_MAX_RANK];
         dt__local_shape(c->in, member(m, c->mesh_axis, d, s), local, NULL);
         b->rank = rank;
-        copy_shape(b->src_shape, local, rank);
-        copy_shape(b->extent, local, rank);
+        dt__copy_shape(b->src_shape, local, rank);
+        dt__copy_shape(b->extent, local, rank);
         b->extent[j] = dt_shard_size(c->in->shape[j], g, me);
         b->src_off[j] = dt_shard_offset(c->in->shape[j], g, me);
-        copy_shape(b->dst_shape, out_local, rank);
+        dt__copy_shape(b->dst_shape, out_local, rank);
         b->dst_off[i] = dt_shard_offset(c->in->shape[i], g, s);
     }
 }
@@ -483,10 +472,10 @@ static void partial_args(void *ctx, int d, dt__kargs *k)
     int64_t local[DT_MAX_RANK];
     dt__local_shape(c->in, d, local, NULL);
     k->rank = c->in->rank;
-    copy_shape(k->shape, local, k->rank);
+    dt__copy_shape(k->shape, local, k->rank);
     bool first = true;
     for (int a = 0; a < m->num_axes; a++)
-        if ((c->t->axes & (1u << a)) && coord(m, a, d) != 0)
+        if ((c->t->axes & (1u << a)) && dt__coord(m, a, d) != 0)
             first = false;
     dt_reduce_op op = c->out.layout.partial_op;
     k->select = first || op == DT_REDUCE_MAX || op == DT_REDUCE_MIN;
@@ -685,7 +674,7 @@ static void ls_args(void *ctx, int d, dt__kargs *k)
         out_off[DT_MAX_RANK];
     dt__local_shape(c->in, d, in_local, in_off);
     dt__local_shape(&c->out, d, out_local, out_off);
-    dt__block *b = one_block(k, rank, in_local, out_local);
+    dt__block *b = dt__one_block(k, rank, in_local, out_local);
     if (!b)
         return;
     for (int i = 0; i < rank; i++)
@@ -724,461 +713,4 @@ dt_status dt__finish(dt__program *p, const char *cause, const dt__dist *x, const
     if (!want)
         return dt__resolve_partial(p, cause, x, out);
     return dt__relayout_emit(p, cause, x, want, out);
-}
-
-/* ---- block exchange between layouts (and meshes over the same devices) ------------------- */
-
-/* Moving a tensor to an unrelated layout, taking a slice of it or placing it inside a larger
- * one: every target device t needs one box of the input (its shard of the result, shifted).
- * Each input block (a shard, and a term when partial) is sent to t by one holder: t itself
- * when it holds that block, else the block's first holder (coordinate 0 on the mesh axes that
- * replicate the input). Device s sends t the intersection of its shard with t's box: one
- * all-to-all(v) over every device, so nobody holds more than its own shards plus what it
- * sends and receives (never the global tensor). */
-typedef struct xctx {
-    const dt__dist *in;
-    const dt__dist *out;
-    const int64_t *shift; /* result index g is input index g + shift */
-    int g;                /* devices of the exchange */
-    /* Meshes over different devices exchange over the mesh of every device: exchange id u is
-     * input-mesh device src[u] and output-mesh device dst[u] (-1 where that mesh lacks it),
-     * output-mesh device t is exchange id of_dst[t]. NULL arrays: one mesh's ids for all. */
-    const int *src, *dst, *of_dst;
-} xctx;
-
-static int x_src(const xctx *c, int u)
-{
-    return c->src ? c->src[u] : u;
-}
-
-static int x_dst(const xctx *c, int u)
-{
-    return c->dst ? c->dst[u] : u;
-}
-
-static int x_of_dst(const xctx *c, int t)
-{
-    return c->of_dst ? c->of_dst[t] : t;
-}
-
-/* Same block of the input on devices s and t: same shard on every tensor axis and the same
- * coordinates on the partial mesh axes. */
-static bool same_block(const dt__dist *x, int s, int t)
-{
-    const dt_mesh *m = x->layout.mesh;
-    for (int i = 0; i < x->rank; i++)
-        if (dt__layout_shard_index(&x->layout, i, s) != dt__layout_shard_index(&x->layout, i, t))
-            return false;
-    for (int a = 0; a < m->num_axes; a++)
-        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, t))
-            return false;
-    return true;
-}
-
-static bool first_holder(const dt__dist *x, int d)
-{
-    const dt_mesh *m = x->layout.mesh;
-    unsigned used = dt__layout_used(&x->layout);
-    for (int a = 0; a < m->num_axes; a++)
-        if (!(used & (1u << a)) && coord(m, a, d) != 0)
-            return false;
-    return true;
-}
-
-/* Elements exchange device u gives v (u == v included); lo (input global index) and ext give
- * the box. u sends from its input shard (input-mesh device s), v receives into its output
- * shard (output-mesh device t); v's own input shard ti, when it has one, serves v itself. */
-static int64_t x_box_any(const xctx *c, int u, int v, int64_t lo[], int64_t ext[])
-{
-    const dt__dist *x = c->in;
-    int rank = x->rank;
-    for (int i = 0; i < DT_MAX_RANK; i++)
-        lo[i] = ext[i] = 0;
-    int s = x_src(c, u), ti = x_src(c, v), t = x_dst(c, v);
-    if (s < 0 || t < 0)
-        return 0;
-    /* a partial result takes each term from the device of the same term (one mesh only) */
-    const dt_mesh *m = x->layout.mesh;
-    for (int a = 0; a < m->num_axes; a++)
-        if ((x->layout.partial & (1u << a)) && coord(m, a, s) != coord(m, a, ti))
-            return 0;
-    if (ti >= 0 && same_block(x, s, ti) ? u != v : !first_holder(x, s))
-        return 0;
-    int64_t sl[DT_MAX_RANK], so[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
-    dt__local_shape(x, s, sl, so);
-    dt__local_shape(c->out, t, tl, to);
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) {
-        int64_t a = so[i] > to[i] + c->shift[i] ? so[i] : to[i] + c->shift[i];
-        int64_t b = so[i] + sl[i] < to[i] + c->shift[i] + tl[i] ? so[i] + sl[i]
-                                                                : to[i] + c->shift[i] + tl[i];
-        lo[i] = a;
-        ext[i] = b > a ? b - a : 0;
-        n *= ext[i];
-    }
-    return n;
-}
-
-/* What crosses devices: a device's own part is copied straight into its shard (x_direct), not
- * staged through the all-to-all's buffers. */
-static int64_t x_box(const xctx *c, int u, int v, int64_t lo[], int64_t ext[])
-{
-    return u == v ? 0 : x_box_any(c, u, v, lo, ext);
-}
-
-static void x_counts(void *ctx, int d, int64_t counts[])
-{
-    (void)d; /* every member passes the whole matrix */
-    const xctx *c = ctx;
-    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK];
-    for (int s = 0; s < c->g; s++)
-        for (int t = 0; t < c->g; t++)
-            counts[s * c->g + t] = x_box(c, s, t, lo, ext);
-}
-
-/* One block of the box u -> v, from u's shard (pack) or into v's shard (unpack). */
-static void x_block(const xctx *c, int u, int v, bool pack, int64_t at, dt__block *b)
-{
-    int rank = c->in->rank;
-    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], local[DT_MAX_RANK], off[DT_MAX_RANK];
-    x_box(c, u, v, lo, ext);
-    b->rank = rank;
-    copy_shape(b->extent, ext, rank);
-    if (pack) {
-        dt__local_shape(c->in, x_src(c, u), local, off);
-        copy_shape(b->src_shape, local, rank);
-        copy_shape(b->dst_shape, ext, rank);
-        for (int i = 0; i < rank; i++)
-            b->src_off[i] = lo[i] - off[i];
-        b->dst_at = at;
-    } else {
-        dt__local_shape(c->out, x_dst(c, v), local, off);
-        copy_shape(b->src_shape, ext, rank);
-        copy_shape(b->dst_shape, local, rank);
-        for (int i = 0; i < rank; i++)
-            b->dst_off[i] = lo[i] - c->shift[i] - off[i];
-        b->src_at = at;
-    }
-}
-
-/* On exchange device u (the send buffer's mesh). */
-static void x_pack(void *ctx, int u, dt__kargs *k)
-{
-    const xctx *c = ctx;
-    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
-    k->rank = 1;
-    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
-    for (int v = 0; v < c->g && k->blocks; v++) {
-        int64_t n = x_box(c, u, v, lo, ext);
-        if (n)
-            x_block(c, u, v, true, at, &k->blocks[k->nblocks++]);
-        at += n;
-    }
-    k->shape[0] = at;
-}
-
-/* On output-mesh device t. */
-static void x_unpack(void *ctx, int t, dt__kargs *k)
-{
-    const xctx *c = ctx;
-    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK], at = 0;
-    int v = x_of_dst(c, t);
-    k->rank = c->out->rank;
-    dt__local_shape(c->out, t, k->shape, NULL);
-    k->blocks = calloc((size_t)c->g, sizeof *k->blocks);
-    for (int u = 0; u < c->g && k->blocks; u++) {
-        int64_t n = x_box(c, u, v, lo, ext);
-        if (n)
-            x_block(c, u, v, false, at, &k->blocks[k->nblocks++]);
-        at += n;
-    }
-}
-
-/* Each output-mesh device t copies its own box straight into its shard (none when the input
- * mesh lacks t's device). */
-static void x_direct(void *ctx, int t, dt__kargs *k)
-{
-    const xctx *c = ctx;
-    int64_t lo[DT_MAX_RANK], ext[DT_MAX_RANK];
-    int64_t local[DT_MAX_RANK], off[DT_MAX_RANK], tl[DT_MAX_RANK], to[DT_MAX_RANK];
-    int v = x_of_dst(c, t), s = x_src(c, v);
-    dt__local_shape(c->out, t, tl, to);
-    k->rank = c->out->rank;
-    copy_shape(k->shape, tl, k->rank);
-    if (s < 0 || !x_box_any(c, v, v, lo, ext))
-        return;
-    dt__local_shape(c->in, s, local, off);
-    dt__block *b = one_block(k, c->in->rank, local, tl);
-    if (!b)
-        return;
-    copy_shape(b->extent, ext, b->rank);
-    for (int i = 0; i < b->rank; i++) {
-        b->src_off[i] = lo[i] - off[i];
-        b->dst_off[i] = lo[i] - c->shift[i] - to[i];
-    }
-}
-
-/* Maps of an exchange between meshes over different devices, through the mesh of every
- * device `all`: exchange ids are global device ids. */
-static dt_status cross_maps(const dt_mesh *m, const dt_mesh *mo, const dt_mesh *all, xctx *c,
-                            int **maps, const char *cause)
-{
-    int g = all->size;
-    *maps = malloc(sizeof(int) * (size_t)(2 * g + mo->size));
-    if (!*maps)
-        return dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
-    int *src = *maps, *dst = src + g, *of_dst = dst + g;
-    for (int u = 0; u < 2 * g; u++)
-        src[u] = -1;
-    for (int s = 0; s < m->size; s++)
-        src[m->global_ids[s]] = s;
-    for (int t = 0; t < mo->size; t++) {
-        dst[mo->global_ids[t]] = t;
-        of_dst[t] = mo->global_ids[t];
-    }
-    c->g = g;
-    c->src = src;
-    c->dst = dst;
-    c->of_dst = of_dst;
-    return DT_OK;
-}
-
-dt_status dt__emit_exchange_into(dt__program *p, const char *cause, const dt__dist *in,
-                                 const int64_t shift[], const dt__dist *out)
-{
-    const dt_mesh *m = in->layout.mesh, *mo = out->layout.mesh;
-    if (m->type != mo->type)
-        return dt__fail(DT_ERR_MESH, "%s: meshes of %s and %s devices", cause,
-                        dt_device_type_name(m->type), dt_device_type_name(mo->type));
-    bool same = dt__mesh_same_devices(m, mo);
-    if (in->layout.partial && (mo != m || out->layout.partial != in->layout.partial))
-        return dt__fail(DT_ERR_LAYOUT, "%s: a partial operand keeps its partial axes", cause);
-    if (!same && dt__rt.world != MPI_COMM_NULL &&
-        (m->comm == MPI_COMM_NULL || mo->comm == MPI_COMM_NULL))
-        return dt__fail(DT_ERR_MESH,
-                        "%s: meshes over different devices, one of them a mesh of one client's "
-                        "devices only",
-                        cause);
-    xctx c = {.in = in, .out = out, .shift = shift, .g = m->size};
-    int *maps = NULL;
-    const dt_mesh *mx = m; /* where the all-to-all runs: in's mesh, or the mesh of every device */
-    if (!same) {
-        dt_mesh *all;
-        DT_TRY(dt__mesh_all(m->type, &all));
-        DT_TRY(cross_maps(m, mo, all, &c, &maps, cause));
-        mx = all;
-    }
-    int g = c.g;
-    int64_t *counts = calloc((size_t)g * (size_t)g, sizeof *counts);
-    if (!counts) {
-        free(maps);
-        return dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
-    }
-    x_counts(&c, 0, counts);
-    /* per local device: elements sent and received; the busiest device's bytes */
-    int64_t *sent = calloc((size_t)mx->num_local + 1, sizeof *sent);
-    int64_t *recd = calloc((size_t)mx->num_local + 1, sizeof *recd);
-    double most = 0;
-    bool cross = false;
-    for (int s = 0; s < g; s++) {
-        int64_t out_s = 0;
-        for (int t = 0; t < g; t++) {
-            int64_t n = counts[s * g + t];
-            cross = cross || n;
-            out_s += n;
-            int ls = s - mx->first_local, lt = t - mx->first_local;
-            if (sent && ls >= 0 && ls < mx->num_local)
-                sent[ls] += n;
-            if (recd && lt >= 0 && lt < mx->num_local)
-                recd[lt] += n;
-        }
-        double bytes = (double)out_s * (double)dt_dtype_size(in->dtype);
-        most = bytes > most ? bytes : most;
-    }
-    free(counts);
-    dt_status s = sent && recd ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of memory", cause);
-    if (s == DT_OK)
-        s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, out->slot, mo,
-                            x_direct, &c);
-    if (s == DT_OK && cross) {
-        int send = -1, recv = -1;
-        s = dt__slot_new_elems(p, mx, in->dtype, sent, &send);
-        if (s == DT_OK)
-            s = dt__slot_new_elems(p, mx, in->dtype, recd, &recv);
-        if (s == DT_OK)
-            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &in->slot, send, mx,
-                                x_pack, &c);
-        char what[64];
-        snprintf(what, sizeof what, "block exchange over %d devices", g);
-        if (s == DT_OK)
-            s = dt__emit_coll(p, cause, DT__COLL_ALL_TO_ALL, in->dtype, DT_REDUCE_SUM,
-                              (1u << mx->num_axes) - 1u, send, recv, 0, x_counts, &c, g * g, most,
-                              what);
-        if (s == DT_OK)
-            s = dt__emit_kernel(p, cause, DT__K_COPY_BLOCKS, in->dtype, 1, &recv, out->slot, mo,
-                                x_unpack, &c);
-    }
-    free(sent);
-    free(recd);
-    free(maps);
-    return s;
-}
-
-dt_status dt__emit_exchange(dt__program *p, const char *cause, const dt__dist *in,
-                            const dt_layout *to, int rank, const int64_t shape[],
-                            const int64_t shift[], dt__dist *out)
-{
-    DT_TRY(dt__slot_new(p, to, in->dtype, rank, shape, out));
-    return dt__emit_exchange_into(p, cause, in, shift, out);
-}
-
-/* ---- broadcasting ops ---------------------------------------------------------------------- */
-
-dt_status dt__broadcast_shape(const char *what, int n, const int ranks[],
-                              const int64_t *const shapes[], int *rank, int64_t shape[])
-{
-    int r = 0;
-    for (int q = 0; q < n; q++)
-        r = ranks[q] > r ? ranks[q] : r;
-    for (int i = 0; i < r; i++) {
-        int64_t e = 1;
-        int from = -1; /* the operand that set e */
-        for (int q = 0; q < n; q++) {
-            int iq = i - (r - ranks[q]);
-            int64_t eq = iq >= 0 ? shapes[q][iq] : 1;
-            if (eq == 1 || eq == e)
-                continue;
-            if (e == 1) {
-                e = eq;
-                from = q;
-                continue;
-            }
-            char sa[DT__SHAPE_STR_MAX], sb[DT__SHAPE_STR_MAX];
-            return dt__fail(
-                DT_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (axis %d: %lld vs %lld)", what,
-                dt__shape_str(sa, sizeof sa, ranks[from], shapes[from]),
-                dt__shape_str(sb, sizeof sb, ranks[q], shapes[q]), i, (long long)e, (long long)eq);
-        }
-        shape[i] = e;
-    }
-    *rank = r;
-    return DT_OK;
-}
-
-dt_layout dt__operand_layout(const dt__dist *x, const dt_layout *o, const int64_t oshape[])
-{
-    dt_layout l = dt__layout_none(o->mesh, x->rank);
-    int off = o->rank - x->rank;
-    for (int i = 0; i < x->rank; i++)
-        if (x->shape[i] == oshape[i + off])
-            l.axes[i] = o->axes[i + off];
-    return l;
-}
-
-/* A result layout taking each axis's mesh axis from the first of xs (in the order `first`,
- * then the others) that shards it. */
-static dt_layout merged_layout(int n, const dt__dist *const xs[], int first, int rank,
-                               const int64_t oshape[])
-{
-    dt_layout l = dt__layout_none(xs[0]->layout.mesh, rank);
-    unsigned used = 0;
-    for (int k = 0; k < n; k++) {
-        const dt__dist *x = xs[(first + k) % n];
-        int off = rank - x->rank;
-        for (int i = 0; i < x->rank; i++) {
-            int ax = x->layout.axes[i];
-            if (ax == DT_UNSHARDED || (used & (1u << ax)) || l.axes[i + off] != DT_UNSHARDED ||
-                x->shape[i] != oshape[i + off])
-                continue;
-            l.axes[i + off] = ax;
-            used |= 1u << ax;
-        }
-    }
-    return l;
-}
-
-dt_layout dt__broadcast_layout(int n, const dt__dist *const xs[], int rank, const int64_t oshape[],
-                               const dt_layout *want)
-{
-    dt_layout best = merged_layout(n, xs, 0, rank, oshape);
-    double best_cost = INFINITY;
-    for (int c = 0; c <= n; c++) {
-        dt_layout o;
-        if (c < n) {
-            o = merged_layout(n, xs, c, rank, oshape);
-        } else if (want) {
-            o = *want;
-            o.partial = 0;
-        } else {
-            break;
-        }
-        double cost = want ? dt__relayout_cost(&o, want, xs[0]->dtype, rank, oshape) : 0;
-        for (int q = 0; q < n; q++) {
-            dt_layout lq = dt__operand_layout(xs[q], &o, oshape);
-            cost += dt__relayout_cost(&xs[q]->layout, &lq, xs[q]->dtype, xs[q]->rank, xs[q]->shape);
-        }
-        /* on a tie the request wins: computing the requested shards directly never touches
-         * more than computing another layout and then slicing it (which also holds the
-         * other layout's larger shards for a while) */
-        if (cost < best_cost || (c == n && cost <= best_cost)) {
-            best_cost = cost;
-            best = o;
-        }
-    }
-    return best;
-}
-
-/* ---- choosing mesh axes for an op's axes ------------------------------------------------- */
-
-int64_t dt__max_local_elems(const dt_layout *l, int rank, const int64_t shape[])
-{
-    return max_local_elems(l, rank, shape);
-}
-
-void dt__assign_add(dt__assign *s, int slot, int axis)
-{
-    if (slot < 0 || slot >= s->n)
-        return;
-    for (int c = 0; c < s->ncand[slot]; c++)
-        if (s->cand[slot][c] == axis)
-            return;
-    if (s->ncand[slot] < DT_MAX_MESH_AXES + 1)
-        s->cand[slot][s->ncand[slot]++] = axis;
-}
-
-typedef struct assign_walk {
-    const dt__assign *s;
-    dt__assign_cost_fn cost;
-    void *ctx;
-    int cur[DT__ASSIGN_MAX];
-    double best_cost;
-    int *best;
-    bool found;
-} assign_walk;
-
-static void assign_enumerate(assign_walk *w, int slot, unsigned used)
-{
-    if (slot == w->s->n) {
-        double c = w->cost(w->ctx, w->cur);
-        if (isfinite(c) && (!w->found || c < w->best_cost)) {
-            w->best_cost = c;
-            w->found = true;
-            memcpy(w->best, w->cur, sizeof(int) * (size_t)w->s->n);
-        }
-        return;
-    }
-    for (int c = 0; c < w->s->ncand[slot]; c++) {
-        int ax = w->s->cand[slot][c];
-        if (ax != DT_UNSHARDED && (used & (1u << ax)))
-            continue;
-        w->cur[slot] = ax;
-        assign_enumerate(w, slot + 1, ax == DT_UNSHARDED ? used : used | (1u << ax));
-    }
-}
-
-bool dt__assign_best(const dt__assign *s, dt__assign_cost_fn cost, void *ctx, int best[])
-{
-    assign_walk w = {.s = s, .cost = cost, .ctx = ctx, .best = best};
-    assign_enumerate(&w, 0, 0);
-    return w.found;
 }

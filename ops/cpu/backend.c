@@ -41,6 +41,22 @@ int dt__cpu_blas_threads(int cores_per_device, bool *user)
     return openblas_get_num_threads();
 }
 
+/* Integer gemms are exact loops; the 16-bit floats are widened to f32 for sgemm. */
+const char *dt__cpu_gemm_math(dt_dtype dtype)
+{
+    switch (dtype) {
+    case DT_DTYPE_F32:
+        return "FP32 (OpenBLAS sgemm)";
+    case DT_DTYPE_F64:
+        return "FP64 (OpenBLAS dgemm)";
+    case DT_DTYPE_BF16:
+    case DT_DTYPE_F16:
+        return "FP32 accumulation (OpenBLAS sgemm on widened copies), rounded once";
+    default:
+        return "exact integer loops";
+    }
+}
+
 const dt__backend dt__cpu_backend = {
     .name = "cpu",
     .host_accessible = true,
@@ -50,4 +66,5 @@ const dt__backend dt__cpu_backend = {
     .to_host = cpu_copy,
     .copy = cpu_copy,
     .kernels = dt__cpu_kernels,
+    .gemm_math = dt__cpu_gemm_math,
 };

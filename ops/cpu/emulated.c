@@ -554,6 +554,7 @@ const dt__backend dt__emulated_cuda_backend = {
     .launch = emu_launch,
     .kernels = dt__cpu_kernels,
     .dev = &emu_dev_ops,
+    .gemm_math = dt__cpu_gemm_math,
 };
 
 /* ---- the combine of device collectives, on the host --------------------------------------- */

@@ -387,6 +387,23 @@ static const dt__dev_ops cuda_dev_ops = {
     .side_combine = cuda_side_combine,
 };
 
+/* f32 uses TF32 tensor cores only when the user allowed it (dt_init_options.allow_tf32);
+ * integer gemms are exact loops. */
+static const char *cuda_gemm_math(dt_dtype dtype)
+{
+    switch (dtype) {
+    case DT_DTYPE_F32:
+        return dt__rt.cuda_tf32 ? "TF32 tensor cores (cuBLAS)" : "FP32 (cuBLAS sgemm)";
+    case DT_DTYPE_F64:
+        return "FP64 (cuBLAS dgemm)";
+    case DT_DTYPE_BF16:
+    case DT_DTYPE_F16:
+        return "FP32 accumulation (cuBLAS GemmEx), rounded once";
+    default:
+        return "exact integer loops";
+    }
+}
+
 const dt__backend dt__cuda_backend = {
     .name = "cuda",
     .host_accessible = false,
@@ -403,4 +420,5 @@ const dt__backend dt__cuda_backend = {
     .kernels = dt__cuda_kernels,
     .device_collectives = true,
     .dev = &cuda_dev_ops,
+    .gemm_math = cuda_gemm_math,
 };

@@ -143,12 +143,21 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* The printer's words for the arg_reduce kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    static const char *const words[] = {"index", "records", "merge"};
+    unsigned m = DT__MODE_KIND(mode);
+    return kernel != DT__K_ARG_REDUCE ? NULL : m < 3 ? words[m] : "?";
+}
+
 const dt__op_def dt__op_arg_reduce = {.name = "arg_reduce",
                                       .min_inputs = 1,
                                       .max_inputs = 1,
                                       .infer = infer,
                                       .expand = expand,
-                                      .pull = pull};
+                                      .pull = pull,
+                                      .describe = describe};
 
 static dt_status call(int op, const dt_tensor *x, int axis, dt_dtype index_dtype,
                       const dt_op_options *opts, dt_tensor **out)

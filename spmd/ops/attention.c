@@ -9,7 +9,7 @@
  * in blocks with an online softmax, so its scratch is a block's, never [T, T]: memory grows
  * with T. bf16 and f16 operands are cast to f32 for the kernel and its result back.
  *
- * The gradient (spmd/autodiff.c, vjp_attention) is the same op in mode DT__ATTN_GRAD: operands
+ * The gradient (the vjp slot below) is the same op in mode DT__ATTN_GRAD: operands
  * q, k, v, dy, result [3, ..., T, E] holding dq, dk, dv, laid out as the operands with a
  * leading unsharded axis; one fused kernel recomputes each query block's statistics
  * (FlashAttention's backward pass). */
@@ -150,12 +150,38 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* Attention: its gradient op gives dq, dk, dv stacked on a leading axis of 3, each sliced off
+ * (a local slice: that axis is never split). */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    if (n->attrs.op != DT__ATTN_FORWARD)
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: of attention's own gradient");
+    dt_tensor *g;
+    DT_TRY(dt__tape_keep(a, dt__attention_grad(x[0], x[1], x[2], dy, n->attrs.axis, n->attrs.a, &g),
+                         &g));
+    int r = x[0]->rank;
+    int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+    size[0] = 1;
+    for (int i = 0; i < r; i++)
+        size[i + 1] = x[0]->shape[i];
+    for (int j = 0; j < 3; j++) {
+        dt_tensor *s;
+        begin[0] = j;
+        DT_TRY(dt__tape_keep(a, dt_slice(g, begin, size, NULL, &s), &s));
+        DT_TRY(dt__tape_reshape(a, s, r, x[0]->shape, &dx[j]));
+    }
+    return DT_OK;
+}
+
 const dt__op_def dt__op_attention = {.name = "attention",
                                      .min_inputs = 3,
                                      .max_inputs = 4,
                                      .infer = infer,
                                      .expand = expand,
-                                     .pull = pull};
+                                     .pull = pull,
+                                     .vjp = vjp};
 
 static dt_status call(int mode, int n, const dt_tensor *const in[], int causal, double scale,
                       const dt_op_options *opts, dt_tensor **out)

@@ -111,12 +111,71 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    dt_tensor *A = x[0], *B = x[1], *ga = NULL, *gb = NULL, *t, *u, *z;
+    switch ((dt_binary_op)n->attrs.op) {
+    case DT_BINARY_ADD:
+        ga = gb = dy;
+        break;
+    case DT_BINARY_SUB:
+        ga = dy;
+        DT_TRY(dt__tape_unary(a, DT_UNARY_NEG, dy, &gb));
+        break;
+    case DT_BINARY_MUL:
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, B, &ga));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, A, &gb));
+        break;
+    case DT_BINARY_DIV: /* d(a/b) = da / b - a db / b^2 = (dy / b, -dy y / b) */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_DIV, dy, B, &ga));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, ga, y, &t));
+        DT_TRY(dt__tape_unary(a, DT_UNARY_NEG, t, &gb));
+        break;
+    case DT_BINARY_MAX: /* to a where a >= b (TensorFlow's tie rule), else to b */
+    case DT_BINARY_MIN: /* to a where a <= b */
+        DT_TRY(dt__tape_binary(a, n->attrs.op == DT_BINARY_MAX ? DT_BINARY_GE : DT_BINARY_LE, A, B,
+                               &t));
+        DT_TRY(dt__tape_scalar(a, A, 1.0, &z));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, z, t, &u));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, t, &ga));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, u, &gb));
+        break;
+    case DT_BINARY_POW: /* (dy b a^(b-1), dy y log a) with log a taken as 0 where a <= 0 */
+        DT_TRY(dt__tape_scalar(a, A, 1.0, &z));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, B, z, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_POW, A, t, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, t, B, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, t, &ga));
+        DT_TRY(dt__tape_scalar(a, A, 0.0, &z));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_GT, A, z, &t));  /* 1 where a > 0 */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_LE, A, z, &u));  /* 1 where a <= 0 */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, A, t, &t)); /* a, or 0 */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_ADD, t, u, &t)); /* a, or 1 */
+        DT_TRY(dt__tape_unary(a, DT_UNARY_LOG, t, &t));      /* log a, or 0 */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, y, t, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, t, &gb));
+        break;
+    case DT_BINARY_FLOORMOD: /* a - floordiv(a, b) b: (dy, -dy floordiv(a, b)) */
+        ga = dy;
+        DT_TRY(dt__tape_binary(a, DT_BINARY_FLOORDIV, A, B, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, t, &t));
+        DT_TRY(dt__tape_unary(a, DT_UNARY_NEG, t, &gb));
+        break;
+    default: /* comparisons, floordiv and the logical ops: piecewise constant */
+        return DT_OK;
+    }
+    DT_TRY(dt__tape_grad_of(a, ga, A, &dx[0]));
+    return dt__tape_grad_of(a, gb, B, &dx[1]);
+}
+
 const dt__op_def dt__op_binary = {.name = "binary",
                                   .min_inputs = 2,
                                   .max_inputs = 2,
                                   .infer = infer,
                                   .expand = expand,
-                                  .pull = pull};
+                                  .pull = pull,
+                                  .vjp = vjp};
 
 dt_status dt_binary(dt_binary_op op, const dt_tensor *a, const dt_tensor *b,
                     const dt_op_options *opts, dt_tensor **out)

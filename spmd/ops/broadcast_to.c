@@ -100,13 +100,23 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* dy summed over the broadcast axes. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return dt__tape_sum_to(a, dy, x[0]->rank, x[0]->shape, &dx[0]);
+}
+
 const dt__op_def dt__op_broadcast_to = {.name = "broadcast_to",
                                         .min_inputs = 1,
                                         .max_inputs = 2,
                                         .infer = infer,
                                         .expand = expand,
                                         .pull = pull,
-                                        .like_operand = true};
+                                        .like_operand = true,
+                                        .vjp = vjp};
 
 dt_status dt_broadcast_to(const dt_tensor *x, int rank, const int64_t shape[],
                           const dt_op_options *opts, dt_tensor **out)

@@ -58,12 +58,24 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "cast", &y, want, out);
 }
 
+/* The conversion back to the operand's dtype (floating operands only). */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    if (!dt_dtype_is_floating(x[0]->dtype))
+        return DT_OK;
+    return dt__tape_cast(a, dy, x[0]->dtype, &dx[0]);
+}
+
 const dt__op_def dt__op_cast = {.name = "cast",
                                 .min_inputs = 1,
                                 .max_inputs = 1,
                                 .infer = infer,
                                 .expand = expand,
-                                .pull = dt__pull_same};
+                                .pull = dt__pull_same,
+                                .vjp = vjp};
 
 dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, const dt_op_options *opts, dt_tensor **out)
 {

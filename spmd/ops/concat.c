@@ -60,11 +60,29 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "concat", &y, want, out);
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    int axis = n->attrs.axis;
+    int64_t at = 0;
+    for (int t = 0; t < n->nin; t++) {
+        int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+        memcpy(size, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+        begin[axis] = at;
+        size[axis] = x[t]->shape[axis];
+        at += x[t]->shape[axis];
+        DT_TRY(dt__tape_keep(a, dt_slice(dy, begin, size, NULL, &dx[t]), &dx[t]));
+    }
+    return DT_OK;
+}
+
 const dt__op_def dt__op_concat = {.name = "concat",
                                   .min_inputs = 1,
                                   .max_inputs = DT__MAX_INPUTS,
                                   .infer = infer,
-                                  .expand = expand};
+                                  .expand = expand,
+                                  .vjp = vjp};
 
 dt_status dt_concat(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
                     dt_tensor **out)

@@ -70,11 +70,23 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__relayout_emit(p, "copy_to_mesh", &y, want, out);
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    /* back to the operand's mesh, replicated (its layout there may be free) */
+    dt_layout l;
+    DT_TRY(dt_layout_replicated(x[0]->mesh, x[0]->rank, &l));
+    return dt__tape_keep(a, dt_copy_to_mesh(dy, &l, NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_copy_to_mesh = {.name = "copy_to_mesh",
                                         .min_inputs = 1,
                                         .max_inputs = 1,
                                         .infer = dt__infer_same_tensor,
-                                        .expand = expand};
+                                        .expand = expand,
+                                        .vjp = vjp};
 
 dt_status dt_copy_to_mesh(const dt_tensor *x, const dt_layout *layout, const dt_op_options *opts,
                           dt_tensor **out)

@@ -90,12 +90,36 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "cumsum", &y, want, out);
 }
 
+/* The running sum taken the other way: cumsum of dy with reverse flipped. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int flags = n->attrs.keepdims;
+    return dt__tape_keep(a, dt_cumsum(dy, n->attrs.axis, flags & 1, !(flags & 2), NULL, &dx[0]),
+                         &dx[0]);
+}
+
+/* The printer's words for the scan kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    if (kernel != DT__K_SCAN)
+        return NULL;
+    return DT__MODE_KIND(mode) == DT__SCAN_TOTAL ? "totals"
+           : (mode & DT__SCAN_CARRY) != 0        ? "running sum plus the shards before"
+           : (mode & DT__SCAN_EXCLUSIVE) != 0    ? "exclusive running sum"
+                                                 : "running sum";
+}
+
 const dt__op_def dt__op_cumsum = {.name = "cumsum",
                                   .min_inputs = 1,
                                   .max_inputs = 1,
                                   .infer = infer,
                                   .expand = expand,
-                                  .pull = dt__pull_same};
+                                  .pull = dt__pull_same,
+                                  .vjp = vjp,
+                                  .describe = describe};
 
 dt_status dt_cumsum(const dt_tensor *x, int axis, int exclusive, int reverse,
                     const dt_op_options *opts, dt_tensor **out)

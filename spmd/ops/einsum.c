@@ -311,12 +311,7 @@ static void layouts_of(const esearch *S, const int ax[], elayouts *L)
     for (int l = 0; l < e->nl; l++) /* contracted and summed labels: pending sums */
         if (!e->in[2][l] && ax[l] != DT_UNSHARDED)
             L->y.partial |= 1u << ax[l];
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])
@@ -564,8 +559,60 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return expand_two(p, &e, in, want, out);
 }
 
-const dt__op_def dt__op_einsum = {
-    .name = "einsum", .min_inputs = 1, .max_inputs = 2, .infer = infer, .expand = expand};
+/* Operand q's gradient: the einsum of dy with the other operand giving q's labels that are in
+ * the output or the other operand, then broadcast back along q's summed-only labels. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    char lab[2][DT_MAX_RANK + 1] = {{0}}, out[DT_MAX_RANK + 1] = {0};
+    const char *eq = n->attrs.equation, *arrow = strstr(eq, "->"), *comma = strchr(eq, ',');
+    int nin = n->nin;
+    if (!arrow || (nin == 2 && !comma))
+        return dt__fail(DT_ERR_ARG, "gradient: einsum equation \"%s\"", eq);
+    const char *end0 = nin == 2 ? comma : arrow;
+    snprintf(lab[0], sizeof lab[0], "%.*s", (int)(end0 - eq), eq);
+    if (nin == 2)
+        snprintf(lab[1], sizeof lab[1], "%.*s", (int)(arrow - comma - 1), comma + 1);
+    snprintf(out, sizeof out, "%s", arrow + 2);
+    for (int q = 0; q < nin; q++) {
+        if (!dt_dtype_is_floating(x[q]->dtype))
+            continue;
+        char kept[DT_MAX_RANK + 1] = {0}, eq2[64];
+        int nk = 0, gone[DT_MAX_RANK], ngone = 0;
+        for (int i = 0; lab[q][i]; i++) {
+            char c = lab[q][i];
+            if (strchr(out, c) || (nin == 2 && strchr(lab[1 - q], c)))
+                kept[nk++] = c;
+            else
+                gone[ngone++] = i;
+        }
+        dt_tensor *g;
+        if (nin == 2) {
+            snprintf(eq2, sizeof eq2, "%s,%s->%s", out, lab[1 - q], kept);
+            const dt_tensor *ops[2] = {dy, x[1 - q]};
+            DT_TRY(dt__tape_keep(a, dt_einsum(eq2, 2, ops, NULL, &g), &g));
+        } else {
+            snprintf(eq2, sizeof eq2, "%s->%s", out, kept);
+            const dt_tensor *ops[1] = {dy};
+            DT_TRY(dt__tape_keep(a, dt_einsum(eq2, 1, ops, NULL, &g), &g));
+        }
+        if (ngone) { /* summed-only labels: every element of x along them got the same dy */
+            for (int i = 0; i < ngone; i++)
+                DT_TRY(dt__tape_keep(a, dt_expand_dims(g, gone[i], NULL, &g), &g));
+            DT_TRY(dt__tape_broadcast_to(a, g, x[q], &g));
+        }
+        dx[q] = g;
+    }
+    return DT_OK;
+}
+
+const dt__op_def dt__op_einsum = {.name = "einsum",
+                                  .min_inputs = 1,
+                                  .max_inputs = 2,
+                                  .infer = infer,
+                                  .expand = expand,
+                                  .vjp = vjp};
 
 /* ---- the public call: the equation made canonical ----------------------------------------- */
 

@@ -24,8 +24,8 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-/* x with an unsharded extent-1 axis at `axis`: the same slot, new metadata. */
-static dt__dist inserted(const dt__dist *x, int axis)
+/* The result without a step (stack.c adds each operand's axis so too). */
+dt__dist dt__dist_with_axis(const dt__dist *x, int axis)
 {
     dt__dist y = *x;
     y.rank = x->rank + 1;
@@ -42,7 +42,7 @@ static dt__dist inserted(const dt__dist *x, int axis)
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
-    dt__dist y = inserted(&in[0], n->attrs.axis);
+    dt__dist y = dt__dist_with_axis(&in[0], n->attrs.axis);
     return dt__finish(p, "expand_dims", &y, want, out);
 }
 
@@ -59,12 +59,22 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int axis = n->attrs.axis;
+    return dt__tape_keep(a, dt_squeeze(dy, 1, &axis, NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_expand_dims = {.name = "expand_dims",
                                        .min_inputs = 1,
                                        .max_inputs = 1,
                                        .infer = infer,
                                        .expand = expand,
-                                       .pull = pull};
+                                       .pull = pull,
+                                       .vjp = vjp};
 
 dt_status dt_expand_dims(const dt_tensor *x, int axis, const dt_op_options *opts, dt_tensor **out)
 {

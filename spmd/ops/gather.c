@@ -78,12 +78,7 @@ static void layouts_of(const gsearch *S, const int ax[], glayouts *L)
     for (int j = 0; j < S->k; j++)
         L->t.axes[1 + j] = L->y.axes[S->r + j] = ax[1 + S->r + j];
     L->y.partial = keep | (ax[0] != DT_UNSHARDED ? 1u << ax[0] : 0u);
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])
@@ -184,12 +179,25 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* The table's gradient: dy's rows added at the ids (requested in the table's layout by the
+ * pass's final relayout, so with V split each device adds only the rows its shard owns); the
+ * ids are integers: nothing flows. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return dt__tape_keep(a, dt_unsorted_segment_sum(dy, x[1], x[0]->shape[0], NULL, &dx[0]),
+                         &dx[0]);
+}
+
 const dt__op_def dt__op_gather = {.name = "gather",
                                   .min_inputs = 2,
                                   .max_inputs = 2,
                                   .infer = infer,
                                   .expand = expand,
-                                  .pull = pull};
+                                  .pull = pull,
+                                  .vjp = vjp};
 
 dt_status dt_gather(const dt_tensor *table, const dt_tensor *ids, const dt_op_options *opts,
                     dt_tensor **out)

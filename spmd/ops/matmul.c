@@ -196,12 +196,7 @@ static void layouts_of(search *S, mm_plan *p)
     p->a.axes[s.ak] = p->b.axes[s.bk] = kx;
     if (kx != DT_UNSHARDED)
         p->c.partial = 1u << kx;
-    if (S->want) {
-        p->final = *S->want;
-    } else {
-        p->final = p->c;
-        p->final.partial = 0;
-    }
+    p->final = dt__search_final(S->want, &p->c);
 }
 
 /* The group size P of a plan whose partial C goes to its rows on k's mesh axis by one
@@ -532,8 +527,58 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__relayout_emit(p, "matmul", &c, &best->final, out);
 }
 
-const dt__op_def dt__op_matmul = {
-    .name = "matmul", .min_inputs = 2, .max_inputs = 2, .infer = infer, .expand = expand};
+/* A product recorded on the tape (the gradient rule's four transpose cases). */
+static dt_status record_matmul(dt__tape *a, const dt_tensor *x, const dt_tensor *y, int ta, int tb,
+                               dt_tensor **out)
+{
+    dt_op_options o = {.transpose_a = ta, .transpose_b = tb};
+    return dt__tape_keep(a, dt_matmul(x, y, &o, out), out);
+}
+
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *A = x[0], *B = x[1];
+    int ta = n->attrs.ta, tb = n->attrs.tb;
+    if (B->rank == 2 && A->rank > 2) {
+        /* b of rank 2 shared by every batch: einsums, so that b's gradient is one contraction
+         * over the batch axes and the rows (folded into one GEMM), never a product per batch
+         * element summed afterwards (a temporary the batch's size times b's). Labels: x the
+         * rows of C, y the contraction, z the columns of C. */
+        char ea[4 * DT_MAX_RANK + 16], eb[4 * DT_MAX_RANK + 16], bat[DT_MAX_RANK + 1] = {0};
+        for (int i = 0; i < A->rank - 2; i++)
+            bat[i] = (char)('a' + i);
+        const char *la = ta ? "yx" : "xy", *lb = tb ? "zy" : "yz";
+        snprintf(ea, sizeof ea, "%sxz,%s->%s%s", bat, lb, bat, la);
+        snprintf(eb, sizeof eb, "%s%s,%sxz->%s", bat, la, bat, lb);
+        const dt_tensor *opa[2] = {dy, B}, *opb[2] = {A, dy};
+        DT_TRY(dt__tape_keep(a, dt_einsum(ea, 2, opa, NULL, &dx[0]), &dx[0]));
+        return dt__tape_keep(a, dt_einsum(eb, 2, opb, NULL, &dx[1]), &dx[1]);
+    }
+    /* C = op(A) op(B): dA and dB by the four transpose cases. */
+    if (!ta && !tb) {
+        DT_TRY(record_matmul(a, dy, B, 0, 1, &dx[0])); /* dC B^T */
+        DT_TRY(record_matmul(a, A, dy, 1, 0, &dx[1])); /* A^T dC */
+    } else if (ta && !tb) {
+        DT_TRY(record_matmul(a, B, dy, 0, 1, &dx[0])); /* B dC^T */
+        DT_TRY(record_matmul(a, A, dy, 0, 0, &dx[1])); /* A dC */
+    } else if (!ta && tb) {
+        DT_TRY(record_matmul(a, dy, B, 0, 0, &dx[0])); /* dC B */
+        DT_TRY(record_matmul(a, dy, A, 1, 0, &dx[1])); /* dC^T A */
+    } else {
+        DT_TRY(record_matmul(a, B, dy, 1, 1, &dx[0])); /* B^T dC^T */
+        DT_TRY(record_matmul(a, dy, A, 1, 1, &dx[1])); /* dC^T A^T */
+    }
+    return DT_OK;
+}
+
+const dt__op_def dt__op_matmul = {.name = "matmul",
+                                  .min_inputs = 2,
+                                  .max_inputs = 2,
+                                  .infer = infer,
+                                  .expand = expand,
+                                  .vjp = vjp};
 
 dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, const dt_op_options *opts,
                     dt_tensor **out)

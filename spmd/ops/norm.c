@@ -148,12 +148,83 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* With xhat the normalized x (the op itself without gamma and beta), r = 1 / sqrt(var + eps)
+ * and g = dy gamma: layer_norm dx = r (g - mean(g) - xhat mean(g xhat)), rms_norm
+ * dx = r (g - xhat mean(g xhat)), means over the last axis; dgamma = sum(dy xhat) and
+ * dbeta = sum(dy) over every other axis (partial over a batch-sharding mesh axis: the
+ * expansion resolves them in gamma's layout). */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    dt_tensor *X = x[0];
+    bool layer = n->attrs.op == DT__NORM_LAYER;
+    double eps = n->attrs.a;
+    int last = X->rank - 1, others[DT_MAX_RANK], nothers = 0;
+    for (int i = 0; i < last; i++)
+        others[nothers++] = i;
+    unsigned has = n->attrs.mask;
+    dt_tensor *gamma = (has & DT__NORM_GAMMA) ? x[1] : NULL;
+    dt_tensor *xhat, *r, *g = dy, *t, *u, *c;
+    DT_TRY(dt__tape_keep(a,
+                         layer ? dt_layer_norm(X, NULL, NULL, eps, NULL, &xhat)
+                               : dt_rms_norm(X, NULL, eps, NULL, &xhat),
+                         &xhat));
+    /* r = rsqrt(mean over the last axis of (x - mean)^2, or of x^2, plus eps) */
+    t = X;
+    if (layer) {
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_MEAN, X, 1, &last, &u));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, X, u, &t));
+    }
+    DT_TRY(dt__tape_unary(a, DT_UNARY_SQUARE, t, &t));
+    DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_MEAN, t, 1, &last, &t));
+    DT_TRY(dt__tape_scalar(a, X, eps, &c));
+    DT_TRY(dt__tape_binary(a, DT_BINARY_ADD, t, c, &t));
+    DT_TRY(dt__tape_unary(a, DT_UNARY_RSQRT, t, &r));
+    if (gamma)
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, gamma, &g));
+    DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, g, xhat, &t));
+    DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_MEAN, t, 1, &last, &t));
+    DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, xhat, t, &t)); /* xhat mean(g xhat) */
+    DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, g, t, &t));
+    if (layer) {
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_MEAN, g, 1, &last, &u));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, t, u, &t));
+    }
+    DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, r, t, &dx[0]));
+    int next = 1;
+    if (gamma) {
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, xhat, &t));
+        if (nothers)
+            DT_TRY(dt__tape_keep(a, dt_reduce(DT_REDUCE_SUM, t, nothers, others, 0, NULL, &t), &t));
+        dx[next++] = t;
+    }
+    if (has & DT__NORM_BETA) {
+        t = dy;
+        if (nothers)
+            DT_TRY(dt__tape_keep(a, dt_reduce(DT_REDUCE_SUM, t, nothers, others, 0, NULL, &t), &t));
+        dx[next] = t;
+    }
+    return DT_OK;
+}
+
+/* The printer's words for the norm kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    static const char *const words[] = {"mean", "variance", "mean square", "layer_norm",
+                                        "rms_norm"};
+    unsigned m = DT__MODE_KIND(mode);
+    return kernel != DT__K_NORM ? NULL : m < 5 ? words[m] : "?";
+}
+
 const dt__op_def dt__op_norm = {.name = "norm",
                                 .min_inputs = 1,
                                 .max_inputs = 3,
                                 .infer = infer,
                                 .expand = expand,
-                                .pull = pull};
+                                .pull = pull,
+                                .vjp = vjp,
+                                .describe = describe};
 
 static dt_status call(int op, const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
                       double epsilon, const dt_op_options *opts, dt_tensor **out)

@@ -79,12 +79,21 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* The padding's gradient is dy without the padding: a slice. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    return dt__tape_keep(a, dt_slice(dy, n->attrs.begin, x[0]->shape, NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_pad = {.name = "pad",
                                .min_inputs = 1,
                                .max_inputs = 1,
                                .infer = infer,
                                .expand = expand,
-                               .pull = pull};
+                               .pull = pull,
+                               .vjp = vjp};
 
 dt_status dt_pad(const dt_tensor *x, const int64_t before[], const int64_t after[],
                  double constant_value, const dt_op_options *opts, dt_tensor **out)

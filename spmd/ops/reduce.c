@@ -117,8 +117,73 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "reduce", &y, want, out);
 }
 
-const dt__op_def dt__op_reduce = {
-    .name = "reduce", .min_inputs = 1, .max_inputs = 1, .infer = infer, .expand = expand};
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    const dt_tensor *X = x[0];
+    int64_t kshape[DT_MAX_RANK]; /* x's shape with the reduced axes of extent 1 */
+    int axes[DT_MAX_RANK], nax = 0;
+    double count = 1;
+    for (int i = 0; i < X->rank; i++) {
+        bool red = n->attrs.mask & (1u << i);
+        kshape[i] = red ? 1 : X->shape[i];
+        if (red) {
+            axes[nax++] = i;
+            count *= (double)X->shape[i];
+        }
+    }
+    dt_tensor *dk = dy, *yk = y, *t, *c;
+    if (!n->attrs.keepdims) {
+        DT_TRY(dt__tape_reshape(a, dy, X->rank, kshape, &dk));
+        DT_TRY(dt__tape_reshape(a, y, X->rank, kshape, &yk));
+    }
+    switch ((dt_reduce_op)n->attrs.op) {
+    case DT_REDUCE_SUM:
+        return dt__tape_broadcast_to(a, dk, X, &dx[0]);
+    case DT_REDUCE_MEAN:
+        DT_TRY(dt__tape_scalar(a, X, 1.0 / count, &c));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dk, c, &t));
+        return dt__tape_broadcast_to(a, t, X, &dx[0]);
+    case DT_REDUCE_MAX:
+    case DT_REDUCE_MIN: /* shared equally among the elements equal to the extremum */
+        DT_TRY(dt__tape_binary(a, DT_BINARY_EQ, x[0], yk, &t));
+        DT_TRY(dt__tape_cast(a, t, X->dtype, &t));
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &c));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_DIV, dk, c, &c));
+        return dt__tape_binary(a, DT_BINARY_MUL, t, c, &dx[0]);
+    case DT_REDUCE_PROD: {
+        /* d prod / d x_i is the product of the row's other elements: y / x_i in a row without
+         * a zero; in a row with one zero, the product of its nonzero elements at the zero and 0
+         * elsewhere; with two zeros or more, 0 (exact where TensorFlow's exclusive cumulative
+         * products are, and without dividing by zero) */
+        dt_tensor *zero, *one, *isz, *nz, *xnz, *pnz, *at0, *else0;
+        DT_TRY(dt__tape_scalar(a, X, 0.0, &zero));
+        DT_TRY(dt__tape_scalar(a, X, 1.0, &one));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_EQ, x[0], zero, &isz));
+        DT_TRY(dt__tape_cast(a, isz, X->dtype, &t));
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &nz)); /* zeros per row */
+        DT_TRY(dt__tape_where(a, isz, one, x[0], &xnz));
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_PROD, xnz, nax, axes, &pnz));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_EQ, nz, one, &c));
+        DT_TRY(dt__tape_where(a, c, pnz, zero, &at0));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_DIV, yk, xnz, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_EQ, nz, zero, &c));
+        DT_TRY(dt__tape_where(a, c, t, zero, &else0));
+        DT_TRY(dt__tape_where(a, isz, at0, else0, &t));
+        return dt__tape_binary(a, DT_BINARY_MUL, t, dk, &dx[0]);
+    }
+    default:
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: reduce %s has no gradient rule",
+                        dt_reduce_op_name((dt_reduce_op)n->attrs.op));
+    }
+}
+
+const dt__op_def dt__op_reduce = {.name = "reduce",
+                                  .min_inputs = 1,
+                                  .max_inputs = 1,
+                                  .infer = infer,
+                                  .expand = expand,
+                                  .vjp = vjp};
 
 dt_status dt_reduce(dt_reduce_op op, const dt_tensor *x, int num_axes, const int axes[],
                     int keepdims, const dt_op_options *opts, dt_tensor **out)

@@ -29,12 +29,24 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)a;
+    (void)n;
+    (void)x;
+    (void)y;
+    dx[0] = dy; /* the same global tensor */
+    return DT_OK;
+}
+
 const dt__op_def dt__op_relayout = {.name = "relayout",
                                     .min_inputs = 1,
                                     .max_inputs = 1,
                                     .infer = dt__infer_same_tensor,
                                     .expand = expand,
-                                    .pull = pull};
+                                    .pull = pull,
+                                    .vjp = vjp};
 
 dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
                              const dt_layout *layout, const dt_op_options *opts, dt_tensor **out)

@@ -131,8 +131,20 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "reshape", &y, want, out);
 }
 
-const dt__op_def dt__op_reshape = {
-    .name = "reshape", .min_inputs = 1, .max_inputs = 1, .infer = infer, .expand = expand};
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return dt__tape_reshape(a, dy, x[0]->rank, x[0]->shape, &dx[0]);
+}
+
+const dt__op_def dt__op_reshape = {.name = "reshape",
+                                   .min_inputs = 1,
+                                   .max_inputs = 1,
+                                   .infer = infer,
+                                   .expand = expand,
+                                   .vjp = vjp};
 
 dt_status dt_reshape(const dt_tensor *x, int rank, const int64_t shape[], const dt_op_options *opts,
                      dt_tensor **out)

@@ -83,12 +83,7 @@ static void layouts_of(const ssearch *S, const int ax[], slayouts *L)
     for (int j = 0; j < S->k; j++)
         L->x.axes[S->r + j] = L->y.axes[1 + j] = ax[1 + S->r + j];
     L->y.partial = keep | rows; /* each device summed only its own rows */
-    if (S->want) {
-        L->final = *S->want;
-    } else {
-        L->final = L->y;
-        L->final.partial = 0;
-    }
+    L->final = dt__search_final(S->want, &L->y);
 }
 
 static double cost(void *ctx, const int ax[])
@@ -169,11 +164,21 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__relayout_emit(p, "unsorted_segment_sum", &y, &L.final, out);
 }
 
+/* Each data row's gradient is dy's row of its segment (zeros for an id outside the segments). */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    return dt__tape_keep(a, dt_gather(dy, x[1], NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_segment_sum = {.name = "unsorted_segment_sum",
                                        .min_inputs = 2,
                                        .max_inputs = 2,
                                        .infer = infer,
-                                       .expand = expand};
+                                       .expand = expand,
+                                       .vjp = vjp};
 
 dt_status dt_unsorted_segment_sum(const dt_tensor *data, const dt_tensor *segment_ids,
                                   int64_t num_segments, const dt_op_options *opts, dt_tensor **out)

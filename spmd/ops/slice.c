@@ -44,8 +44,45 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "slice", &y, want, out);
 }
 
-const dt__op_def dt__op_slice = {
-    .name = "slice", .min_inputs = 1, .max_inputs = 1, .infer = infer, .expand = expand};
+/* The slice's gradient is dy padded with zeros back to x's shape, one axis at a time. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *X = x[0];
+    dt_tensor *cur = dy;
+    for (int i = 0; i < X->rank; i++) {
+        int64_t before = n->attrs.begin[i], after = X->shape[i] - before - n->attrs.shape[i];
+        if (!before && !after)
+            continue;
+        const dt_tensor *parts[3];
+        int np = 0;
+        int64_t shape[DT_MAX_RANK];
+        memcpy(shape, cur->shape, sizeof(int64_t) * (size_t)cur->rank);
+        dt_tensor *zb, *za;
+        if (before) {
+            shape[i] = before;
+            DT_TRY(dt__tape_constant(a, X, X->rank, shape, 0.0, &zb));
+            parts[np++] = zb;
+        }
+        parts[np++] = cur;
+        if (after) {
+            shape[i] = after;
+            DT_TRY(dt__tape_constant(a, X, X->rank, shape, 0.0, &za));
+            parts[np++] = za;
+        }
+        DT_TRY(dt__tape_keep(a, dt_concat(np, parts, i, NULL, &cur), &cur));
+    }
+    dx[0] = cur;
+    return DT_OK;
+}
+
+const dt__op_def dt__op_slice = {.name = "slice",
+                                 .min_inputs = 1,
+                                 .max_inputs = 1,
+                                 .infer = infer,
+                                 .expand = expand,
+                                 .vjp = vjp};
 
 dt_status dt_slice(const dt_tensor *x, const int64_t begin[], const int64_t size[],
                    const dt_op_options *opts, dt_tensor **out)

@@ -172,12 +172,68 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* The reduced axes of a mask, and a tensor's shape with them of extent 1. */
+static int axes_of(unsigned mask, const dt_tensor *x, int axes[], int64_t kshape[])
+{
+    int n = 0;
+    for (int i = 0; i < x->rank; i++) {
+        kshape[i] = (mask & (1u << i)) ? 1 : x->shape[i];
+        if (mask & (1u << i))
+            axes[n++] = i;
+    }
+    return n;
+}
+
+/* softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy); logsumexp: dy exp(x - y),
+ * sums over the reduced axes kept as extent 1 (and dy, y reshaped so when keepdims was off). */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    int axes[DT_MAX_RANK];
+    int64_t kshape[DT_MAX_RANK];
+    int nax = axes_of(n->attrs.mask, x[0], axes, kshape);
+    dt_tensor *t, *u;
+    switch (n->attrs.op) {
+    case DT__SOFTMAX_SOFTMAX:
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, dy, y, &t));
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_SUM, t, nax, axes, &t));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, dy, t, &t));
+        return dt__tape_binary(a, DT_BINARY_MUL, y, t, &dx[0]);
+    case DT__SOFTMAX_LOG_SOFTMAX:
+        DT_TRY(dt__tape_reduce_keep(a, DT_REDUCE_SUM, dy, nax, axes, &t));
+        DT_TRY(dt__tape_unary(a, DT_UNARY_EXP, y, &u));
+        DT_TRY(dt__tape_binary(a, DT_BINARY_MUL, u, t, &t));
+        return dt__tape_binary(a, DT_BINARY_SUB, dy, t, &dx[0]);
+    default: {
+        dt_tensor *dk = dy, *yk = y;
+        if (!n->attrs.keepdims) {
+            DT_TRY(dt__tape_reshape(a, dy, x[0]->rank, kshape, &dk));
+            DT_TRY(dt__tape_reshape(a, y, x[0]->rank, kshape, &yk));
+        }
+        DT_TRY(dt__tape_binary(a, DT_BINARY_SUB, x[0], yk, &t));
+        DT_TRY(dt__tape_unary(a, DT_UNARY_EXP, t, &t));
+        return dt__tape_binary(a, DT_BINARY_MUL, t, dk, &dx[0]);
+    }
+    }
+}
+
+/* The printer's words for the softmax kernel's modes (common/kernels.h). */
+static const char *describe(dt__kernel kernel, unsigned mode)
+{
+    static const char *const words[] = {"sum of exp", "exp / sum", "x - max - log sum",
+                                        "max + log sum", "max"};
+    unsigned m = DT__MODE_KIND(mode);
+    return kernel != DT__K_SOFTMAX ? NULL : m < 5 ? words[m] : "?";
+}
+
 const dt__op_def dt__op_softmax = {.name = "softmax",
                                    .min_inputs = 1,
                                    .max_inputs = 1,
                                    .infer = infer,
                                    .expand = expand,
-                                   .pull = pull};
+                                   .pull = pull,
+                                   .vjp = vjp,
+                                   .describe = describe};
 
 static dt_status call(int op, const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                       const dt_op_options *opts, dt_tensor **out)

@@ -73,12 +73,25 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    dt_tensor *g = dy;
+    for (int i = 0; i < x[0]->rank; i++) /* ascending: each axis lands where x had it */
+        if (n->attrs.mask & (1u << i))
+            DT_TRY(dt__tape_keep(a, dt_expand_dims(g, i, NULL, &g), &g));
+    dx[0] = g;
+    return DT_OK;
+}
+
 const dt__op_def dt__op_squeeze = {.name = "squeeze",
                                    .min_inputs = 1,
                                    .max_inputs = 1,
                                    .infer = infer,
                                    .expand = expand,
-                                   .pull = pull};
+                                   .pull = pull,
+                                   .vjp = vjp};
 
 dt_status dt_squeeze(const dt_tensor *x, int num_axes, const int axes[], const dt_op_options *opts,
                      dt_tensor **out)

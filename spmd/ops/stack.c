@@ -37,26 +37,11 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-/* x with an unsharded extent-1 axis at `axis` (metadata: the same slot). */
-static dt__dist with_axis(const dt__dist *x, int axis)
-{
-    dt__dist y = *x;
-    y.rank = x->rank + 1;
-    y.layout.rank = y.rank;
-    for (int i = 0, j = 0; i < y.rank; i++) {
-        bool new_axis = i == axis;
-        y.shape[i] = new_axis ? 1 : x->shape[j];
-        y.layout.axes[i] = new_axis ? DT_UNSHARDED : x->layout.axes[j];
-        j += !new_axis;
-    }
-    return y;
-}
-
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
     int axis = n->attrs.axis;
-    dt__dist first = with_axis(&in[0], axis), y;
+    dt__dist first = dt__dist_with_axis(&in[0], axis), y;
     dt_layout yl = want ? *want : first.layout;
     yl.partial = 0;
     int64_t shape[DT_MAX_RANK];
@@ -67,7 +52,7 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
         /* operand t fills index t of the new axis: result index g is its index g - t */
         dt__dist x;
         DT_TRY(dt__resolve_partial(p, "stack", &in[t], &x));
-        x = with_axis(&x, axis);
+        x = dt__dist_with_axis(&x, axis);
         int64_t shift[DT_MAX_RANK] = {0};
         shift[axis] = -t;
         DT_TRY(dt__emit_exchange_into(p, "stack", &x, shift, &y));
@@ -75,11 +60,31 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "stack", &y, want, out);
 }
 
+/* Operand t's gradient is dy's slice t along the new axis, that axis removed. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)x;
+    (void)y;
+    int axis = n->attrs.axis;
+    for (int t = 0; t < n->nin; t++) {
+        int64_t begin[DT_MAX_RANK] = {0}, size[DT_MAX_RANK];
+        memcpy(size, dy->shape, sizeof(int64_t) * (size_t)dy->rank);
+        begin[axis] = t;
+        size[axis] = 1;
+        dt_tensor *s;
+        DT_TRY(dt__tape_keep(a, dt_slice(dy, begin, size, NULL, &s), &s));
+        DT_TRY(dt__tape_keep(a, dt_squeeze(s, 1, &axis, NULL, &dx[t]), &dx[t]));
+    }
+    return DT_OK;
+}
+
 const dt__op_def dt__op_stack = {.name = "stack",
                                  .min_inputs = 1,
                                  .max_inputs = DT__MAX_INPUTS,
                                  .infer = infer,
-                                 .expand = expand};
+                                 .expand = expand,
+                                 .vjp = vjp};
 
 dt_status dt_stack(int n, const dt_tensor *const xs[], int axis, const dt_op_options *opts,
                    dt_tensor **out)

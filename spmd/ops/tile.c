@@ -118,8 +118,43 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__finish(p, "tile", &y, want, out);
 }
 
+/* The sum of the tiles: one slice of dy per copy, added. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    const dt_tensor *X = x[0];
+    const int64_t *mult = n->attrs.shape;
+    int64_t copies = 1;
+    for (int i = 0; i < X->rank; i++)
+        copies *= mult[i];
+    if (copies == 0) {
+        DT_TRY(dt__tape_constant(a, X, X->rank, X->shape, 0.0, &dx[0]));
+        return DT_OK;
+    }
+    if (copies > 4096)
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: tile of %lld copies (at most 4096)",
+                        (long long)copies);
+    dt_tensor *sum = NULL;
+    for (int64_t c = 0; c < copies; c++) {
+        int64_t begin[DT_MAX_RANK] = {0}, rest = c;
+        for (int i = X->rank - 1; i >= 0; i--) {
+            begin[i] = rest % mult[i] * X->shape[i];
+            rest /= mult[i];
+        }
+        dt_tensor *s;
+        DT_TRY(dt__tape_keep(a, dt_slice(dy, begin, X->shape, NULL, &s), &s));
+        if (sum)
+            DT_TRY(dt__tape_binary(a, DT_BINARY_ADD, sum, s, &sum));
+        else
+            sum = s;
+    }
+    dx[0] = sum;
+    return DT_OK;
+}
+
 const dt__op_def dt__op_tile = {
-    .name = "tile", .min_inputs = 1, .max_inputs = 1, .infer = infer, .expand = expand};
+    .name = "tile", .min_inputs = 1, .max_inputs = 1, .infer = infer, .expand = expand, .vjp = vjp};
 
 dt_status dt_tile(const dt_tensor *x, const int64_t multiples[], const dt_op_options *opts,
                   dt_tensor **out)

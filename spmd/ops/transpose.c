@@ -64,12 +64,23 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)y;
+    int inv[DT_MAX_RANK];
+    for (int i = 0; i < x[0]->rank; i++)
+        inv[n->attrs.perm[i]] = i;
+    return dt__tape_keep(a, dt_transpose(dy, inv, NULL, &dx[0]), &dx[0]);
+}
+
 const dt__op_def dt__op_transpose = {.name = "transpose",
                                      .min_inputs = 1,
                                      .max_inputs = 1,
                                      .infer = infer,
                                      .expand = expand,
-                                     .pull = pull};
+                                     .pull = pull,
+                                     .vjp = vjp};
 
 dt_status dt_transpose(const dt_tensor *x, const int perm[], const dt_op_options *opts,
                        dt_tensor **out)

@@ -79,12 +79,28 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* dy to x where cond holds and to y elsewhere (zeros in the other), summed down to each
+ * operand's shape; nothing flows into the condition. */
+static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
+                     dt_tensor *dy, dt_tensor *dx[])
+{
+    (void)n;
+    (void)y;
+    dt_tensor *z, *gx, *gy;
+    DT_TRY(dt__tape_scalar(a, dy, 0.0, &z));
+    DT_TRY(dt__tape_keep(a, dt_where(x[0], dy, z, NULL, &gx), &gx));
+    DT_TRY(dt__tape_keep(a, dt_where(x[0], z, dy, NULL, &gy), &gy));
+    DT_TRY(dt__tape_grad_of(a, gx, x[1], &dx[1]));
+    return dt__tape_grad_of(a, gy, x[2], &dx[2]);
+}
+
 const dt__op_def dt__op_where = {.name = "where",
                                  .min_inputs = 3,
                                  .max_inputs = 3,
                                  .infer = infer,
                                  .expand = expand,
-                                 .pull = pull};
+                                 .pull = pull,
+                                 .vjp = vjp};
 
 dt_status dt_where(const dt_tensor *cond, const dt_tensor *x, const dt_tensor *y,
                    const dt_op_options *opts, dt_tensor **out)
