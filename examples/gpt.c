@@ -518,7 +518,12 @@ static bool compare(const dt_mesh *all, int steps, double tol)
     bool colls_ok = memcmp(colls, want, sizeof want) == 0;
     double share = (double)bytes[2] / (double)bytes[0];
     double step_share = (double)step_bytes[2] / (double)step_bytes[0];
-    bool quarter = fabs(share * 4 - 1) <= 0.1 && fabs(step_share * 4 - 1) <= 0.1;
+    /* A step's bytes: a quarter within 10%; with collectives overlapping compute (unless
+     * DTENSOR_OVERLAP=0) each keeps its operand and result until its first reader, which
+     * across clients adds about 5% of the quarter (0.278 against 0.265 at -n 2 and -n 4) */
+    const char *ov = getenv("DTENSOR_OVERLAP");
+    double step_tol = ov && strcmp(ov, "0") == 0 ? 0.1 : 0.15;
+    bool quarter = fabs(share * 4 - 1) <= 0.1 && fabs(step_share * 4 - 1) <= step_tol;
     if (dt_client_id() == 0) {
         printf("gpt: %d blocks, d_model %d, %d heads, vocabulary %d, sequence %d, batch %d, %s, "
                "AdamW, %d steps\n",
@@ -536,8 +541,9 @@ static bool compare(const dt_mesh *all, int steps, double tol)
                "all-reduce, %d all-gather, %d reduce-scatter; over batch: 1): %s\n",
                2 * NL + 1, 2 * NL + 1, colls_ok ? "yes" : "NO");
         printf("per device with model=4, of one device's: parameters %.3f, a training step's "
-               "activations, gradients and temporaries %.3f (1/4 within 10%%: %s)\n",
-               share, step_share, quarter ? "yes" : "NO");
+               "activations, gradients and temporaries %.3f (1/4, parameters within 10%%, the step "
+               "within %.0f%%: %s)\n",
+               share, step_share, step_tol * 100, quarter ? "yes" : "NO");
     }
     return worst <= tol && colls_ok && quarter && curves[0][steps - 1] < curves[0][0];
 }

@@ -164,6 +164,10 @@ static void cuda_close(dt__device *d)
     d->kx.stream = d->kx.blas = d->ev_ready = d->ev_done = d->ev_in = d->ev_out = d->side = NULL;
 }
 
+/* Whether f32 gemms may use TF32 (dt__kctx.tf32 of the devices, the same on each): what the
+ * printer names as their arithmetic. */
+static bool tf32_allowed;
+
 static dt_status cuda_open(dt__device *d)
 {
     DT_TRY(cuda_enter(d));
@@ -210,6 +214,7 @@ static dt_status cuda_open(dt__device *d)
         d->kx.blas = h;
         b = cublasSetStream(h, st);
     }
+    tf32_allowed = d->kx.tf32;
     if (b == CUBLAS_STATUS_SUCCESS)
         /* Exact FP32 unless TF32 was allowed; the kernels pick the compute type per call. A
          * 16-bit GEMM's split-K partial sums stay in its FP32 compute type (cuBLAS may
@@ -387,13 +392,14 @@ static const dt__dev_ops cuda_dev_ops = {
     .side_combine = cuda_side_combine,
 };
 
-/* f32 uses TF32 tensor cores only when the user allowed it (dt_init_options.allow_tf32);
- * integer gemms are exact loops. */
+/* f32 uses TF32 tensor cores only when the user allowed it (dt_init_options.allow_tf32, one
+ * setting for every device of the runtime, seen as the devices open); integer gemms are exact
+ * loops. */
 static const char *cuda_gemm_math(dt_dtype dtype)
 {
     switch (dtype) {
     case DT_DTYPE_F32:
-        return dt__rt.cuda_tf32 ? "TF32 tensor cores (cuBLAS)" : "FP32 (cuBLAS sgemm)";
+        return tf32_allowed ? "TF32 tensor cores (cuBLAS)" : "FP32 (cuBLAS sgemm)";
     case DT_DTYPE_F64:
         return "FP64 (cuBLAS dgemm)";
     case DT_DTYPE_BF16:
