@@ -25,9 +25,15 @@ import zipfile as _zipfile
 import numpy as np
 
 from . import (DTensor, DVariable, GradientTape, Layout, SGD, Adam, AdamW, Optimizer, RMSprop,
-               _allgather_json, _from_components, _replicas, _tape, _value, client_id,
-               get_strategy, unpack)
+               _replicas, _tape, client_id, get_strategy, unpack)
+from . import _dtensor as _c
 from . import data as _data
+from ._dtypes import _host_array
+from ._nn import _hw, _nhwc
+from ._ops import _Symbolic, _as_tensor, _host_mesh, _shape_arg, _value
+from ._runtime import _allgather_json
+from ._tensor import _from_components
+from ._utilities import _nest_flatten
 
 # ---- ops the losses and layers need, in terms of dtensor's differentiable ops --------------
 
@@ -41,10 +47,6 @@ def _train():
 def _d():
     import dtensor
     return dtensor
-
-
-def _d_symbolic_base():
-    return _d()._Symbolic
 
 
 def stop_gradient(x):
@@ -357,7 +359,7 @@ class Metric(_Configurable):
         # client's examples alone; a parameter-server strategy's adds the workers' updates
         strategy = get_strategy()
         self._local = getattr(strategy, "_client_local", False) and \
-            strategy._kind != _d()._c.STRATEGY_PARAMETER_SERVER
+            strategy._kind != _c.STRATEGY_PARAMETER_SERVER
         self.reset_state()
 
     def reset_state(self):
@@ -414,7 +416,7 @@ class Sum(Metric):
 def _regular_scalar(value):
     """A float32 scalar tensor on this client's host mesh (no other client takes part)."""
     d = _d()
-    return d.dtensor_from_array(np.float32(value), Layout.replicated(d._host_mesh(), 0))
+    return d.dtensor_from_array(np.float32(value), Layout.replicated(_host_mesh(), 0))
 
 
 class _PairMetric(Metric):
@@ -518,7 +520,7 @@ _INITIALIZERS = {
 }
 
 
-class KerasTensor(_d_symbolic_base()):
+class KerasTensor(_Symbolic):
     """A symbolic tensor of Keras's functional API: its shape (None for the batch), dtype and
     the call (a layer's, or an op's) that makes it from other KerasTensors. Layers and
     dtensor ops given one return another; ``keras.Model(inputs, outputs)`` runs the calls."""
@@ -576,7 +578,7 @@ def _symbolic_call(fn, args, kwargs):
                **_map_nested(lambda v: _placeholder(v) if isinstance(v, KerasTensor) else v,
                              kwargs))
     batch = any(isinstance(v, KerasTensor) and v.shape and v.shape[0] is None
-                for v in _d()._nest_flatten([list(args), kwargs]))
+                for v in _nest_flatten([list(args), kwargs]))
     node = (fn, args, kwargs)
 
     def wrap(v):
@@ -656,7 +658,7 @@ class Layer(_Configurable):
         if not isinstance(initializer, str) or initializer not in _INITIALIZERS:
             raise ValueError(f"unknown initializer {initializer!r}; one of "
                              f"{sorted(_INITIALIZERS)}")
-        shape = _d()._shape_arg(shape, f"{self.name}.add_weight")
+        shape = _shape_arg(shape, f"{self.name}.add_weight")
         if initializer == "glorot_uniform" and not shape:
             raise ValueError(f"{self.name}.add_weight: glorot_uniform needs a weight of rank "
                              f">= 1, the shape is {shape}")
@@ -682,9 +684,9 @@ class Layer(_Configurable):
         (split over the strategy's replicas, or on the replica's device inside strategy.run);
         floating inputs are cast to the layer's dtype, as Keras casts them."""
         if not isinstance(x, (DTensor, DVariable)):
-            a = _d()._host_array(x, what=f"{self.name}: inputs")
+            a = _host_array(x, what=f"{self.name}: inputs")
             ctx = _replicas.current()
-            x = _d()._as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
+            x = _as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
         x = _value(x)
         if np.issubdtype(x.dtype, np.floating) and np.issubdtype(self.dtype, np.floating) and \
                 x.dtype != self.dtype:
@@ -877,13 +879,13 @@ class Conv2D(Layer):
             raise ValueError(f"Conv2D: filters must be a positive integer, got {filters!r}")
         d = _d()
         self.filters = int(filters)
-        self.kernel_size = d._hw(kernel_size, "Conv2D: kernel_size")
-        self.strides = d._hw(strides, "Conv2D: strides")
-        self.dilation_rate = d._hw(dilation_rate, "Conv2D: dilation_rate")
+        self.kernel_size = _hw(kernel_size, "Conv2D: kernel_size")
+        self.strides = _hw(strides, "Conv2D: strides")
+        self.dilation_rate = _hw(dilation_rate, "Conv2D: dilation_rate")
         if str(padding).lower() not in ("valid", "same"):
             raise ValueError(f"Conv2D: padding {padding!r} is not 'valid' or 'same'")
         self.padding = str(padding).lower()
-        d._nhwc(data_format or "NHWC", "Conv2D")
+        _nhwc(data_format or "NHWC", "Conv2D")
         self.activation = _activation(activation)
         self.use_bias = use_bias
         self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
@@ -930,14 +932,14 @@ class _Pooling2D(Layer):
                  name=None, dtype=np.float32):
         super().__init__(name, dtype)
         d = _d()
-        self.pool_size = d._hw(pool_size, f"{type(self).__name__}: pool_size")
+        self.pool_size = _hw(pool_size, f"{type(self).__name__}: pool_size")
         self.strides = self.pool_size if strides is None else \
-            d._hw(strides, f"{type(self).__name__}: strides")
+            _hw(strides, f"{type(self).__name__}: strides")
         if str(padding).lower() not in ("valid", "same"):
             raise ValueError(f"{type(self).__name__}: padding {padding!r} is not 'valid' or "
                              f"'same'")
         self.padding = str(padding).lower()
-        d._nhwc(data_format or "NHWC", type(self).__name__)
+        _nhwc(data_format or "NHWC", type(self).__name__)
 
     def build(self, input_shape):
         pass
@@ -1096,7 +1098,7 @@ class Embedding(Layer):
             return _value(x)
         a = np.asarray(x)
         ctx = _replicas.current()
-        return _d()._as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
+        return _as_tensor(a) if ctx is not None else self._strategy.distribute_batch(a)
 
     def build(self, input_shape):
         self.embeddings = self.add_weight("embeddings", [self.input_dim, self.output_dim],
@@ -1487,7 +1489,7 @@ class Model(Layer):
 
         def bind(kt, value):
             feed[id(kt)] = value
-        flat = _d()._nest_flatten(inputs)
+        flat = _nest_flatten(inputs)
         if len(flat) == 1 and not isinstance(x, (dict, list, tuple)):
             bind(flat[0], x)  # one input: the value itself, in whatever structure it was named
         elif isinstance(inputs, dict):
