@@ -6,11 +6,10 @@ import builtins as _builtins
 import numpy as np
 
 from . import errors
-from ._dtypes import _code, _host_array
+from ._dtypes import _code
 from ._mesh import Layout, _layout_arg
-from ._tensor import DTensor, dtensor_from_array
-from ._ops import (_apply, _as_dtensor, _as_tensor, _default_mesh, _op, _requested, _shape_arg,
-                   _state, _value)
+from ._tensor import DTensor, _Variable, _host_array, _shape_arg, _value, dtensor_from_array
+from ._ops import _apply, _as_dtensor, _as_tensor, _default_mesh, _op, _requested, _state
 from ._math_ops import (abs, add, concat, equal, floordiv, floormod, greater, greater_equal, less,
                         less_equal, logical_and, logical_not, logical_or, logical_xor, matmul,
                         multiply, neg, not_equal, pow, slice, subtract, truediv)
@@ -21,8 +20,7 @@ from ._math_ops import (abs, add, concat, equal, floordiv, floormod, greater, gr
 def _int_dtensor(x, like, what):
     """Integer ids or indices: a DTensor as it is; arrays and lists become replicated DTensors on
     like's mesh (int32, or int64 when given so)."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(x, (DTensor, DVariable)):
+    if isinstance(x, (DTensor, _Variable)):
         return _value(x)
     a = _host_array(x, what=what)
     if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
@@ -87,14 +85,13 @@ def einsum(equation, *inputs, **kwargs):
     implicit output): one batched GEMM of the local shards with a mesh axis per label chosen by
     the cost model; contracted labels split over a mesh axis are all-reduced (or
     reduce-scattered into a requested layout)."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
     if kwargs:
         raise TypeError(f"einsum: unexpected arguments {sorted(kwargs)}")
     if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         inputs = tuple(inputs[0])
     if not 1 <= len(inputs) <= 2:
         raise errors.UnimplementedError(f"einsum of {len(inputs)} operands (1 or 2 are supported)")
-    like = next((_value(v) for v in inputs if isinstance(v, (DTensor, DVariable))), None)
+    like = next((_value(v) for v in inputs if isinstance(v, (DTensor, _Variable))), None)
     if like is None:
         like = _as_tensor(inputs[0], "einsum: operand 0")
     ops = [_as_dtensor(v, like, f"einsum: operand {i}") for i, v in enumerate(inputs)]
@@ -103,12 +100,11 @@ def einsum(equation, *inputs, **kwargs):
 
 def stack(values, axis=0):
     """tf.stack: tensors of one shape joined along a new axis (block exchanges, no gather)."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(values, (DTensor, DVariable)) or not isinstance(values, (list, tuple)):
+    if isinstance(values, (DTensor, _Variable)) or not isinstance(values, (list, tuple)):
         raise TypeError(f"stack: expected a list of tensors, got {type(values).__name__}")
     if not values:
         raise ValueError("stack: the list of values is empty")
-    like = next((_value(v) for v in values if isinstance(v, (DTensor, DVariable))), None)
+    like = next((_value(v) for v in values if isinstance(v, (DTensor, _Variable))), None)
     if like is None:
         like = _as_tensor(values[0], "stack: values[0]")
     values = [_as_dtensor(v, like, f"stack: values[{i}]") for i, v in enumerate(values)]
@@ -211,9 +207,8 @@ def copy_to_mesh(tensor, layout, source_layout=None):
     tensor is replicated), in ``layout``. A Python value, a numpy array or a regular tensor
     (on the default mesh, a replica's device) is copied from the host: every client passes the
     same value, as tf.experimental.dtensor.copy_to_mesh of a regular tensor."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
     layout = _layout_arg(layout, "copy_to_mesh")
-    if not isinstance(tensor, (DTensor, DVariable)) or _value(tensor).layout.mesh._local or \
+    if not isinstance(tensor, (DTensor, _Variable)) or _value(tensor).layout.mesh._local or \
             (layout.mesh._local and _value(tensor).layout.is_fully_replicated()):
         # from or to a mesh of this client's alone: through the host
         return dtensor_from_array(_host_array(tensor, what="copy_to_mesh: tensor"), layout)
@@ -254,8 +249,7 @@ def _install_operators():
     # `if` and `assert` through __bool__); other objects (None, strings) compare unequal
     def compare(fn):
         def op(self, other):
-            from ._variables import DVariable  # noqa: PLC0415 (a later module)
-            if not isinstance(other, (DTensor, DVariable, int, float, bool, np.ndarray,
+            if not isinstance(other, (DTensor, _Variable, int, float, bool, np.ndarray,
                                       np.generic, list, tuple)):
                 return NotImplemented
             return fn(self, other)

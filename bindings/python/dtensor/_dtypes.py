@@ -1,5 +1,5 @@
-"""Dtypes and host values: the dtypes the C layer takes, numpy arrays of Python values as
-TensorFlow converts them, TensorShape, and the registry of live objects."""
+"""Dtypes: the dtypes the C layer takes and their codes, the raw bytes of an array,
+TensorShape, and the registry of live objects."""
 
 import weakref
 
@@ -36,49 +36,6 @@ def _raw(a):
     """The bytes of a numpy array as the C layer takes them: bfloat16 (which the buffer
     protocol cannot describe) as its 16-bit patterns, everything else as it is."""
     return a.view(np.uint16) if a.dtype == bfloat16 else a
-
-
-def _has_numpy(x):
-    """Whether a (nested) value holds numpy arrays or scalars, whose dtypes are kept."""
-    if isinstance(x, (np.ndarray, np.generic)):
-        return True
-    if isinstance(x, (list, tuple)):
-        return any(_has_numpy(v) for v in x)
-    return False
-
-
-def _host_array(value, dtype=None, what="value"):
-    """A numpy array of a value as TensorFlow converts it (tf.constant): numpy arrays and
-    scalars keep their dtype; Python floats become float32, Python ints int32 (int64 when one
-    does not fit), bools bool; a DTensor its value. TypeError for what is not a number or a
-    (nested) list of them."""
-    from ._tensor import DTensor, _read
-    from ._ops import _value
-    from ._variables import DVariable  # noqa: PLC0415 (later modules)
-    if isinstance(value, (DTensor, DVariable)):
-        t = _value(value)
-        a = _read(t)
-        return a if dtype is None else a.astype(np.dtype(dtype))
-    if value is None or isinstance(value, (str, bytes, dict)):
-        raise TypeError(f"{what}: expected a number, an array or a DTensor, got "
-                        f"{type(value).__name__}")
-    try:
-        if dtype is not None:
-            return np.asarray(value, dtype=np.dtype(dtype))
-        a = np.asarray(value)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(f"{what}: cannot convert {type(value).__name__} to an array: {e}") \
-            from None
-    if a.dtype == object or (a.dtype.kind in "USVc" and a.dtype not in _DTYPES):
-        raise TypeError(f"{what}: cannot convert {type(value).__name__} of {a.dtype} to a "
-                        f"tensor of numbers")
-    if not _has_numpy(value):
-        if a.dtype == np.float64:
-            a = a.astype(np.float32)
-        elif a.dtype.kind in "iu":
-            fits = a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31)
-            a = a.astype(np.int32 if fits else np.int64)
-    return a
 
 
 class TensorShape(tuple):

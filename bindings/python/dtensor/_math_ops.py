@@ -8,8 +8,8 @@ import numpy as np
 from . import _dtensor as _c
 from . import errors
 from ._dtypes import _code, int64
-from ._tensor import DTensor
-from ._ops import _apply, _as_dtensor, _as_tensor, _value, cast
+from ._tensor import DTensor, _Variable, _value
+from ._ops import _apply, _as_dtensor, _as_tensor, cast
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False):
@@ -50,8 +50,7 @@ def gelu(features, approximate=False):
 
 def _binary(code):
     def op(a, b):
-        from ._variables import DVariable  # noqa: PLC0415 (a later module)
-        if not isinstance(a, (DTensor, DVariable)) and not isinstance(b, (DTensor, DVariable)):
+        if not isinstance(a, (DTensor, _Variable)) and not isinstance(b, (DTensor, _Variable)):
             a = _as_tensor(a, "x")  # two Python values: TensorFlow's conversion
         if type(a) is not DTensor:
             a = _as_dtensor(a, b)
@@ -85,18 +84,17 @@ def where(condition, x=None, y=None):
     """tf.where(condition, x, y): x where the bool condition holds, else y; the three broadcast
     as numpy does and x and y are promoted to one dtype. (The one-argument form, the indices
     of true elements, has a data-dependent shape and is not supported.)"""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
     if x is None or y is None:
         raise errors.UnimplementedError("where(condition) without x and y (indices of the true "
                                   "elements) is not supported: its shape depends on the data")
-    like = next((v for v in (x, y, condition) if isinstance(v, (DTensor, DVariable))), None)
+    like = next((v for v in (x, y, condition) if isinstance(v, (DTensor, _Variable))), None)
     if like is None:
         raise TypeError("where: no operand is a DTensor")
     like = _value(like)
-    c = condition if isinstance(condition, (DTensor, DVariable)) else \
+    c = condition if isinstance(condition, (DTensor, _Variable)) else \
         _as_dtensor(np.asarray(condition, dtype=bool), like)
-    x = x if isinstance(x, (DTensor, DVariable)) else _as_dtensor(x, like)
-    y = y if isinstance(y, (DTensor, DVariable)) else _as_dtensor(y, like)
+    x = x if isinstance(x, (DTensor, _Variable)) else _as_dtensor(x, like)
+    y = y if isinstance(y, (DTensor, _Variable)) else _as_dtensor(y, like)
     return _apply("where", (c, x, y))
 
 
@@ -117,10 +115,9 @@ def _reduce(code):
 def truediv(x, y):
     """x / y as TensorFlow's truediv: integer operands are converted to float64 first (so
     7 / 2 is 3.5); floats divide in their dtype."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if not isinstance(x, (DTensor, DVariable)) and not isinstance(y, (DTensor, DVariable)):
+    if not isinstance(x, (DTensor, _Variable)) and not isinstance(y, (DTensor, _Variable)):
         x = _as_tensor(x, "truediv: x")
-    x, y = (v if isinstance(v, (DTensor, DVariable)) else _as_dtensor(v, w)
+    x, y = (v if isinstance(v, (DTensor, _Variable)) else _as_dtensor(v, w)
             for v, w in ((x, y), (y, x)))
     if np.issubdtype(x.dtype, np.integer):
         x, y = cast(x, np.float64), cast(y, np.float64)
@@ -182,12 +179,11 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False):
 
 
 def _norm(code, x, params, epsilon):
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
     x = _as_tensor(x, "layer_norm/rms_norm: x")
     tensors, flag = [x], 0
     for bit, p in params:
         if p is not None:
-            tensors.append(p if isinstance(p, (DTensor, DVariable)) else _as_dtensor(p, x))
+            tensors.append(p if isinstance(p, (DTensor, _Variable)) else _as_dtensor(p, x))
             flag |= bit
     return _apply("norm", tensors, code, flag, float(epsilon))
 

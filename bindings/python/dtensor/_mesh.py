@@ -436,7 +436,7 @@ class Layout:
 
     def local_shape(self, global_shape, device):
         """(local shape, global offset) of a global device's shard; uneven splits allowed."""
-        from ._ops import _shape_arg  # noqa: PLC0415 (a later module)
+        from ._tensor import _shape_arg  # noqa: PLC0415 (a later module)
         shape = _shape_arg(global_shape, "Layout.local_shape")
         if isinstance(device, bool) or not isinstance(device, (int, np.integer)) or \
                 not 0 <= device < self._mesh.size:
@@ -458,6 +458,14 @@ class Layout:
 def _layout_arg(layout, what):
     if not isinstance(layout, Layout):
         raise TypeError(f"{what}: layout must be a dtensor.Layout, got {type(layout).__name__}")
+    return layout
+
+
+def _layout_of(text, mesh):
+    """The Layout of a canonical text on a mesh, cached on the mesh (results of ops)."""
+    layout = mesh._layouts.get(text)
+    if layout is None:
+        layout = mesh._layouts[text] = Layout.from_string(text, mesh)
     return layout
 
 

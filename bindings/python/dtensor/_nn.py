@@ -8,17 +8,15 @@ import types as _types
 import numpy as np
 
 from . import errors
-from ._tensor import DTensor
-from ._ops import (_as_dtensor, _as_tensor, _number, _symbolic_aware, cast, identity, ones_like,
-                   zeros_like)
+from ._tensor import DTensor, _number
+from ._ops import _as_dtensor, _as_tensor, _symbolic_aware, cast, identity, ones_like, zeros_like
 from ._math_ops import (abs, add, argmax, argmin, concat, cos, cumsum, divide, equal, erf, exp,
                         floordiv, floormod, gelu, greater, greater_equal, layer_norm, less,
                         less_equal, log, log_softmax, logical_and, logical_not, logical_or,
-                        logical_xor, matmul, maximum, minimum, mod, multiply, negative,
-                        not_equal, pow, reduce_logsumexp, reduce_max, reduce_mean, reduce_min,
-                        reduce_prod, reduce_sum, relu, reshape, rms_norm, rsqrt, sigmoid, silu,
-                        sin, slice, softmax, sqrt, square, subtract, swish, tanh, transpose,
-                        truediv, where)
+                        logical_xor, matmul, maximum, minimum, mod, multiply, negative, not_equal,
+                        pow, reduce_logsumexp, reduce_max, reduce_mean, reduce_min, reduce_prod,
+                        reduce_sum, relu, reshape, rms_norm, rsqrt, sigmoid, silu, sin, slice,
+                        softmax, sqrt, square, subtract, swish, tanh, transpose, truediv, where)
 from ._array_ops import (_int_dtensor, broadcast_to, einsum, embedding_lookup, expand_dims,
                          gather_rows, one_hot, pad, split, squeeze, stack, take, tile,
                          unsorted_segment_sum)

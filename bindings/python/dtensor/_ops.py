@@ -8,10 +8,11 @@ import numpy as np
 
 from . import _dtensor as _c
 from . import _replicas, _tape
-from ._dtypes import _NUMPY, _code, _has_numpy, _host_array, _live
+from ._dtypes import _NUMPY, _code, _live
 from ._runtime import _current_strategy, _ensure_init, client_id
-from ._mesh import Layout, Mesh
-from ._tensor import DTensor, dtensor_from_array
+from ._mesh import Layout, Mesh, _layout_of
+from ._tensor import (DTensor, _Variable, _has_numpy, _host_array, _number, _shape_arg, _value,
+                      dtensor_from_array)
 
 # ---- ops -------------------------------------------------------------------------------------
 #
@@ -57,14 +58,6 @@ def show_programs():
         yield
     finally:
         _state.programs = old
-
-
-def _layout_of(text, mesh):
-    """The Layout of a canonical text on a mesh, cached on the mesh (results of ops)."""
-    layout = mesh._layouts.get(text)
-    if layout is None:
-        layout = mesh._layouts[text] = Layout.from_string(text, mesh)
-    return layout
 
 
 def _result(value, mesh):
@@ -158,8 +151,7 @@ def _as_tensor(x, what="value", dtype=None):
     """A DTensor of a value: a DTensor (or a variable's value) as it is, anything else
     converted as TensorFlow converts it and replicated on the default mesh; None and other
     objects raise TypeError naming ``what``."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(x, (DTensor, DVariable)):
+    if isinstance(x, (DTensor, _Variable)):
         t = _value(x)
         return t if dtype is None or np.dtype(dtype) == t.dtype else cast(t, dtype)
     if isinstance(x, _Symbolic):
@@ -176,8 +168,7 @@ def _operands(tensors, what):
     the first DTensor (on its mesh), or on the default mesh when there is none; a regular
     tensor (on the host mesh) next to DTensors of another mesh is copied there, replicated,
     as TensorFlow broadcasts a regular tensor to a DTensor's mesh."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(tensors, (DTensor, DVariable)) or not isinstance(tensors, (list, tuple)):
+    if isinstance(tensors, (DTensor, _Variable)) or not isinstance(tensors, (list, tuple)):
         raise TypeError(f"{what}: expected a list of tensors, got {type(tensors).__name__}")
     if not tensors:
         raise ValueError(f"{what}: no operands")
@@ -190,8 +181,8 @@ def _operands(tensors, what):
             return tensors
     if any(isinstance(t, _Symbolic) for t in tensors):
         raise _SymbolicOperand()
-    like = next((t for t in tensors if isinstance(t, (DTensor, DVariable))), None)
-    out = [_value(t) if isinstance(t, (DTensor, DVariable)) else
+    like = next((t for t in tensors if isinstance(t, (DTensor, _Variable))), None)
+    out = [_value(t) if isinstance(t, (DTensor, _Variable)) else
            _as_dtensor(t, like, f"{what}: operand {i}") if like is not None else
            _as_tensor(t, f"{what}: operand {i}") for i, t in enumerate(tensors)]
     target = next((t.layout.mesh for t in out if t.layout.mesh is not _host), None)
@@ -252,8 +243,7 @@ def ones_like(input, dtype=None):  # noqa: A002 (tf.ones_like)
 
 def is_dtensor(tensor):
     """True for a DTensor or a DVariable."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    return isinstance(tensor, (DTensor, DVariable))
+    return isinstance(tensor, (DTensor, _Variable))
 
 
 def cast(x, dtype):
@@ -297,8 +287,7 @@ def identity(input, name=None):  # noqa: A002 (tf.identity)
 def convert_to_tensor(value, dtype=None, dtype_hint=None, name=None):
     """tf.convert_to_tensor: a DTensor as it is (TypeError when ``dtype`` differs), anything
     else as :func:`constant`."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(value, (DTensor, DVariable)):
+    if isinstance(value, (DTensor, _Variable)):
         t = _value(value)
         if dtype is not None and np.dtype(dtype) != t.dtype:
             raise TypeError(f"convert_to_tensor: the tensor is {t.dtype}, {np.dtype(dtype)} "
@@ -326,44 +315,6 @@ def range(start, limit=None, delta=1, dtype=None, layout=None):  # noqa: A001 (t
         dtype = _host_array(bounds).dtype
     n = max(0, int(np.ceil((bounds[1] - bounds[0]) / bounds[2])))
     return _create("arange", [n], dtype, layout, a=bounds[0], b=bounds[2])
-
-
-def _number(value, what):
-    """A Python number of a number, a numpy scalar or a one-element tensor; TypeError else."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(value, (DTensor, DVariable)):
-        value = _host_array(value, what=what)
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(())[()]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value)
-    raise TypeError(f"{what}: expected a number, got {type(value).__name__}")
-
-
-def _shape_arg(shape, what):
-    """A list of non-negative ints of a shape (a list, tuple, TensorShape, 1-D integer array
-    or DTensor); TypeError or ValueError naming what is wrong."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(shape, (DTensor, DVariable)):
-        shape = _host_array(shape, what=f"{what}: shape").reshape(-1).tolist()
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = [shape]
-    if isinstance(shape, np.ndarray):
-        shape = shape.reshape(-1).tolist()
-    if not isinstance(shape, (list, tuple)):
-        raise TypeError(f"{what}: shape must be a list of integers, got {type(shape).__name__}")
-    out = []
-    for d in shape:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"{what}: shape {list(shape)} has a non-integer extent {d!r}")
-        if d < 0:
-            raise ValueError(f"{what}: shape {list(shape)} has a negative extent {d}")
-        out.append(int(d))
-    return out
 
 
 class _Random:
@@ -439,12 +390,6 @@ _Random.Generator = Generator
 random = _Random()
 
 
-def _value(x):
-    """A DVariable's current value; anything else as it is."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    return x.value() if isinstance(x, DVariable) else x
-
-
 def _op(op, tensors, mesh, mesh_handle, text, *attrs):
     """Run one op on DTensors (its result on ``mesh``); active GradientTapes record it. While
     a function is traced, concrete operands are captured as its inputs."""
@@ -471,8 +416,7 @@ def _as_dtensor(x, like, what="operand"):
     """Scalars and arrays next to a DTensor become replicated DTensors on its mesh (Python
     scalars take the DTensor's dtype, as TensorFlow's; numpy arrays keep theirs). None and
     other objects raise TypeError."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if isinstance(x, (DTensor, DVariable)):
+    if isinstance(x, (DTensor, _Variable)):
         return _value(x)
     if isinstance(x, _Symbolic) or isinstance(like, _Symbolic):
         raise _SymbolicOperand()

@@ -10,10 +10,10 @@ import numpy as np
 from . import _dtensor as _c
 from . import _replicas, _tape, data, errors
 from ._dtensor import DTensorError
-from ._dtypes import TensorShape, _host_array, _live
+from ._dtypes import TensorShape, _live
 from ._runtime import _agree, _allgather_json, _current_strategy, num_local_devices
 from ._mesh import Layout
-from ._tensor import dtensor_from_array
+from ._tensor import _host_array, dtensor_from_array
 from ._ops import _no_trace, _tracing
 from ._variables import DVariable
 from ._strategies import Strategy

@@ -113,7 +113,7 @@ def _reduce_op(reduce_op):
 
 def _host(value):
     from . import DTensor, DVariable, unpack
-    from ._ops import _value
+    from ._tensor import _value
     if isinstance(value, (DTensor, DVariable)):
         t = _value(value)
         comps = unpack(t)
@@ -233,7 +233,7 @@ def _unsharded():
 def reduce(strategy, reduce_op, value, axis):
     """strategy.reduce: see Strategy.reduce."""
     from . import DTensor, DVariable, reduce_mean, reduce_sum
-    from ._ops import _value
+    from ._tensor import _value
     op = _reduce_op(reduce_op)
     if isinstance(value, PerReplica):
         if len(value.values) != strategy._local_replicas:

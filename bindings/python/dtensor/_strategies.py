@@ -10,12 +10,12 @@ import numpy as np
 from . import _dtensor as _c
 from . import _replicas, _tape, data
 from ._dtensor import DTensorError
-from ._dtypes import _host_array, _live, _raw
+from ._dtypes import _live, _raw
 from ._runtime import (_DEVICE_TYPES, _allgather_json, _current_strategy, _device_name,
                        _ensure_init, _strategy_stack, client_id, num_clients, num_local_devices)
-from ._mesh import Layout, Mesh, _rank_arg, set_collective_algorithm
-from ._tensor import DTensor, _mesh_device, dtensor_from_array, gather
-from ._ops import _as_tensor, _layout_of, _value
+from ._mesh import Layout, Mesh, _layout_of, _rank_arg, set_collective_algorithm
+from ._tensor import DTensor, _host_array, _mesh_device, _value, dtensor_from_array, gather
+from ._ops import _as_tensor
 from ._variables import DVariable
 
 # ---- strategies (tf.distribute) --------------------------------------------------------------

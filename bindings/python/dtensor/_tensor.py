@@ -1,5 +1,7 @@
-"""The DTensor class and its conversions: from numpy arrays and components (pack, from_dlpack),
-back to them (unpack, gather, local_components), and DLPack capsules."""
+"""The DTensor class and its conversions: host values (Python numbers, arrays and tensors as
+TensorFlow converts them), numpy arrays and components to DTensors (pack, from_dlpack) and
+back (unpack, gather, local_components), DLPack capsules; and the base of DVariable that the
+modules loaded before it test values against."""
 
 import builtins as _builtins
 
@@ -8,9 +10,9 @@ import numpy as np
 from . import _dtensor as _c
 from . import errors
 from ._dtensor import DTensorError
-from ._dtypes import TensorShape, UNSHARDED, _NUMPY, _code, _host_array, _live, _raw, bfloat16
+from ._dtypes import TensorShape, UNSHARDED, _DTYPES, _NUMPY, _code, _live, _raw, bfloat16
 from ._runtime import _DEVICE_TYPES, _agree, _device_name, client_id, num_clients
-from ._mesh import Layout, _layout_arg
+from ._mesh import Layout, _layout_arg, _layout_of
 
 # ---- tensors ---------------------------------------------------------------------------------
 
@@ -20,11 +22,15 @@ class _OutOfRange(errors.InvalidArgumentError, IndexError):
     Python's sequences raise."""
 
 
+class _Variable:
+    """The base of DVariable (_variables.py): what the modules loaded before it test values
+    against (``isinstance(x, (DTensor, _Variable))``)."""
+
+
 class DTensor:
     """A global tensor: shape, dtype, layout and one component per local device."""
 
     def __init__(self, handle, layout):
-        from ._ops import _layout_of  # noqa: PLC0415 (a later module)
         dtype, shape, text = _c.tensor_meta(handle)
         self._handle = handle
         self._shape = shape
@@ -152,7 +158,7 @@ class DTensor:
         """Integers and slices of step 1 per axis, through the slice op (an integer drops its
         axis, as numpy and TensorFlow); None (np.newaxis) inserts an axis of extent 1 there
         (expand_dims)."""
-        from ._math_ops import reshape, slice
+        from ._math_ops import reshape, slice  # noqa: PLC0415 (later modules)
         from ._array_ops import expand_dims, relayout  # noqa: PLC0415 (later modules)
         key = key if isinstance(key, tuple) else (key,)
         if any(k is None for k in key):
@@ -236,6 +242,90 @@ def _on_every_client(mesh):
     return len(owners) == num_clients()
 
 
+# ---- host values: numbers, arrays and DTensors as TensorFlow converts them -------------------
+
+
+def _value(x):
+    """A DVariable's current value; anything else as it is."""
+    return x.value() if isinstance(x, _Variable) else x
+
+
+def _has_numpy(x):
+    """Whether a (nested) value holds numpy arrays or scalars, whose dtypes are kept."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_has_numpy(v) for v in x)
+    return False
+
+
+def _host_array(value, dtype=None, what="value"):
+    """A numpy array of a value as TensorFlow converts it (tf.constant): numpy arrays and
+    scalars keep their dtype; Python floats become float32, Python ints int32 (int64 when one
+    does not fit), bools bool; a DTensor its value. TypeError for what is not a number or a
+    (nested) list of them."""
+    if isinstance(value, (DTensor, _Variable)):
+        t = _value(value)
+        a = _read(t)
+        return a if dtype is None else a.astype(np.dtype(dtype))
+    if value is None or isinstance(value, (str, bytes, dict)):
+        raise TypeError(f"{what}: expected a number, an array or a DTensor, got "
+                        f"{type(value).__name__}")
+    try:
+        if dtype is not None:
+            return np.asarray(value, dtype=np.dtype(dtype))
+        a = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{what}: cannot convert {type(value).__name__} to an array: {e}") \
+            from None
+    if a.dtype == object or (a.dtype.kind in "USVc" and a.dtype not in _DTYPES):
+        raise TypeError(f"{what}: cannot convert {type(value).__name__} of {a.dtype} to a "
+                        f"tensor of numbers")
+    if not _has_numpy(value):
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        elif a.dtype.kind in "iu":
+            fits = a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31)
+            a = a.astype(np.int32 if fits else np.int64)
+    return a
+
+
+def _number(value, what):
+    """A Python number of a number, a numpy scalar or a one-element tensor; TypeError else."""
+    if isinstance(value, (DTensor, _Variable)):
+        value = _host_array(value, what=what)
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(())[()]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    raise TypeError(f"{what}: expected a number, got {type(value).__name__}")
+
+
+def _shape_arg(shape, what):
+    """A list of non-negative ints of a shape (a list, tuple, TensorShape, 1-D integer array
+    or DTensor); TypeError or ValueError naming what is wrong."""
+    if isinstance(shape, (DTensor, _Variable)):
+        shape = _host_array(shape, what=f"{what}: shape").reshape(-1).tolist()
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = [shape]
+    if isinstance(shape, np.ndarray):
+        shape = shape.reshape(-1).tolist()
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError(f"{what}: shape must be a list of integers, got {type(shape).__name__}")
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"{what}: shape {list(shape)} has a non-integer extent {d!r}")
+        if d < 0:
+            raise ValueError(f"{what}: shape {list(shape)} has a negative extent {d}")
+        out.append(int(d))
+    return out
+
+
 class _Ref:
     """What DTensor.ref() gives: hashable and equal by identity; ``deref()`` returns it."""
 
@@ -263,7 +353,6 @@ def _mesh_device(mesh):
 def dtensor_from_array(arr, layout, shape=None, dtype=None):
     """A DTensor from a full array that every client passes (Python values converted as
     TensorFlow converts them); each device keeps its slice."""
-    from ._ops import _shape_arg  # noqa: PLC0415 (a later module)
     layout = _layout_arg(layout, "dtensor_from_array")
     a = _host_array(arr, dtype, "dtensor_from_array: arr")
     a = np.asarray(a, order="C")  # ascontiguousarray makes scalars 1-d
@@ -284,11 +373,10 @@ def pack(tensors, layout, shape=None):
     must infer alike: the clients exchange their inferences (collective), and uneven shards
     (which imply different shapes) raise ValueError on every client asking for ``shape=``.
     Any client's bad component raises on every client."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
     layout = _layout_arg(layout, "pack")
     comps, error = [], None
     try:
-        if isinstance(tensors, (DTensor, DVariable, np.ndarray)) or \
+        if isinstance(tensors, (DTensor, _Variable, np.ndarray)) or \
                 not isinstance(tensors, (list, tuple)):
             raise TypeError(f"pack: expected a list of components, got "
                             f"{type(tensors).__name__}")
@@ -537,8 +625,7 @@ def gather(tensor):
 
 def fetch_layout(tensor):
     """The layout of a DTensor or a DVariable."""
-    from ._variables import DVariable  # noqa: PLC0415 (a later module)
-    if not isinstance(tensor, (DTensor, DVariable)):
+    if not isinstance(tensor, (DTensor, _Variable)):
         raise TypeError(f"fetch_layout: expected a DTensor, got {type(tensor).__name__}")
     return tensor.layout
 

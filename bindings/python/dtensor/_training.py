@@ -10,8 +10,8 @@ from . import _replicas, errors
 from ._dtensor import DTensorError
 from ._dtypes import _NUMPY, _code, _live, _raw
 from ._runtime import _current_strategy, _ensure_init
-from ._tensor import _read
-from ._ops import _no_trace, _number, _result, _value
+from ._tensor import _number, _read, _value
+from ._ops import _no_trace, _result
 from ._array_ops import copy_to_mesh, relayout
 from ._variables import DVariable
 from ._function import Function

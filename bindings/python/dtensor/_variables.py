@@ -7,17 +7,17 @@ import numpy as np
 from . import _dtensor as _c
 from . import _replicas, _tape
 from ._dtensor import DTensorError
-from ._dtypes import _host_array, _live, _raw
+from ._dtypes import _live, _raw
 from ._runtime import _current_strategy
 from ._mesh import Layout
-from ._tensor import DTensor, _mesh_device, dtensor_from_array
-from ._ops import _default_mesh, _no_trace, _state, _tracing, _value, cast
+from ._tensor import DTensor, _Variable, _host_array, _mesh_device, _value, dtensor_from_array
+from ._ops import _default_mesh, _no_trace, _state, _tracing, cast
 from ._array_ops import copy_to_mesh, relayout
 
 # ---- variables -------------------------------------------------------------------------------
 
 
-class DVariable:
+class DVariable(_Variable):
     """A variable whose layout is fixed at creation (tf.experimental.dtensor.DVariable), used as
     a tf.Variable: operators, ``value()``, ``read_value()``, ``assign*``, ``numpy()``.
 

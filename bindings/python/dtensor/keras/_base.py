@@ -7,8 +7,7 @@ import inspect as _inspect
 import numpy as np
 
 from .. import Layout, unpack, _tape
-from .._ops import _value
-from .._tensor import _from_components
+from .._tensor import _from_components, _value
 
 # ---- ops the losses and layers need, in terms of dtensor's differentiable ops --------------
 

@@ -7,9 +7,9 @@ import types as _types
 import numpy as np
 
 from .. import DTensor, DVariable, Layout, get_strategy, _replicas
-from .._dtypes import _host_array
+from .._tensor import _host_array, _shape_arg, _value
+from .._ops import _Symbolic, _as_tensor
 from .._nn import _hw, _nhwc
-from .._ops import _Symbolic, _as_tensor, _shape_arg, _value
 from .._utilities import _nest_flatten
 from ._base import _Configurable, _activation, _d, errors
 

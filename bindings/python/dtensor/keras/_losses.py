@@ -5,7 +5,7 @@ import types as _types
 import numpy as np
 
 from .. import DTensor, DVariable, Layout
-from .._ops import _value
+from .._tensor import _value
 from ._base import _Configurable, _d, _log_softmax, _one_hot_like
 
 # ---- losses ---------------------------------------------------------------------------------

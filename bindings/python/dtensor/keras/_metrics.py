@@ -7,8 +7,9 @@ import numpy as np
 
 from .. import DTensor, DVariable, Layout, client_id, get_strategy, unpack
 from .. import _dtensor as _c
-from .._ops import _host_mesh, _value
 from .._runtime import _allgather_json
+from .._tensor import _value
+from .._ops import _host_mesh
 from ._base import _Configurable, _d
 from ._losses import (BinaryCrossentropy, CategoricalCrossentropy, SparseCategoricalCrossentropy,
                       _as_like)
