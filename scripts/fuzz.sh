@@ -28,7 +28,7 @@ for target in layout mesh cluster python; do
         # the extension module itself, embedded in the system interpreter; the interpreter's
         # own allocations outlive the run, so leak checks are off for this target
         # shellcheck disable=SC2207 # flags split on purpose
-        extra=(bindings/python/dtensor/_dtensor.c $(pkg-config --cflags --libs python3-embed))
+        extra=(bindings/python/dtensor/_dtensor*.c $(pkg-config --cflags --libs python3-embed))
         leaks=0
     fi
     # shellcheck disable=SC2086 # $libs is a list of flags

@@ -112,7 +112,8 @@ def _reduce_op(reduce_op):
 
 
 def _host(value):
-    from . import DTensor, DVariable, _value, unpack
+    from . import DTensor, DVariable, unpack
+    from ._tensor import _value
     if isinstance(value, (DTensor, DVariable)):
         t = _value(value)
         comps = unpack(t)
@@ -127,8 +128,9 @@ def _sum_replicas(strategy, values, op, axis=None):
     """Every replica's value (this client's local ones in ``values``) summed over all replicas
     of all clients: a replicated DTensor on the strategy's mesh. ``axis`` first sums each
     value along that axis (and MEAN divides by the total extent along it)."""
-    from . import (DTensorError, Layout, _agree, _from_components, cast, dtensor_from_array,
-                   relayout)
+    from . import DTensorError, Layout, cast, dtensor_from_array, relayout
+    from ._runtime import _agree
+    from ._tensor import _from_components
     arrays = [_host(v) for v in values]
     if strategy.num_replicas_in_sync == 1:  # every client computed the one replica's value
         a = arrays[0].sum(axis=axis) if axis is not None else arrays[0]
@@ -179,7 +181,9 @@ def _gather_replicas(strategy, values, axis):
     concatenated along ``axis`` in replica order: a numpy array on every client (collective
     when the strategy's replicas span clients). The values' shapes may differ along ``axis``
     only."""
-    from . import DTensorError, Layout, _agree, _allgather_json, _from_components, relayout
+    from . import DTensorError, Layout, relayout
+    from ._runtime import _agree, _allgather_json
+    from ._tensor import _from_components
     arrays = [_host(v) for v in values]
     error = None
     try:
@@ -228,7 +232,8 @@ def _unsharded():
 
 def reduce(strategy, reduce_op, value, axis):
     """strategy.reduce: see Strategy.reduce."""
-    from . import DTensor, DVariable, _value, reduce_mean, reduce_sum
+    from . import DTensor, DVariable, reduce_mean, reduce_sum
+    from ._tensor import _value
     op = _reduce_op(reduce_op)
     if isinstance(value, PerReplica):
         if len(value.values) != strategy._local_replicas:
@@ -351,7 +356,8 @@ class DefaultReplicaContext:
 def run(strategy, fn, args, kwargs):
     """strategy.run: fn once per local replica (see the module's doc); the default strategy
     calls fn itself and gives its result back as it is, as TensorFlow's."""
-    from . import DTensorError, _state, num_clients
+    from . import DTensorError, num_clients
+    from ._ops import _state
     if strategy._kind == _c.STRATEGY_DEFAULT:
         def unwrap(v):
             return v.values[0] if isinstance(v, PerReplica) else v
@@ -531,7 +537,7 @@ class DistributedDatasetFromFunction:
 
 def _regular(a):
     """A regular tensor (on the default mesh) of an array."""
-    from . import _as_tensor
+    from ._ops import _as_tensor
     return _as_tensor(a)
 
 

@@ -1,6 +1,6 @@
 """tf.GradientTape over dtensor's ops.
 
-While a tape is active on a thread, every op of that thread (``dtensor._op``: matmul, the
+While a tape is active on a thread, every op of that thread (``_ops._op``: matmul, the
 elementwise and reduction ops, transpose, reshape, slice, concat, relayout, copy_to_mesh and
 the ops built on them) is recorded with its operands, and every read of a trainable variable
 is noted. ``gradient(target, sources)`` does not differentiate in Python: it replays the
@@ -27,7 +27,7 @@ def _tapes():
 
 
 def record(op, inputs, mesh_handle, text, attrs, out):
-    """Called by every op (dtensor._op) after it ran: note it on this thread's active tapes."""
+    """Called by every op (_ops._op) after it ran: note it on this thread's active tapes."""
     for tape in _tapes():
         if tape._recording:
             tape._ops.append((op, tuple(inputs), mesh_handle, text, tuple(attrs), out))
@@ -157,7 +157,8 @@ class GradientTape:
 
     def _replay(self, ops, target, sources):
         """The gradients of target with respect to sources (None where unconnected)."""
-        from . import DVariable, _result
+        from . import DVariable
+        from ._ops import _result
         # a source variable is every value read from it; a source tensor is itself (even when
         # an op produced it: the graph is cut there)
         source_of = {}
@@ -228,7 +229,7 @@ class GradientTape:
 
     @staticmethod
     def _build(ops, order, leaf_values, slot, position, wrt):
-        from . import _code
+        from ._dtypes import _code
         f = _c.function_begin()
         symbols = []
         try:

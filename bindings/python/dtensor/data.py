@@ -38,7 +38,7 @@ def _leaves(x):
 def _array(x):
     """A leaf as an array, converted as TensorFlow converts it (DTensors read back); text
     (str, bytes and lists of them) becomes a numpy array of str (tf.string's elements)."""
-    from . import _host_array
+    from ._tensor import _host_array
     try:
         return _host_array(x, what="dataset element")
     except TypeError:

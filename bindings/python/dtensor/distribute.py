@@ -28,7 +28,8 @@ DistributedValues = PerReplica
 
 def has_strategy():
     """tf.distribute.has_strategy: whether a (non-default) strategy is in scope."""
-    from . import _c, _current_strategy
+    from . import _dtensor as _c
+    from ._runtime import _current_strategy
     s = _current_strategy()
     return s is not None and s._kind != _c.STRATEGY_DEFAULT
 

@@ -4,11 +4,12 @@
 import sys as _sys
 import types as _types
 
+from ._tensor import _from_dlpack_capsule, _to_dlpack
+
 dtensor = _sys.modules[__package__]
 
 #: tf.experimental.dlpack: a tensor with one component on this client lent as a DLPack
 #: capsule, and a capsule (or a ``__dlpack__`` object) taken as a regular tensor, no copies
-dlpack = _types.SimpleNamespace(to_dlpack=dtensor._to_dlpack,
-                                from_dlpack=dtensor._from_dlpack_capsule)
+dlpack = _types.SimpleNamespace(to_dlpack=_to_dlpack, from_dlpack=_from_dlpack_capsule)
 
 __all__ = ["dtensor", "dlpack"]

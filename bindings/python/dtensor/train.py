@@ -23,9 +23,11 @@ import re as _re
 import shutil as _shutil
 
 from . import (ClusterSpec, DTensorError, DVariable, Layout, Module, Optimizer, PSVariable,
-               Sequential, _allgather_json, _c, _result, barrier, client_id, errors,
-               num_clients)
+               Sequential, barrier, client_id, errors, num_clients)
+from . import _dtensor as _c
 from . import random as _random
+from ._ops import _result
+from ._runtime import _allgather_json
 
 __all__ = ["Checkpoint", "CheckpointManager", "latest_checkpoint", "list_variables",
            "load_variable", "ClusterSpec"]
