@@ -4558,7 +4558,9 @@ _Random.set_seed = staticmethod(_set_seed)
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
 from . import data, keras, train  # noqa: E402 (they import the names defined above)
+from . import attention  # noqa: E402
 from . import distribute, experimental  # noqa: E402
+nn.scaled_dot_product_attention = attention.scaled_dot_product_attention
 
 stop_gradient = keras.stop_gradient  # tf.stop_gradient
 from .train import Checkpoint, CheckpointManager  # noqa: E402

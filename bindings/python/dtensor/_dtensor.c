@@ -1120,6 +1120,9 @@ static PyObject *py_create(PyObject *self, PyObject *args)
     return ctx_close(&c, s, t);
 }
 
+static PyObject *apply_attention(PyObject *args); /* at the end of this file */
+static int add_transformer_functions(PyObject *m);
+
 /* apply(op, tensors, mesh, layout, program, *attrs): every op that takes tensors. */
 static PyObject *py_apply(PyObject *self, PyObject *args)
 {
@@ -1136,6 +1139,8 @@ static PyObject *py_apply(PyObject *self, PyObject *args)
     const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
     if (!op || (text_o != Py_None && !text))
         return NULL;
+    if (strcmp(op, "attention") == 0)
+        return apply_attention(args);
     static const char *const known[] = {
         "matmul", "unary", "binary", "reduce", "transpose", "reshape", "slice", "concat",
         "relayout", "copy_to_mesh", "cast", "where",
@@ -2471,5 +2476,133 @@ PyMODINIT_FUNC PyInit__dtensor(void)
     PyModule_AddStringConstant(m, "VERSION", dt_version());
     PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);
     PyModule_AddIntConstant(m, "DEVICE_CUDA", DT_DEVICE_CUDA);
+    if (add_transformer_functions(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
+}
+
+/* ---- fused attention and the transformer sharding presets ---------------------------------
+ * One block: apply() hands it the op "attention"; the module's init adds its functions. */
+
+/* apply("attention", [q, k, v], mesh, layout, program, causal, scale): dt_attention, reached
+ * through apply so that tapes and traced functions replay it as any other op (scale <= 0:
+ * 1 / sqrt(E)). */
+static PyObject *apply_attention(PyObject *args)
+{
+    const char *op;
+    PyObject *ts_o, *mesh_o, *text_o;
+    int program, causal;
+    double scale;
+    if (!PyArg_ParseTuple(args, "sOOOpid:attention", &op, &ts_o, &mesh_o, &text_o, &program,
+                          &causal, &scale))
+        return NULL;
+    const char *text = text_o == Py_None ? NULL : PyUnicode_AsUTF8(text_o);
+    if (text_o != Py_None && !text)
+        return NULL;
+    Py_ssize_t n = seq_size(ts_o);
+    if (n != 3) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "attention: %zd operands, expected 3 (q, k, v)", n);
+        return NULL;
+    }
+    const dt_tensor *ts[3];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = seq_item(ts_o, i);
+        ts[i] = h ? unwrap(h, KIND_TENSOR) : NULL;
+        Py_XDECREF(h);
+        if (!ts[i])
+            return NULL;
+    }
+    op_ctx c;
+    if (ctx_open(&c, mesh_o, text, program) < 0)
+        return NULL;
+    dt_op_options o = ctx_options(&c, 0, 0);
+    dt_tensor *t = NULL;
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = dt_attention(ts[0], ts[1], ts[2], causal, scale, &o, &t);
+    Py_END_ALLOW_THREADS;
+    return ctx_close(&c, s, t);
+}
+
+/* preset_mesh(preset, model_size, device_type): the preset's mesh "batch" x "model" over every
+ * device of the type (collective). */
+static PyObject *py_preset_mesh(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int p, model, type;
+    if (!PyArg_ParseTuple(args, "iii", &p, &model, &type))
+        return NULL;
+    dt_mesh *m = NULL;
+    dt_status s;
+    Py_BEGIN_ALLOW_THREADS;
+    s = dt_strategy_preset_mesh((dt_strategy_preset)p, model, (dt_device_type)type, &m);
+    Py_END_ALLOW_THREADS;
+    return s == DT_OK ? wrap(KIND_MESH, m) : raise_status(s);
+}
+
+/* preset_parameter_layout(preset, mesh, role, shape) -> (stored layout text, used layout text) */
+static PyObject *py_preset_parameter_layout(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o, *shape_o;
+    int p, role, rank;
+    if (!PyArg_ParseTuple(args, "iOiO", &p, &mesh_o, &role, &shape_o))
+        return NULL;
+    const dt_mesh *m = unwrap(mesh_o, KIND_MESH);
+    int64_t shape[DT_MAX_RANK];
+    if (!m || parse_ints(shape_o, DT_MAX_RANK, shape, &rank) < 0)
+        return NULL;
+    dt_layout stored, used;
+    char st[DT_STRING_MAX], ut[DT_STRING_MAX];
+    CALL(dt_strategy_preset_parameter_layout((dt_strategy_preset)p, m, (dt_param_role)role, rank,
+                                             shape, &stored, &used));
+    CALL(dt_layout_to_string(&stored, st, sizeof st));
+    CALL(dt_layout_to_string(&used, ut, sizeof ut));
+    return Py_BuildValue("(ss)", st, ut);
+}
+
+/* preset_sequence_layout(mesh, rank) -> the layout text of activations [batch, sequence, ...] */
+static PyObject *py_preset_sequence_layout(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *mesh_o;
+    int rank;
+    if (!PyArg_ParseTuple(args, "Oi", &mesh_o, &rank))
+        return NULL;
+    const dt_mesh *m = unwrap(mesh_o, KIND_MESH);
+    if (!m)
+        return NULL;
+    dt_layout l;
+    char text[DT_STRING_MAX];
+    CALL(dt_strategy_preset_sequence_layout(m, rank, &l));
+    CALL(dt_layout_to_string(&l, text, sizeof text));
+    return PyUnicode_FromString(text);
+}
+
+static PyMethodDef transformer_methods[] = {
+    {"preset_mesh", py_preset_mesh, METH_VARARGS, NULL},
+    {"preset_parameter_layout", py_preset_parameter_layout, METH_VARARGS, NULL},
+    {"preset_sequence_layout", py_preset_sequence_layout, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The block's functions and the PRESET_* and PARAM_* constants, added to the module m. */
+static int add_transformer_functions(PyObject *m)
+{
+    if (PyModule_AddFunctions(m, transformer_methods) < 0)
+        return -1;
+#define ADD_ENUM(NAME, name)                                                        \
+    if (PyModule_AddIntConstant(m, "PRESET_" #NAME, DT_STRATEGY_PRESET_##NAME) < 0) \
+        return -1;
+    DT_STRATEGY_PRESET_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name)                                             \
+    if (PyModule_AddIntConstant(m, "PARAM_" #NAME, DT_PARAM_##NAME) < 0) \
+        return -1;
+    DT_PARAM_ROLE_LIST(ADD_ENUM)
+#undef ADD_ENUM
+    return 0;
 }
