@@ -4558,8 +4558,10 @@ _Random.set_seed = staticmethod(_set_seed)
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
 from . import data, keras, train  # noqa: E402 (they import the names defined above)
-from . import attention  # noqa: E402
+from . import attention, presets  # noqa: E402
 from . import distribute, experimental  # noqa: E402
+from .presets import (DataParallelStrategy, FullyShardedStrategy,  # noqa: E402
+                      FullyShardedTensorParallelStrategy, TensorParallelStrategy)
 nn.scaled_dot_product_attention = attention.scaled_dot_product_attention
 
 stop_gradient = keras.stop_gradient  # tf.stop_gradient
