@@ -144,7 +144,8 @@ def _t(mesh, shape, dtype=np.float32, specs=None):
 
 @pytest.mark.parametrize("make,error,match", [
     (lambda m: (_t(m, (2, 3, 4, 5)), _t(m, (2, 3, 6, 5)), _t(m, (2, 3, 4, 5))),
-     dtensor.errors.InvalidArgumentError, r"k is float32\[2, 3, 6, 5\], query float32\[2, 3, 4, 5\]"),
+     dtensor.errors.InvalidArgumentError,
+     r"k is float32\[2, 3, 6, 5\], query float32\[2, 3, 4, 5\]"),
     (lambda m: (_t(m, (2, 3, 4, 5)), _t(m, (2, 3, 4, 5)), _t(m, (2, 3, 4, 5), np.float64)),
      dtensor.errors.InvalidArgumentError, r"v is float64\[2, 3, 4, 5\], query float32"),
     (lambda m: (_t(m, (2, 4), np.int32), _t(m, (2, 4), np.int32), _t(m, (2, 4), np.int32)),
