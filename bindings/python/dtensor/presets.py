@@ -45,9 +45,11 @@ class ShardingPreset:
         if type(self) is ShardingPreset:
             raise TypeError("ShardingPreset is abstract: create one of its subclasses")
         if model_size is not None and (isinstance(model_size, bool) or
-                                       not isinstance(model_size, int) or model_size < 1):
+                                       not isinstance(model_size, int) or
+                                       not 1 <= model_size < 2**31):
             raise errors.InvalidArgumentError(f"{type(self).__name__}: model_size "
-                                              f"{model_size!r}: expected a positive integer")
+                                              f"{model_size!r}: expected a positive integer "
+                                              f"below 2^31")
         if model_size is not None and not self._model_axis:
             raise errors.InvalidArgumentError(
                 f"{type(self).__name__}: model_size {model_size} given, but this preset "
@@ -81,8 +83,13 @@ class ShardingPreset:
         if role not in PARAMETER_ROLES:
             raise errors.InvalidArgumentError(f"{type(self).__name__}: role {role!r}: expected "
                                               f"one of {', '.join(PARAMETER_ROLES)}")
+        dims = list(shape) if isinstance(shape, (list, tuple)) else None
+        if dims is None or len(dims) > 8 or any(
+                isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
+            raise errors.InvalidArgumentError(f"{type(self).__name__}: shape {shape!r}: "
+                                              f"expected a list of at most 8 extents >= 0")
         stored, used = _c.preset_parameter_layout(self._preset, self._mesh._handle,
-                                                  PARAMETER_ROLES[role], list(shape))
+                                                  PARAMETER_ROLES[role], dims)
         return (Layout.from_string(stored, self._mesh), Layout.from_string(used, self._mesh))
 
     def parameter_layout(self, role, shape):
@@ -92,8 +99,11 @@ class ShardingPreset:
     def sequence_layout(self, rank=3):
         """Activations ``[batch, sequence, ...]``: the batch over "batch", the sequence over
         "model" (sequence parallelism between the tensor-parallel regions)."""
-        from . import Layout
-        return Layout.from_string(_c.preset_sequence_layout(self._mesh._handle, int(rank)),
+        from . import Layout, errors
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 2 <= rank <= 8:
+            raise errors.InvalidArgumentError(f"{type(self).__name__}: sequence_layout: rank "
+                                              f"{rank!r}: expected an integer from 2 to 8")
+        return Layout.from_string(_c.preset_sequence_layout(self._mesh._handle, rank),
                                   self._mesh)
 
     def input_layout(self, rank=2):

@@ -108,8 +108,16 @@ def test_errors(runtime):
         dtensor.DataParallelStrategy(model_size=2)
     with pytest.raises(dtensor.errors.InvalidArgumentError, match="model_size 0"):
         dtensor.FullyShardedTensorParallelStrategy(model_size=0)
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match="model_size 2147483648"):
+        dtensor.FullyShardedTensorParallelStrategy(model_size=2**31)
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match="rank 1: expected"):
+        dtensor.DataParallelStrategy().sequence_layout(1)
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match="rank 2147483648"):
+        dtensor.DataParallelStrategy().sequence_layout(2**31)
     with pytest.raises(dtensor.errors.InvalidArgumentError, match="role 'colum'"):
         dtensor.TensorParallelStrategy().parameter_layouts("colum", (2, 2))
+    with pytest.raises(dtensor.errors.InvalidArgumentError, match=r"shape \(2, -1\)"):
+        dtensor.TensorParallelStrategy().parameter_layouts("row", (2, -1))
     with pytest.raises(dtensor.errors.InvalidArgumentError, match="'zero3'"):
         dtensor.distribute.sharding_preset("zero3")
     with pytest.raises(TypeError, match="abstract"):
