@@ -4562,7 +4562,7 @@ from . import attention, presets  # noqa: E402
 from . import distribute, experimental  # noqa: E402
 from .presets import (DataParallelStrategy, FullyShardedStrategy,  # noqa: E402
                       FullyShardedTensorParallelStrategy, TensorParallelStrategy)
-nn.scaled_dot_product_attention = attention.scaled_dot_product_attention
+nn.scaled_dot_product_attention = _symbolic_aware(attention.scaled_dot_product_attention)
 
 stop_gradient = keras.stop_gradient  # tf.stop_gradient
 from .train import Checkpoint, CheckpointManager  # noqa: E402

@@ -135,6 +135,17 @@ def test_bfloat16_computes_in_float32(mesh_1d):
                                atol=1e-2)
 
 
+def test_keras_functional(runtime):
+    """A Keras functional model's node, as the tf.nn ops (batch of 3, 2 heads)."""
+    x = dtensor.keras.Input(shape=(2, 5, 4))
+    model = dtensor.keras.Model(x, dtensor.nn.scaled_dot_product_attention(x, x, x,
+                                                                           is_causal=True))
+    a = operands((3, 2, 5, 4), np.float32, seed=9)[0]
+    want = reference(a, a, a, a, True, 0.5)[0]
+    np.testing.assert_allclose(np.asarray(dtensor.gather(model(a))), want, rtol=2e-5,
+                               atol=2e-5)
+
+
 # ---- errors: before any op, the same on every client ----------------------------------------
 
 def _t(mesh, shape, dtype=np.float32, specs=None):
