@@ -1600,11 +1600,11 @@ static PyObject *py_function_gradient(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OiO", &f_o, &loss, &wrt_o))
         return NULL;
     const dt_function *f = unwrap(f_o, KIND_FUNCTION);
-    int64_t w[DT_MAX_RANK * 8];
+    int64_t w[MAX_FN_TENSORS]; /* one per input, as function_run takes */
     int n;
-    if (!f || parse_ints(wrt_o, DT_MAX_RANK * 8, w, &n) < 0)
+    if (!f || parse_ints(wrt_o, MAX_FN_TENSORS, w, &n) < 0)
         return NULL;
-    int wrt[DT_MAX_RANK * 8];
+    int wrt[MAX_FN_TENSORS];
     for (int i = 0; i < n; i++)
         wrt[i] = (int)w[i];
     dt_function *g = NULL;
