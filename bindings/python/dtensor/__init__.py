@@ -114,7 +114,10 @@ __all__ = [
 # ---- input pipelines and Keras-style models (modules built on the names above) --------------
 
 from . import data, keras, train  # noqa: E402 (they import the names defined above)
+from . import attention, presets  # noqa: E402
 from . import distribute, experimental  # noqa: E402
+from .presets import (DataParallelStrategy, FullyShardedStrategy,  # noqa: E402
+                      FullyShardedTensorParallelStrategy, TensorParallelStrategy)
 
 stop_gradient = keras.stop_gradient  # tf.stop_gradient
 from .train import Checkpoint, CheckpointManager  # noqa: E402

@@ -39,7 +39,7 @@ PyMODINIT_FUNC PyInit__dtensor(void)
     }
     Py_INCREF(dtpy_error_classes);
     PyMethodDef *tables[] = {dtpy_runtime_methods, dtpy_tensor_methods, dtpy_ops_methods,
-                             dtpy_train_methods, dtpy_ps_methods};
+                             dtpy_train_methods,   dtpy_ps_methods,     dtpy_preset_methods};
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0) {
             Py_DECREF(m);
@@ -71,6 +71,12 @@ PyMODINIT_FUNC PyInit__dtensor(void)
 #undef ADD_ENUM
 #define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "OPTIMIZER_" #NAME, DT_OPTIMIZER_##NAME);
     DT_OPTIMIZER_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "PRESET_" #NAME, DT_STRATEGY_PRESET_##NAME);
+    DT_STRATEGY_PRESET_LIST(ADD_ENUM)
+#undef ADD_ENUM
+#define ADD_ENUM(NAME, name) PyModule_AddIntConstant(m, "PARAM_" #NAME, DT_PARAM_##NAME);
+    DT_PARAM_ROLE_LIST(ADD_ENUM)
 #undef ADD_ENUM
     PyModule_AddStringConstant(m, "VERSION", dt_version());
     PyModule_AddIntConstant(m, "DEVICE_CPU", DT_DEVICE_CPU);

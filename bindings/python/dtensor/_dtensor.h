@@ -4,8 +4,9 @@
  * Everything Pythonic lives in the package's Python modules. The module's functions are in
  * _dtensor_mesh.c (runtime, meshes, layouts, the ledger), _dtensor_tensor.c (tensors, DLPack),
  * _dtensor_ops.c (ops), _dtensor_train.c (functions, variables, strategies, models, optimizers,
- * generators) and _dtensor_ps.c (checkpoints, parameter server), each file's in its method
- * table below; _dtensor.c makes the module; _dtensor_common.c defines what is declared here. */
+ * generators), _dtensor_ps.c (checkpoints, parameter server) and _dtensor_presets.c (the
+ * transformer sharding presets), each file's in its method table below; _dtensor.c makes the
+ * module; _dtensor_common.c defines what is declared here. */
 #pragma once
 
 #define PY_SSIZE_T_CLEAN
@@ -134,3 +135,4 @@ extern PyMethodDef dtpy_tensor_methods[];
 extern PyMethodDef dtpy_ops_methods[];
 extern PyMethodDef dtpy_train_methods[];
 extern PyMethodDef dtpy_ps_methods[];
+extern PyMethodDef dtpy_preset_methods[]; /* _dtensor_presets.c */

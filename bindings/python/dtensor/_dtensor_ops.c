@@ -210,6 +210,12 @@ static dt_status run_squeeze(const apply_args *a, const dt_op_options *o, dt_ten
     return dt_squeeze(a->ts[0], a->atn[0], a->ints, o, t);
 }
 
+/* code: causal (1) or not; the float: the scale (<= 0: 1 / sqrt(E)) */
+static dt_status run_attention(const apply_args *a, const dt_op_options *o, dt_tensor **t)
+{
+    return dt_attention(a->ts[0], a->ts[1], a->ts[2], a->code, a->fl[0], o, t);
+}
+
 enum {
     NEEDS_LAYOUT = 1,   /* the requested layout is the op's argument */
     TRANSPOSES = 2,     /* code and flag transpose a and b */
@@ -244,6 +250,7 @@ static const apply_op apply_ops[] = {
     {"norm", 1, 3, 0, run_norm},
     {"arg_reduce", 1, 1, INT_LIST, run_arg_reduce},
     {"cumsum", 1, 1, 0, run_cumsum},
+    {"attention", 3, 3, 0, run_attention},
     /* shape and index ops */
     {"gather", 2, 2, 0, run_gather},
     {"unsorted_segment_sum", 2, 2, WIDE_FIRST_INT, run_unsorted_segment_sum},

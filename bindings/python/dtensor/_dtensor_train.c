@@ -157,11 +157,11 @@ static PyObject *py_function_gradient(PyObject *self, PyObject *args)
     int loss;
     if (!PyArg_ParseTuple(args, "O&iO", dtpy_to_function, &f, &loss, &wrt_o))
         return NULL;
-    int64_t w[DT_MAX_RANK * 8];
+    int64_t w[MAX_FN_TENSORS];
     int n;
-    if (dtpy_parse_ints(wrt_o, DT_MAX_RANK * 8, w, &n) < 0)
+    if (dtpy_parse_ints(wrt_o, MAX_FN_TENSORS, w, &n) < 0)
         return NULL;
-    int wrt[DT_MAX_RANK * 8];
+    int wrt[MAX_FN_TENSORS];
     for (int i = 0; i < n; i++)
         wrt[i] = (int)w[i];
     dt_function *g = NULL;

@@ -14,6 +14,8 @@ from . import (CentralStorageStrategy, ClusterCoordinator, CollectiveCommunicati
                ParameterServerStrategy, PerReplica, ReduceOp, ReductionToOneDevice, RemoteValue,
                ReplicaContext, Strategy, TFConfigClusterResolver, get_replica_context,
                _replicas, get_strategy, in_cross_replica_context)
+from .presets import (DataParallelStrategy, FullyShardedStrategy,
+                      FullyShardedTensorParallelStrategy, TensorParallelStrategy, sharding_preset)
 from .train import ClusterSpec
 
 __all__ = ["CentralStorageStrategy", "ClusterCoordinator", "CrossDeviceOps",
@@ -21,7 +23,9 @@ __all__ = ["CentralStorageStrategy", "ClusterCoordinator", "CrossDeviceOps",
            "MultiWorkerMirroredStrategy", "NcclAllReduce", "OneDeviceStrategy",
            "ParameterServerStrategy", "ReduceOp", "ReductionToOneDevice", "ReplicaContext",
            "Strategy", "get_replica_context", "get_strategy", "in_cross_replica_context",
-           "has_strategy", "experimental", "cluster_resolver", "coordinator", "DistributedValues"]
+           "has_strategy", "experimental", "cluster_resolver", "coordinator", "DistributedValues",
+           "DataParallelStrategy", "FullyShardedStrategy", "TensorParallelStrategy",
+           "FullyShardedTensorParallelStrategy", "sharding_preset"]
 
 DistributedValues = PerReplica
 

@@ -9,13 +9,13 @@ import sys
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / "examples"
 
 
-def run(tmp_path, example, clients=1, tasks=None, env=None, timeout=600):
-    """Each client's stdout, in client order; the program runs in tmp_path. ``tasks``: each
-    rank's TF_CONFIG (an MPMD launch, one environment per task, as TensorFlow's tasks start).
-    Every client's output goes to a file of its own."""
+def run(tmp_path, example, clients=1, tasks=None, env=None, timeout=600, args=()):
+    """Each client's stdout, in client order; the program runs in tmp_path with the command
+    line arguments ``args``. ``tasks``: each rank's TF_CONFIG (an MPMD launch, one environment
+    per task, as TensorFlow's tasks start). Every client's output goes to a file of its own."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
     base.update(OPENBLAS_NUM_THREADS="1", **(env or {}))
-    script = [sys.executable, str(EXAMPLES / example)]
+    script = [sys.executable, str(EXAMPLES / example), *args]
     out = tmp_path / "out"
     if tasks is not None:
         cmd = ["mpiexec.mpich", "-outfile-pattern", f"{out}.%r"]
@@ -31,6 +31,8 @@ def run(tmp_path, example, clients=1, tasks=None, env=None, timeout=600):
         return [r.stdout]
     r = subprocess.run(cmd, env=base, capture_output=True, text=True, timeout=timeout,
                        cwd=tmp_path)
-    outs = [pathlib.Path(f"{out}.{k}").read_text() for k in range(len(tasks or range(clients)))]
+    # a client that printed nothing has no file
+    files = [pathlib.Path(f"{out}.{k}") for k in range(len(tasks or range(clients)))]
+    outs = [f.read_text() if f.exists() else "" for f in files]
     assert r.returncode == 0, "\n".join(outs) + r.stderr
     return outs

@@ -554,3 +554,18 @@ def test_multi_worker_cluster_resolver(monkeypatch):
                                                                        task_id=0)
     assert dtensor.distribute.MultiWorkerMirroredStrategy(cluster_resolver=ours) \
         .cluster_resolver is ours
+
+
+def test_gradient_of_many_variables(mesh_1d):
+    """GradientTape.gradient over 200 variables (GPT-2 small has 196; the extension took 64):
+    d/dv_i of sum_i (i + 1) * sum(v_i^2) is 2 (i + 1) v_i."""
+    rng = np.random.default_rng(4)
+    values = [rng.standard_normal(6) for _ in range(200)]
+    layout = dtensor.Layout(["x"], mesh_1d)
+    vs = [dtensor.DVariable(dtensor.dtensor_from_array(a, layout)) for a in values]
+    with dtensor.GradientTape() as tape:
+        loss = dtensor.add_n([dtensor.reduce_sum(dtensor.square(v)) * float(i + 1)
+                              for i, v in enumerate(vs)])
+    grads = tape.gradient(loss, vs)
+    for i, (g, a) in enumerate(zip(grads, values)):
+        np.testing.assert_allclose(dtensor.gather(g), 2 * (i + 1) * a, rtol=1e-12)
