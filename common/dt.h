@@ -97,7 +97,7 @@ void dt__copy_block(void *dst, const int64_t dst_shape[], const int64_t dst_off[
 
 typedef struct dt__device dt__device;
 
-/* What a device backend implements. Device buffers are opaque to everything above ops/.
+/* What a device backend implements. Device buffers are opaque to everything above backends/.
  *
  * Ordering: each device has one queue of work (CUDA: its stream). Kernels, `copy` and the
  * device side of `to_device` go on it in call order and may still be running when the call

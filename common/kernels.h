@@ -239,7 +239,7 @@ extern const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 const char *dt__cpu_gemm_math(dt_dtype dtype);
 extern const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT];
 
-/* The CPU's FUSED kernel (ops/cpu/fused.c), the row of every dtype (ops run the table's own
+/* The CPU's FUSED kernel (backends/cpu/fused.c), the row of every dtype (ops run the table's own
  * kernels). */
 dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out);
 

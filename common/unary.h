@@ -2,7 +2,7 @@
  * CUDA kernels (nvcc), so both compute the same expression. The elementary functions (exp,
  * log, sqrt, rsqrt, tanh, sin, cos, erf) of f32, bf16 and f16 elements are computed in float
  * (dt__unary_in_float, dt__unary_float): each within 2 ulps of the exact value on every
- * backend (the CPU's vector kernels, ops/cpu/vmath.c, are SLEEF's 1-ulp functions; CUDA's
+ * backend (the CPU's vector kernels, backends/cpu/vmath.c, are SLEEF's 1-ulp functions; CUDA's
  * float functions are within 2), so the backends agree within 4 ulps, not bitwise. The
  * composite functions (sigmoid, silu, gelu, gelu_tanh), whose float evaluation would lose
  * accuracy to cancellation (1 + tanh near -1), and every function of f64 and of integers are

@@ -11,7 +11,7 @@ exec python3 - "${1:-build}" <<'PY'
 import json, os, re, subprocess, sys
 
 # bottom to top; a folder not named here (examples/, benchmarks/, tests/) stands on top
-FLOORS = ["include", "common", "ops", "mesh", "layout", "collectives", "spmd", "train",
+FLOORS = ["include", "common", "backends", "mesh", "layout", "collectives", "spmd", "train",
           "bindings"]
 TOP = len(FLOORS)
 # where a quoted include is looked for after the including file's own folder (meson.build: inc)

@@ -5,7 +5,7 @@
  * Expansion: q, k, v (and dy for the gradient) are brought to one layout, their leading axes
  * sharded as q's are (or as the request's, when that moves less), the sequence and feature
  * axes whole (gathered when split: each slice needs all of its keys); then one kernel per
- * device on its slices, no collective. The kernel (ops/cpu/kernels.c) tiles queries and keys
+ * device on its slices, no collective. The kernel (backends/cpu/kernels.c) tiles queries and keys
  * in blocks with an online softmax, so its scratch is a block's, never [T, T]: memory grows
  * with T. bf16 and f16 operands are cast to f32 for the kernel and its result back.
  *

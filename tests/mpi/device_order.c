@@ -1,7 +1,7 @@
 /* Device collectives across clients, on GPUs emulated on the host with late compute streams
  * (DTENSOR_EMULATE_LATE=1: every kernel, copy and upload waits in its stream until something
  * waits for it, and every use of a buffer by a collective's side stream is checked against the
- * compute streams; ops/cpu/emulated.c). Run at -n 2 with 2 logical GPUs per GPU and at -n 4
+ * compute streams; backends/cpu/emulated.c). Run at -n 2 with 2 logical GPUs per GPU and at -n 4
  * with one. Checks, each against direct loops over the global values:
  * 1. a collective's inputs come from kernels still queued (a late producer): the collective
  *    sees their values, and the consumers of its result see it (an integer matmul whose

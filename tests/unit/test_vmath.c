@@ -1,4 +1,4 @@
-/* The float functions of the unary op (common/unary.h, ops/cpu/vmath.c) against a double
+/* The float functions of the unary op (common/unary.h, backends/cpu/vmath.c) against a double
  * reference: every f32 result within 2 ulps of the exact value rounded to f32, over edge cases
  * (zeros, infinities, NaN, subnormals, the largest floats, huge arguments of sin and cos) and
  * sweeps of many inputs; bf16 and f16 results within one unit of their last place of the

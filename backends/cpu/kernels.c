@@ -105,7 +105,7 @@ enum { FLOAT_BLOCK = 256 };
 
 /* The float functions of the unary op on f32, bf16 and f16 elements (common/unary.h): blocks
  * of up to FLOAT_BLOCK elements widened to f32 (the 16-bit floats), computed by the vector
- * functions where the CPU has AVX2 and FMA (ops/cpu/vmath.c; else element by element, the
+ * functions where the CPU has AVX2 and FMA (backends/cpu/vmath.c; else element by element, the
  * same definitions), rounded back to the element's dtype. False for any other dtype. */
 static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
 {
@@ -148,7 +148,7 @@ enum { REDUCE_BLOCK = 256 };
 
 /* ---- typed kernels ----------------------------------------------------------------------- */
 
-/* ops/cpu/kernels_typed.h once per dtype of CPU_DTYPES (a dtype left out here leaves its
+/* backends/cpu/kernels_typed.h once per dtype of CPU_DTYPES (a dtype left out here leaves its
  * functions undefined in the table below: a compile error). */
 #define CPU_KT CPU_F32
 #include "kernels_typed.h"

@@ -1,4 +1,4 @@
-/* Vectorized float functions of the CPU kernels (ops/cpu/vmath.c, built with AVX2 and FMA). */
+/* Vectorized float functions of the CPU kernels (backends/cpu/vmath.c, built with AVX2 and FMA). */
 #ifndef DT_VMATH_H
 #define DT_VMATH_H
 

@@ -1,5 +1,5 @@
 /* The CUDA backend's (kernel, dtype) table of common/kernels.h, for every dtype the CPU's table
- * takes, with the semantics of the CPU reference (ops/cpu/kernels.c) element for element; the
+ * takes, with the semantics of the CPU reference (backends/cpu/kernels.c) element for element; the
  * plans the kernel files share; and the combine kernel of the GPU collectives. Everything is
  * queued on the device's stream (x->stream); nothing here waits for the GPU, allocates memory or
  * changes the current GPU.

@@ -1,11 +1,11 @@
-/* The typed kernels of one dtype (ops/cpu/kernels.c): fill, arange, unary, binary, reduce,
+/* The typed kernels of one dtype (backends/cpu/kernels.c): fill, arange, unary, binary, reduce,
  * transpose, select_fill and where, as static functions named KERNEL_NAME (fill_f32, ...).
- * A template: ops/cpu/kernels.c includes it once per dtype, with CPU_KT defined as that
- * dtype's row (ops/cpu/dtypes.h); it defines its own macros from the row and undefines them
+ * A template: backends/cpu/kernels.c includes it once per dtype, with CPU_KT defined as that
+ * dtype's row (backends/cpu/dtypes.h); it defines its own macros from the row and undefines them
  * and CPU_KT at the end. Being plain functions, not one macro, a compiler error points at its
  * line here. */
 #ifndef CPU_KT
-#error "ops/cpu/kernels_typed.h: define CPU_KT (a row of ops/cpu/dtypes.h) before including it"
+#error "backends/cpu/kernels_typed.h: define CPU_KT (a row of backends/cpu/dtypes.h) before including it"
 #endif
 
 #define T_ARG0(a, ...) a

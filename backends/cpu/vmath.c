@@ -4,7 +4,7 @@
  * double (SLEEF's 1-ulp double functions, the expression of dt__unary_f operation for
  * operation) and rounded once; gelu in float from a corrected argument where its inputs allow
  * (gelu8). Compiled with -mavx2 -mfma and called only where the CPU has
- * both (dt__vmath_usable, ops/cpu/kernels.c). */
+ * both (dt__vmath_usable, backends/cpu/kernels.c). */
 #include "vmath.h"
 
 #include "unary.h"

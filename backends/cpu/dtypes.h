@@ -1,5 +1,5 @@
-/* The CPU kernels' dtypes (ops/cpu/kernels.c and the per-dtype template
- * ops/cpu/kernels_typed.h): how each dtype's elements are loaded, stored and compared, and
+/* The CPU kernels' dtypes (backends/cpu/kernels.c and the per-dtype template
+ * backends/cpu/kernels_typed.h): how each dtype's elements are loaded, stored and compared, and
  * the list of dtypes. Private to the CPU kernels. */
 #ifndef DT_OPS_CPU_DTYPES_H
 #define DT_OPS_CPU_DTYPES_H

@@ -1,6 +1,6 @@
 /* CUDA elementwise kernels: fill, arange, Philox random numbers, unary, binary (broadcasting;
  * comparisons write bool), cast and where, for every dtype the CPU's table takes, element for
- * element as the CPU reference computes (ops/cpu/kernels.c). Queued on the device's stream;
+ * element as the CPU reference computes (backends/cpu/kernels.c). Queued on the device's stream;
  * nothing here waits, allocates or changes the current GPU.
  *
  * Integer sums, differences and products wrap; the elementary functions of unary ops on f32,

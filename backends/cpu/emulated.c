@@ -559,7 +559,7 @@ const dt__backend dt__emulated_cuda_backend = {
 
 /* ---- the combine of device collectives, on the host --------------------------------------- */
 
-/* The CUDA combine kernel's arithmetic (ops/cuda/kernels.cu), element for element: MAX keeps
+/* The CUDA combine kernel's arithmetic (backends/cuda/kernels.cu), element for element: MAX keeps
  * a > b ? a : b with a the running value, integers wrap, bf16 and f16 compute in f32. */
 #define COMBINE_STEP(op, v, w)                          \
     ((op) == DT_REDUCE_MAX    ? ((v) > (w) ? (v) : (w)) \

@@ -1,7 +1,7 @@
-/* What the CUDA kernel files share (internal to ops/cuda/): the dtypes' storage and compute
+/* What the CUDA kernel files share (internal to backends/cuda/): the dtypes' storage and compute
  * types, launch shapes, index arithmetic, error reporting, and the table entries each file
  * defines (kernels.cu holds the table, the shared plans and the collectives' combine). The element
- * semantics are the CPU reference's (ops/cpu/kernels.c), through the same conversions
+ * semantics are the CPU reference's (backends/cpu/kernels.c), through the same conversions
  * (common/convert.h), Philox (common/philox.h) and float functions (common/unary.h).
  *
  * Each dtype has a storage type S (what a buffer holds) and a compute type C, as on the CPU:
