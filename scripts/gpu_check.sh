@@ -104,7 +104,8 @@ if [ ! -f $build/build.ninja ]; then
     if [ "$emulate" = 1 ]; then
         opts=(-Dcuda=disabled -Dwerror=true)
     else
-        opts=(-Dcuda=enabled -Dwerror=true -Dgpu_archs=${GPU_ARCHS:-90})
+        # the C suites only: the machine has an interpreter without its headers (Python.h)
+        opts=(-Dcuda=enabled -Dwerror=true -Dgpu_archs=${GPU_ARCHS:-90} -Dpython=disabled)
     fi
     meson setup $build "${opts[@]}" ${MESON_ARGS:-} >"$log/setup.log" 2>&1 ||
         { note "build                                        FAIL  (meson setup: setup.log)"; tail -30 "$log/setup.log"; exit 1; }

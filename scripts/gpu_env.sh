@@ -29,5 +29,7 @@ export PATH=$deb/usr/bin:$PATH
 export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}
 export PKG_CONFIG_PATH=$deb/pc:$lib/pkgconfig:$lib/openblas-pthread/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$deb
-export CPATH=$deb/usr/include LIBRARY_PATH=$lib:$lib/openblas-pthread
+# headers of both kinds: plain (/usr/include) and per architecture (sleef.h is in the latter)
+export CPATH=$deb/usr/include:$deb/usr/include/x86_64-linux-gnu
+export LIBRARY_PATH=$lib:$lib/openblas-pthread
 export OPENBLAS_NUM_THREADS=1
