@@ -29,7 +29,9 @@ export PATH=$deb/usr/bin:$PATH
 export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}
 export PKG_CONFIG_PATH=$deb/pc:$lib/pkgconfig:$lib/openblas-pthread/pkgconfig
 export PKG_CONFIG_SYSROOT_DIR=$deb
-# headers of both kinds: plain (/usr/include) and per architecture (sleef.h is in the latter)
-export CPATH=$deb/usr/include:$deb/usr/include/x86_64-linux-gnu
+# headers of both kinds, plain (/usr/include) and per architecture (sleef.h is in the latter),
+# searched as system folders (as /usr/include is here: their own warnings do not fail -Werror)
+inc=$deb/usr/include:$deb/usr/include/x86_64-linux-gnu
+export C_INCLUDE_PATH=$inc CPLUS_INCLUDE_PATH=$inc
 export LIBRARY_PATH=$lib:$lib/openblas-pthread
 export OPENBLAS_NUM_THREADS=1
