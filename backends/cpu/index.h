@@ -1,5 +1,5 @@
-/* Index helpers of the CPU kernels (backends/cpu/kernels.c and backends/cpu/kernels_typed.h): row-major
- * multi-indices, strides and broadcasting. Private to the CPU kernels. */
+/* Index helpers of the CPU kernels (backends/cpu/kernels.c and backends/cpu/kernels_typed.h):
+ * row-major multi-indices, strides and broadcasting. Private to the CPU kernels. */
 #ifndef DT_OPS_CPU_INDEX_H
 #define DT_OPS_CPU_INDEX_H
 

@@ -5,7 +5,7 @@
  * and CPU_KT at the end. Being plain functions, not one macro, a compiler error points at its
  * line here. */
 #ifndef CPU_KT
-#error "backends/cpu/kernels_typed.h: define CPU_KT (a row of backends/cpu/dtypes.h) before including it"
+#error "kernels_typed.h: define CPU_KT (a row of dtypes.h) before including it"
 #endif
 
 #define T_ARG0(a, ...) a
