@@ -566,6 +566,8 @@ DT__CUDA_ENTRY(scan)
 DT__CUDA_ENTRY(arg_reduce)
 /* gemm.cu */
 DT__CUDA_ENTRY(gemm)
+/* attention.cu */
+DT__CUDA_ENTRY(attention)
 /* move.cu: data movement and the index kernels */
 DT__CUDA_ENTRY(transpose)
 DT__CUDA_ENTRY(copy_blocks)
@@ -574,6 +576,8 @@ DT__CUDA_ENTRY(gather)
 DT__CUDA_ENTRY(segment_sum)
 DT__CUDA_ENTRY(one_hot)
 #undef DT__CUDA_ENTRY
+/* elementwise.cu: the FUSED chain, one entry for every dtype (each op carries its own) */
+dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out);
 
 /* Each entry is instantiated for the dtypes its kernel takes (the CPU table's). */
 #define DT__CUDA_NUMERIC_TYPES(X, NAME) \

@@ -366,6 +366,176 @@ __global__ void where_k(const uint8_t *c, const B *xv, const B *yv, B *o, int64_
     }
 }
 
+/* ---- fused chains (common/kernels.h FUSED) ------------------------------------------------- */
+
+/* A chain, its operands and the broadcast plan of the CPU's fused kernel (backends/cpu/fused.c):
+ * the output's axes merged where every operand is whole on both or broadcast on both, and each
+ * operand's stride along the merged axes (0: broadcast). isz: each operand's element size. */
+struct FusedArgs {
+    dt__fused fz;
+    const void *in[DT__FUSED_MAX_IN];
+    int isz[DT__FUSED_MAX_IN];
+    int nd;
+    int64_t ext[R];
+    int64_t st[DT__FUSED_MAX_IN][R];
+};
+
+/* A value of the chain is held as its storage's bits, zero-extended to 64 bits. */
+template <typename S> HD S from_bits(uint64_t b)
+{
+    S s;
+    memcpy(&s, &b, sizeof s);
+    return s;
+}
+
+template <typename S> HD uint64_t to_bits(S s)
+{
+    uint64_t b = 0;
+    memcpy(&b, &s, sizeof s);
+    return b;
+}
+
+/* Each op element for element as the kernel it replaces computes it (unary_one, binary_put,
+ * cast_one, where_k, fill). */
+template <typename S> HD uint64_t fused_unary(int op, uint64_t a)
+{
+    return to_bits(unary_one<S>(op, from_bits<S>(a)));
+}
+
+template <typename S> HD uint64_t fused_binary(int op, uint64_t a, uint64_t b)
+{
+    using C = Cof<S>;
+    C x = Ty<S>::ld(from_bits<S>(a)), y = Ty<S>::ld(from_bits<S>(b));
+    if (op == DT_BINARY_POW)
+        return to_bits(Ty<S>::from_d(pow_of(x, y)));
+    if (DT__BINARY_IS_COMPARISON(op))
+        return (uint64_t)(binary_one(op, x, y) != 0);
+    return to_bits(Ty<S>::st(binary_one(op, x, y)));
+}
+
+template <typename S> HD uint64_t fused_fill(double a)
+{
+    return to_bits(Ty<S>::from_d(a));
+}
+
+/* Calls F<S>(args...) for the storage type S of dtype t (0 for a dtype without one). */
+#define FUSED_BY_DTYPE(t, F, ...)       \
+    switch (t) {                        \
+    case DT_DTYPE_F32:                  \
+        return F<float>(__VA_ARGS__);   \
+    case DT_DTYPE_F64:                  \
+        return F<double>(__VA_ARGS__);  \
+    case DT_DTYPE_I32:                  \
+        return F<int32_t>(__VA_ARGS__); \
+    case DT_DTYPE_I64:                  \
+        return F<int64_t>(__VA_ARGS__); \
+    case DT_DTYPE_BF16:                 \
+        return F<bf16s>(__VA_ARGS__);   \
+    case DT_DTYPE_F16:                  \
+        return F<f16s>(__VA_ARGS__);    \
+    case DT_DTYPE_BOOL:                 \
+        return F<bools>(__VA_ARGS__);   \
+    case DT_DTYPE_U8:                   \
+        return F<uint8_t>(__VA_ARGS__); \
+    case DT_DTYPE_I8:                   \
+        return F<int8_t>(__VA_ARGS__);  \
+    default:                            \
+        return 0;                       \
+    }
+
+/* A cast to T from the storage type F. */
+template <typename T> struct FusedCast {
+    template <typename F> static HD uint64_t from(uint64_t a)
+    {
+        return to_bits(cast_one<T, F>(from_bits<F>(a)));
+    }
+};
+
+template <typename T>
+HD uint64_t fused_cast(dt_dtype from,
+                       uint64_t a){FUSED_BY_DTYPE(from, FusedCast<T>::template from, a)}
+
+HD uint64_t fused_op(const dt__fused_op &o, const uint64_t v[])
+{
+    uint64_t a = o.nin > 0 ? v[o.arg[0]] : 0, b = o.nin > 1 ? v[o.arg[1]] : 0;
+    switch (o.kernel) {
+    case DT__K_UNARY:
+        FUSED_BY_DTYPE(o.dtype, fused_unary, o.op, a)
+    case DT__K_BINARY:
+        FUSED_BY_DTYPE(o.dtype, fused_binary, o.op, a, b)
+    case DT__K_CAST:
+        FUSED_BY_DTYPE(o.dtype, fused_cast, o.from, a)
+    case DT__K_WHERE: /* bool condition, then the bits of either operand */
+        return (a & 0xffu) ? b : v[o.arg[2]];
+    case DT__K_FILL:
+        FUSED_BY_DTYPE(o.dtype, fused_fill, o.a)
+    default:
+        return 0;
+    }
+}
+
+HD uint64_t load_bits(const void *p, int64_t i, int size)
+{
+    switch (size) {
+    case 1:
+        return ((const uint8_t *)p)[i];
+    case 2:
+        return ((const uint16_t *)p)[i];
+    case 4:
+        return ((const uint32_t *)p)[i];
+    default:
+        return ((const uint64_t *)p)[i];
+    }
+}
+
+/* One thread per output element: its operands read where the plan puts them, the ops in
+ * order, the last op's result stored (osz bytes). */
+__global__ void fused_k(FusedArgs a, void *out, int osz, int64_t n)
+{
+    const int nin = a.fz.nin, nops = a.fz.nops;
+    for (int64_t i = first_index(); i < n; i += grid_step()) {
+        uint64_t v[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS];
+        int64_t off[DT__FUSED_MAX_IN] = {0}, rest = i;
+        UNROLL
+        for (int d = R - 1; d >= 0; d--)
+            if (d < a.nd) {
+                int64_t e = d > 0 ? rest % a.ext[d] : rest;
+                rest = d > 0 ? rest / a.ext[d] : 0;
+                UNROLL
+                for (int q = 0; q < DT__FUSED_MAX_IN; q++)
+                    off[q] += e * a.st[q][d];
+            }
+        for (int q = 0; q < nin; q++)
+            v[q] = a.isz[q] ? load_bits(a.in[q], off[q], a.isz[q]) : 0;
+        for (int j = 0; j < nops; j++)
+            v[nin + j] = fused_op(a.fz.ops[j], v);
+        uint64_t r = v[nin + nops - 1];
+        switch (osz) {
+        case 1:
+            ((uint8_t *)out)[i] = (uint8_t)r;
+            break;
+        case 2:
+            ((uint16_t *)out)[i] = (uint16_t)r;
+            break;
+        case 4:
+            ((uint32_t *)out)[i] = (uint32_t)r;
+            break;
+        default:
+            ((uint64_t *)out)[i] = r;
+        }
+    }
+}
+
+/* The dtype operand q of op o is read in (the CPU's fused kernel's rule). */
+dt_dtype fused_operand_dtype(const dt__fused_op *o, int q)
+{
+    if (o->kernel == DT__K_CAST)
+        return o->from;
+    if (o->kernel == DT__K_WHERE && q == 0)
+        return DT_DTYPE_BOOL;
+    return o->dtype;
+}
+
 } // namespace
 
 /* ---- the table's entries -------------------------------------------------------------------- */
@@ -504,6 +674,49 @@ dt_status where(const dt__kctx *x, const dt__kargs *k, const void *const in[], v
     where_k<B><<<grid_for(n), kThreads, 0, stream_of(x)>>>((const uint8_t *)in[0], (const B *)in[1],
                                                            (const B *)in[2], (B *)out, n, plain, g);
     return launched(x, "where", Ty<S>::dt);
+}
+
+/* The chain of k->fused (any table dtype: the ops carry their own). */
+dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
+{
+    const dt__fused *fz = k->fused;
+    int nin = fz->nin, rank = k->rank;
+    dt_dtype ot = fz->ops[fz->nops - 1].out;
+    int64_t n = elems(rank, k->shape);
+    if (n <= 0)
+        return DT_OK;
+    FusedArgs a{};
+    a.fz = *fz;
+    bool whole[DT__FUSED_MAX_IN][R];
+    for (int i = 0; i < rank; i++) {
+        if (k->shape[i] == 1)
+            continue;
+        bool merge = a.nd > 0;
+        for (int q = 0; q < nin; q++)
+            merge = merge && (k->in_shape[q][i] != 1) == whole[q][a.nd - 1];
+        if (merge) {
+            a.ext[a.nd - 1] *= k->shape[i];
+            continue;
+        }
+        a.ext[a.nd] = k->shape[i];
+        for (int q = 0; q < nin; q++)
+            whole[q][a.nd] = k->in_shape[q][i] != 1;
+        a.nd++;
+    }
+    for (int q = 0; q < nin; q++) {
+        int64_t s = 1;
+        for (int d = a.nd - 1; d >= 0; d--) {
+            a.st[q][d] = whole[q][d] ? s : 0;
+            s *= whole[q][d] ? a.ext[d] : 1;
+        }
+        a.in[q] = in[q];
+    }
+    for (int j = 0; j < fz->nops; j++)
+        for (int q = 0; q < fz->ops[j].nin; q++)
+            if (fz->ops[j].arg[q] < nin)
+                a.isz[fz->ops[j].arg[q]] = (int)dt_dtype_size(fused_operand_dtype(&fz->ops[j], q));
+    fused_k<<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, out, (int)dt_dtype_size(ot), n);
+    return launched(x, "fused", ot);
 }
 
 DT__CUDA_ALL_TYPES(DT__CUDA_INSTANTIATE, fill)

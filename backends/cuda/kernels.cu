@@ -7,8 +7,8 @@
  * Indices are int64_t throughout; every kernel loops grid-stride over a capped grid, so any size
  * runs with any grid. Shapes travel by value in small parameter structs, planned on the host with
  * extent-1 axes dropped and axes contiguous in every operand merged. The kernels live in
- * elementwise.cu, reduce.cu (reductions and the row-wise kernels), gemm.cu and move.cu (copies
- * and the index kernels). */
+ * elementwise.cu (with the fused chains), reduce.cu (reductions and the row-wise kernels), gemm.cu,
+ * attention.cu and move.cu (copies and the index kernels). */
 #include "common.cuh"
 
 namespace dtcuda
@@ -260,10 +260,6 @@ extern "C" {
     {                                                                                       \
         K<float>, K<double>, nullptr, nullptr, K<bf16s>, K<f16s>, nullptr, nullptr, nullptr \
     }
-#define NONE                                                                            \
-    {                                                                                   \
-        nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr \
-    }
 #define ROW_FILL ALL(fill)
 #define ROW_ARANGE ALL(arange)
 #define ROW_PHILOX_UNIFORM FLOATS(philox_uniform)
@@ -281,11 +277,17 @@ extern "C" {
 #define ROW_NORM FLOATS(norm)
 #define ROW_SCAN NUMERIC(scan)
 #define ROW_ARG_REDUCE ALL(arg_reduce)
-/* no attention kernel on CUDA yet: the op says so (DT_ERR_UNSUPPORTED) */
-#define ROW_ATTENTION NONE
-/* no fused elementwise kernel on CUDA yet: the fusion pass (spmd/fuse.c) fuses only where the
- * backend's table has one, so chains on GPUs run kernel by kernel as before */
-#define ROW_FUSED NONE
+/* f32 and f64, as the CPU's (the op casts 16-bit floats to f32) */
+#define ROW_ATTENTION                                                                              \
+    {                                                                                              \
+        attention<float>, attention<double>, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, \
+            nullptr                                                                                \
+    }
+/* one entry for every dtype: each op of the chain carries its own */
+#define ROW_FUSED                                                     \
+    {                                                                 \
+        fused, fused, fused, fused, fused, fused, fused, fused, fused \
+    }
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)
