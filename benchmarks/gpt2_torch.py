@@ -12,6 +12,7 @@ correction of the step size); PyTorch's adds it after, so its epsilon is set eac
 epsilon / sqrt(1 - beta_2^t), which makes the two updates the same.
 
     python gpt2_torch.py --init ckpt.h5 --mode eager|compile|ddp|fsdp|tp [model flags]
+        [--device cpu|cuda] [--dtype f32|bf16]
 Modes ddp, fsdp (FSDP2's fully_shard per block and at the root) and tp (parallelize_module:
 ColwiseParallel q, k, v and the MLP's first projection, RowwiseParallel the output
 projections) run under torchrun with the gloo backend. Prints each step's loss and one line
@@ -129,7 +130,12 @@ def load(model, path, a):
         v = f["variables"]
 
         def get(name):
-            return torch.from_numpy(np.asarray(v[name], dtype=np.float32))
+            x = np.asarray(v[name])
+            kind = v[name].attrs.get("dtype", b"")
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if kind in ("bf16", "bfloat16"):  # raw 16 bits: the high half of an f32
+                x = (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            return torch.from_numpy(np.asarray(x, dtype=np.float32))
 
         with torch.no_grad():
             model.wte.weight.copy_(get("wte"))
@@ -180,6 +186,8 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--tokens")
     ap.add_argument("--text")
     a = ap.parse_args()
@@ -194,6 +202,11 @@ def main():
     torch.manual_seed(0)
     model = GPT(a, vpad)
     load(model, a.init, a)
+    # --device cuda (eager mode, one process): the model and batches on the GPU; --dtype bf16:
+    # parameters and activations in bf16 as examples/gpt2.c's --dtype bf16 (the loss in f32)
+    dev = torch.device(a.device)
+    model = model.to(device=dev, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     # the batch rows this process computes: its share under ddp and fsdp, all under tp
     lo, hi = 0, a.batch
     if a.mode in ("ddp", "fsdp"):
@@ -229,7 +242,9 @@ def main():
         if step == a.warmup:
             if dist:
                 tdist.barrier()
+            sync()
             t0 = time.perf_counter()
+        tok, tgt = tok.to(dev), tgt.to(dev)
         for g in opt.param_groups:  # Keras's epsilon placement (see the module docstring)
             g["eps"] = 1e-8 / math.sqrt(1 - 0.95 ** (step + 1))
         opt.zero_grad(set_to_none=True)
@@ -246,6 +261,7 @@ def main():
         losses.append(float(value))
         if rank == 0:
             print(f"torch-{a.mode} step {step:3d} loss {losses[-1]:.6f}", flush=True)
+    sync()
     seconds = time.perf_counter() - t0
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.float64)
     if dist:

@@ -27,7 +27,8 @@
  * --dtype f32|bf16, --save-init PATH (the initial parameters as a dtensor checkpoint, which
  * benchmarks/gpt2_torch.py reads), --model-size N (the 2d preset's model axis, default 2),
  * --unfused (attention written as einsums, a causal mask and a softmax instead of the fused
- * dt_attention). */
+ * dt_attention), --device gpu (every mesh of CUDA devices: DTENSOR_CUDA_DEVICES logical ones
+ * per GPU; default cpu). */
 #include <dtensor.h>
 
 #include <getopt.h>
@@ -59,6 +60,7 @@ typedef struct config {
     double lr, clip, tol;
     uint64_t seed;
     dt_dtype dtype;
+    dt_device_type device; /* --device cpu|gpu: the devices every mesh is made of */
     int model_size;
     const char *tokens, *text, *save_init;
 } config;
@@ -75,7 +77,8 @@ static config cfg = {.layers = 12,
                      .clip = 1.0,
                      .tol = 1e-5,
                      .seed = 2024,
-                     .dtype = DT_DTYPE_F32};
+                     .dtype = DT_DTYPE_F32,
+                     .device = DT_DEVICE_CPU};
 
 /* ---- parameters -------------------------------------------------------------------------- */
 
@@ -381,8 +384,8 @@ static void make_clip(run *r)
 /* Bytes in use on every local device (at most 8). */
 static void device_bytes(size_t out[8])
 {
-    for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++)
-        CHECK(dt_device_memory(DT_DEVICE_CPU, i, &out[i], NULL));
+    for (int i = 0; i < dt_num_local_devices(cfg.device) && i < 8; i++)
+        CHECK(dt_device_memory(cfg.device, i, &out[i], NULL));
 }
 
 /* The largest of every client's `mine`. */
@@ -400,10 +403,10 @@ static void make_run(run *r)
     int n = NPARAMS;
     if (r->one) {
         const char *names[2] = {"batch", "model"};
-        CHECK(dt_mesh_create_on_devices(2, names, (int[]){1, 1}, DT_DEVICE_CPU, 1, (int[]){0},
+        CHECK(dt_mesh_create_on_devices(2, names, (int[]){1, 1}, cfg.device, 1, (int[]){0},
                                         &r->mesh));
     } else {
-        CHECK(dt_strategy_preset_mesh(r->preset, cfg.model_size, DT_DEVICE_CPU, &r->mesh));
+        CHECK(dt_strategy_preset_mesh(r->preset, cfg.model_size, cfg.device, &r->mesh));
     }
     r->stored = calloc((size_t)n, sizeof *r->stored);
     r->used = calloc((size_t)n, sizeof *r->used);
@@ -632,7 +635,7 @@ static void train(run *r, const dt_mesh *all, bool print)
         in[n] = ttok;
         in[n + 1] = ttgt;
         in[n + 2] = r->causal;
-        CHECK(dt_device_memory_reset_peak(DT_DEVICE_CPU, -1));
+        CHECK(dt_device_memory_reset_peak(cfg.device, -1));
         CHECK(dt_function_run(r->grad, n + 3, in, n + 1, res));
         size_t cur[8] = {0};
         device_bytes(cur);
@@ -655,9 +658,9 @@ static void train(run *r, const dt_mesh *all, bool print)
         for (int i = 0; i < n + 1; i++)
             dt_tensor_free(clipped[i]);
         /* the state (parameters, slots, gradients) once the slots exist, and the step's peak */
-        for (int i = 0; i < dt_num_local_devices(DT_DEVICE_CPU) && i < 8; i++) {
+        for (int i = 0; i < dt_num_local_devices(cfg.device) && i < 8; i++) {
             size_t peak;
-            CHECK(dt_device_memory(DT_DEVICE_CPU, i, NULL, &peak));
+            CHECK(dt_device_memory(cfg.device, i, NULL, &peak));
             if (step == 1 && cur[i] > r->state_bytes)
                 r->state_bytes = cur[i];
             if (step >= 1 && peak > r->peak_bytes)
@@ -715,7 +718,7 @@ enum { NPRESETS = sizeof presets / sizeof presets[0] };
  * hidden axis and the vocabulary over "model" (evenly, so every shard computes alike). */
 static bool fits(int k)
 {
-    int n = dt_num_global_devices(DT_DEVICE_CPU), model = 1;
+    int n = dt_num_global_devices(cfg.device), model = 1;
     if (presets[k].one)
         return true;
     if (presets[k].preset == DT_STRATEGY_PRESET_TENSOR_PARALLEL)
@@ -743,7 +746,7 @@ static void print_csv(const run *r)
            "hidden behind compute (client 0)\n",
            r->name, (long long)r->overlap.collectives, cfg.steps, r->overlap.comm_seconds,
            100 * r->overlap.hidden_share);
-    printf("csv,%s,%d,%d,%.1f,%.1f,%zu,%zu,%.3f", r->name, dt_num_global_devices(DT_DEVICE_CPU),
+    printf("csv,%s,%d,%d,%.1f,%.1f,%zu,%zu,%.3f", r->name, dt_num_global_devices(cfg.device),
            dt_num_clients(), tps, (double)most / 1024.0, r->state_bytes, r->peak_bytes,
            r->overlap.hidden_share);
     for (int i = 0; i < cfg.warmup + cfg.steps; i++)
@@ -796,7 +799,7 @@ static bool compare(const dt_mesh *all)
                runs[0].losses[steps - 1]);
     run *dp = &runs[2], *fs = &runs[3];
     if (dp->name && fs->name) {
-        int data = dt_num_global_devices(DT_DEVICE_CPU);
+        int data = dt_num_global_devices(cfg.device);
         /* one block's parameters, gathered, and their gradients */
         double block = 0;
         for (int i = P_FIRST_BLOCK; i < P_FIRST_BLOCK + PER_BLOCK; i++)
@@ -828,32 +831,24 @@ static void usage(void)
             "[--warmup N]\n"
             "            [--layers N] [--d-model N] [--heads N] [--vocab N] [--seq N] [--batch N]\n"
             "            [--lr X] [--clip X] [--seed N] [--dtype f32|bf16] [--model-size N]\n"
-            "            [--tol X] [--tokens FILE | --text FILE] [--save-init PATH] [--unfused]\n");
+            "            [--tol X] [--tokens FILE | --text FILE] [--save-init PATH] [--unfused]\n"
+            "            [--device cpu|gpu]\n");
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"preset", required_argument, 0, 'p'},
-                                         {"compare", no_argument, 0, 'c'},
-                                         {"steps", required_argument, 0, 's'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"layers", required_argument, 0, 'L'},
-                                         {"d-model", required_argument, 0, 'D'},
-                                         {"heads", required_argument, 0, 'H'},
-                                         {"vocab", required_argument, 0, 'V'},
-                                         {"seq", required_argument, 0, 'T'},
-                                         {"batch", required_argument, 0, 'B'},
-                                         {"lr", required_argument, 0, 'l'},
-                                         {"clip", required_argument, 0, 'g'},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"dtype", required_argument, 0, 'd'},
-                                         {"tokens", required_argument, 0, 't'},
-                                         {"text", required_argument, 0, 'x'},
-                                         {"save-init", required_argument, 0, 'i'},
-                                         {"model-size", required_argument, 0, 'm'},
-                                         {"tol", required_argument, 0, 'o'},
-                                         {"unfused", no_argument, 0, 'u'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, 'p'},    {"compare", no_argument, 0, 'c'},
+        {"steps", required_argument, 0, 's'},     {"warmup", required_argument, 0, 'w'},
+        {"layers", required_argument, 0, 'L'},    {"d-model", required_argument, 0, 'D'},
+        {"heads", required_argument, 0, 'H'},     {"vocab", required_argument, 0, 'V'},
+        {"seq", required_argument, 0, 'T'},       {"batch", required_argument, 0, 'B'},
+        {"lr", required_argument, 0, 'l'},        {"clip", required_argument, 0, 'g'},
+        {"seed", required_argument, 0, 'S'},      {"dtype", required_argument, 0, 'd'},
+        {"tokens", required_argument, 0, 't'},    {"text", required_argument, 0, 'x'},
+        {"save-init", required_argument, 0, 'i'}, {"model-size", required_argument, 0, 'm'},
+        {"tol", required_argument, 0, 'o'},       {"unfused", no_argument, 0, 'u'},
+        {"device", required_argument, 0, 'e'},    {0, 0, 0, 0}};
     const char *preset = "one";
     bool cmp = false;
     int c;
@@ -923,6 +918,13 @@ int main(int argc, char **argv)
         case 'u':
             cfg.unfused = true;
             break;
+        case 'e':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu")) {
+                usage();
+                return 2;
+            }
+            cfg.device = strcmp(optarg, "gpu") ? DT_DEVICE_CPU : DT_DEVICE_CUDA;
+            break;
         default:
             usage();
             return 2;
@@ -944,8 +946,8 @@ int main(int argc, char **argv)
     load_corpus();
     dt_mesh *all;
     const char *names[1] = {"x"};
-    int n = dt_num_global_devices(DT_DEVICE_CPU);
-    CHECK(dt_mesh_create(1, names, &n, DT_DEVICE_CPU, &all));
+    int n = dt_num_global_devices(cfg.device);
+    CHECK(dt_mesh_create(1, names, &n, cfg.device, &all));
     int rc = 0;
     if (dt_client_id() == 0) {
         int64_t total = 0;

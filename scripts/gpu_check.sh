@@ -6,7 +6,9 @@
 #     build     configure (once) and build; always done first
 #     cuda      the GPU suites (tests/cuda: the differential test on GPU meshes, random numbers,
 #               transfers, the allocator, NCCL with one rank per communicator after a long
-#               producer, bf16 rounded once), each test alone (ONLY: a regex of suite/test names)
+#               producer, bf16 rounded once, the fused attention against the CPU's, fused
+#               elementwise chains bitwise the unfused), each test alone (ONLY: a regex of
+#               suite/test names)
 #     suite     in the background while the steps after it run: every other meson suite, then
 #               the Python suite (bindings/python/tests, GPU meshes and DLPack with PyTorch on
 #               the GPU included) in a venv over the system's numpy and PyTorch with the wheels
@@ -16,9 +18,12 @@
 #     bench     benchmarks/gpu.sh: the kernels against their targets (all-reduce between two
 #               logical GPUs >= 0.45 of a device copy, Philox fill >= 0.8), and the bf16 GPT
 #               against PyTorch eager
+#     gpt2      benchmarks/gpt2_gpu.sh: GPT-2 small in bf16 on one GPU (examples/gpt2 --device
+#               gpu) beside PyTorch eager with scaled_dot_product_attention (the system's
+#               PyTorch, h5py from the Python suite's venv when it has one), tokens/s and MFU
 #     cmd C     any command, in this environment, after the build
 # A step that would start past DEADLINE (seconds since the start) is skipped and says so; T_CUDA,
-# T_SUITE, T_SAN, T_BENCH, T_CMD cap each. Logs go to build-gpu/check/ and are packed into
+# T_SUITE, T_SAN, T_BENCH, T_GPT2, T_CMD cap each. Logs go to build-gpu/check/ and are packed into
 # $OUT/check.tgz; the summary (one line per step and per failing test) ends the output and is
 # also $OUT/summary.txt.
 #
@@ -228,6 +233,19 @@ bench_step() {
     grep -h "gpt bf16" "$log/bench.log" >>"$summary" 2>/dev/null
 }
 
+# ---- GPT-2 small on one GPU beside PyTorch ------------------------------------------------------
+gpt2_step() {
+    if [ "$emulate" = 1 ]; then
+        note "gpt2                                         SKIP  needs a GPU"
+        return 0
+    fi
+    local py=python3
+    [ -x "${PYENV:-$build/pyenv}/bin/python" ] && py=${PYENV:-$build/pyenv}/bin/python
+    "$py" -c "import h5py" 2>/dev/null || py=python3
+    step gpt2 "${T_GPT2:-300}" env BUILD=$build OUT="$log/gpt2" PYTHON="$py" benchmarks/gpt2_gpu.sh
+    grep -h "^gpt2 gpu" "$log/gpt2.log" >>"$summary" 2>/dev/null
+}
+
 while (($#)); do
     case "$1" in
     build) ;;
@@ -235,6 +253,7 @@ while (($#)); do
     suite) suite_step & ;;
     sanitize) sanitize_step ;;
     bench) bench_step ;;
+    gpt2) gpt2_step ;;
     cmd) step cmd "${T_CMD:-300}" bash -c "$2"; shift; tail -40 "$log/cmd.log" ;;
     *) echo "unknown step $1"; exit 2 ;;
     esac
