@@ -5,6 +5,17 @@
 
 #include "collectives.h"
 
+/* The order of the MPI collectives posted on one communicator. MPI matches the collectives of a
+ * communicator by the order each client posts them, so with several collectives in flight a
+ * step posted only after an earlier one completed (reduce-then-broadcast's broadcast, the
+ * by-host path's rounds) could meet another collective's step on a client that saw its
+ * completions in another order. A lane queues the group calls posting there in start order
+ * (the same on every client); only its head posts, and it leaves once it posts no more. */
+struct dt__gcall;
+typedef struct dt__lane {
+    struct dt__gcall *head, *tail;
+} dt__lane;
+
 /* The hosts of a set of clients, for the by-host path: combine inside each host (MPI between
  * the clients of one host goes through shared memory), cross between one leader per host (the
  * host's first client), spread inside each host. Built only where the clients span several
@@ -20,6 +31,7 @@ typedef struct dt__hosts {
     int host_size;   /* its host's clients */
     MPI_Comm hcomm;  /* its host's clients, in position order (host_size > 1), or NULL */
     MPI_Comm lcomm;  /* the hosts' leaders in host order (on leaders only), or NULL */
+    dt__lane lane;   /* of hcomm and lcomm together */
 } dt__hosts;
 
 /* The hosts of clients[0..n) (client ids, this client at position me), or *out = NULL when
@@ -49,7 +61,9 @@ typedef struct dt__cgroup {
     MPI_Comm comm;    /* over `clients` when the group spans clients */
     bool owns_comm;   /* false when shared with an earlier group of the same clients */
     dt__hosts *hosts; /* by-host structure when it applies (made with comm), else NULL */
-    int xset;         /* device collectives: its communicators in the mesh's list (-1: unknown) */
+    dt__lane *lane;   /* of comm: own_lane, or the one of the group it shares comm with */
+    dt__lane own_lane;
+    int xset; /* device collectives: its communicators in the mesh's list (-1: unknown) */
 } dt__cgroup;
 
 /* Every group of one axis mask that holds a device of this client, by ascending id. */
@@ -85,6 +99,7 @@ typedef enum dt__xmode {
 
 /* One group's share of a collective. Counts are elements. */
 typedef struct dt__gcall {
+    struct dt__coll_req *r; /* the request it belongs to */
     dt__cgroup *g;
     const int64_t *cnt;         /* the group's counts array; NULL: uniform `count` */
     const void **send;          /* k send buffers of the local members, member order */
@@ -108,6 +123,9 @@ typedef struct dt__gcall {
     bool uses_scratch;
     int tag;
     bool done;
+    dt__lane *lane;              /* queued there (NATIVE, REDUCE_BCAST, HOSTS), else NULL */
+    struct dt__gcall *lane_next; /* the next in the lane */
+    bool queued;                 /* its first step waits for its turn in the lane */
 } dt__gcall;
 
 struct dt__coll_req {
@@ -184,6 +202,8 @@ void dt__coll_local_post(dt__coll_req *r);
 dt_status dt__coll_mpi_start(dt__coll_req *r);
 /* True when every group is done; a failure sets *status. */
 bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status);
+/* Take gc out of its lane (where it is queued). */
+void dt__lane_leave(dt__gcall *gc);
 
 /* By host (hosts.c): should a group of p clients on h hosts, at most c on one, move `bytes` of
  * `kind` by host under the mesh's algorithm a; buffers of the by-host path, set up before the

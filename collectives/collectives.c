@@ -322,6 +322,7 @@ static void req_free(dt__coll_req *r)
         return;
     for (int gi = 0; r->gc && gi < r->num_groups; gi++) {
         dt__gcall *gc = &r->gc[gi];
+        dt__lane_leave(gc);
         for (int q = 0; q < gc->nreq; q++)
             if (gc->req[q] != MPI_REQUEST_NULL) {
                 MPI_Cancel(&gc->req[q]);
@@ -370,6 +371,7 @@ static dt_status plan(dt__coll_req *r)
     for (int gi = 0; gi < ng; gi++) {
         dt__gcall *gc = &r->gc[gi];
         dt__cgroup *g = &k->groups[gi];
+        gc->r = r;
         gc->g = g;
         gc->send = (const void **)(void *)p;
         p += sizeof(void *) * (size_t)g->num_local;

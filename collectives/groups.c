@@ -172,11 +172,13 @@ static dt_status make_comms(const dt_mesh *m, dt__cmask *k)
         dt__cgroup *g = &k->groups[gi];
         if (g->num_clients < 2)
             continue;
+        g->lane = &g->own_lane;
         for (int pj = 0; pj < gi; pj++) {
             dt__cgroup *p = &k->groups[pj];
             if (p->num_clients == g->num_clients &&
                 memcmp(p->clients, g->clients, sizeof(int) * (size_t)g->num_clients) == 0) {
                 g->comm = p->comm;
+                g->lane = p->lane;
                 break;
             }
         }

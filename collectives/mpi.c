@@ -177,7 +177,55 @@ static dt_status ring_next(dt__coll_req *r, dt__gcall *gc)
     return ring_post(r, gc);
 }
 
-/* ---- setup and posting ---------------------------------------------------------------------- */
+/* ---- lanes ----------------------------------------------------------------------------------- */
+
+static void lane_join(dt__gcall *gc, dt__lane *l)
+{
+    gc->lane = l;
+    gc->lane_next = NULL;
+    if (l->tail)
+        l->tail->lane_next = gc;
+    else
+        l->head = gc;
+    l->tail = gc;
+}
+
+void dt__lane_leave(dt__gcall *gc)
+{
+    dt__lane *l = gc->lane;
+    if (!l)
+        return;
+    dt__gcall **at = &l->head, *prev = NULL;
+    while (*at && *at != gc) {
+        prev = *at;
+        at = &(*at)->lane_next;
+    }
+    if (*at) {
+        *at = gc->lane_next;
+        if (l->tail == gc)
+            l->tail = prev;
+    }
+    gc->lane = NULL;
+    gc->lane_next = NULL;
+}
+
+static void leave_all(dt__coll_req *r)
+{
+    for (int gi = 0; gi < r->num_groups; gi++)
+        dt__lane_leave(&r->gc[gi]);
+}
+
+/* Whether gc heads its lane. The request ahead is advanced meanwhile (this client may wait for
+ * this one first), unless it is this request, whose own loop advances it. */
+static bool my_turn(dt__gcall *gc)
+{
+    dt__gcall *h = gc->lane->head;
+    if (h != gc && h->r != gc->r) {
+        dt__collective_test(h->r);
+        h = gc->lane->head;
+    }
+    return h == gc;
+}
 
 /* One nonblocking MPI collective for the group (never a blocking one: a blocking call cannot
  * give up when a client dies, and the watchdog must); the even forms when every block is the
@@ -242,6 +290,17 @@ static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
                         dt__coll_kind_name(r->c.kind), g->id, e);
     gc->nreq = 1;
     return DT_OK;
+}
+
+/* The first step of a group call at the head of its lane; it leaves the lane after the last
+ * step it posts there. */
+static dt_status post_first(dt__coll_req *r, dt__gcall *gc)
+{
+    gc->queued = false;
+    dt_status s = gc->mode == DT__X_HOSTS ? dt__hosts_next(r, gc) : post_native(r, gc);
+    if (gc->mode == DT__X_NATIVE || gc->done)
+        dt__lane_leave(gc);
+    return s;
 }
 
 static dt_status setup(dt__coll_req *r, dt__gcall *gc, int gi)
@@ -382,10 +441,13 @@ dt_status dt__coll_mpi_start(dt__coll_req *r)
             gc->phase = r->c.kind == DT__COLL_ALL_GATHER ? 1 : 0;
             gc->step = -1;
             DT_TRY(ring_next(r, gc));
-        } else if (gc->mode == DT__X_HOSTS) {
-            DT_TRY(dt__hosts_next(r, gc));
         } else {
-            DT_TRY(post_native(r, gc));
+            /* the ring's messages carry the collective's own tag; MPI's collectives are
+             * matched by their order on the communicator */
+            lane_join(gc, gc->mode == DT__X_HOSTS ? &gc->g->hosts->lane : gc->g->lane);
+            gc->queued = true;
+            if (my_turn(gc))
+                DT_TRY(post_first(r, gc));
         }
     }
     return DT_OK;
@@ -398,9 +460,22 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
         dt__gcall *gc = &r->gc[gi];
         if (gc->done)
             continue;
+        if (gc->queued) {
+            dt_status s = my_turn(gc) ? post_first(r, gc) : DT_OK;
+            if (s != DT_OK) {
+                leave_all(r);
+                *status = s;
+                return true;
+            }
+            if (gc->queued || !gc->done)
+                all = false;
+            if (gc->queued || gc->done)
+                continue;
+        }
         int flag = 1;
         MPI_Status st[2];
         if (gc->nreq && MPI_Testall(gc->nreq, gc->req, &flag, st) != MPI_SUCCESS) {
+            leave_all(r);
             *status = dt__fail(DT_ERR_COMM, "%s: MPI_Testall failed for group %d",
                                dt__coll_kind_name(r->c.kind), gc->g->id);
             return true;
@@ -415,6 +490,8 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
             s = ring_next(r, gc);
         } else if (gc->mode == DT__X_HOSTS) {
             s = dt__hosts_next(r, gc);
+            if (gc->done)
+                dt__lane_leave(gc);
         } else if (gc->mode == DT__X_REDUCE_BCAST && gc->phase == 0) {
             gc->phase = 1;
             MPI_Datatype t = dt__coll_mpi_type(r->c.dtype);
@@ -422,10 +499,12 @@ bool dt__coll_mpi_progress(dt__coll_req *r, dt_status *status)
             if (MPI_Ibcast(gc->xout, n, t, 0, gc->g->comm, &gc->req[0]) != MPI_SUCCESS)
                 s = dt__fail(DT_ERR_COMM, "all_reduce: MPI_Ibcast for group %d failed", gc->g->id);
             gc->nreq = 1;
+            dt__lane_leave(gc);
         } else {
             gc->done = true;
         }
         if (s != DT_OK) {
+            leave_all(r);
             *status = s;
             return true;
         }

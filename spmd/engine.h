@@ -258,13 +258,15 @@ void dt__program_seal(dt__program *p);
  * every client. DTENSOR_OVERLAP=0 (read here, when a program is built) keeps the emitted
  * order and waits for each collective at once. Called by seal, before lifetimes. */
 void dt__program_schedule(dt__program *p);
-/* Collectives in flight during a run: started at their step, completed at their wait_at. */
+/* Collectives in flight during a run: started at their step, completed at their wait_at, at
+ * most `most` at once (DTENSOR_COLLECTIVES_IN_FLIGHT). */
 typedef struct dt__flight {
     dt__coll_req **req;
     int *wait_at;
-    int n, cap;
+    int n, cap, most;
 } dt__flight;
-/* Room for a program's collectives (before the run's agreement: nothing fails after it). */
+/* Room for a program's collectives and the bound on those in flight (read here: a bad value
+ * fails before the run's agreement, after which nothing fails). */
 dt_status dt__flight_init(dt__flight *f, const dt__program *p);
 /* Add a started collective, to be waited for before run position `wait_at`. */
 void dt__flight_add(dt__flight *f, dt__coll_req *r, int wait_at);
@@ -273,6 +275,8 @@ void dt__flight_poke(const dt__flight *f);
 /* Complete those due before run position `pos` (INT_MAX: all), in start order; the first
  * failure is returned, and every one is completed or released all the same. */
 dt_status dt__flight_wait(dt__flight *f, int pos);
+/* Complete the oldest ones until another may start. */
+dt_status dt__flight_room(dt__flight *f);
 void dt__flight_free(dt__flight *f);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates
  * nothing else reads becomes one FUSED step (call on a complete program, before sealing). */

@@ -97,9 +97,25 @@ void dt__program_schedule(dt__program *p)
 
 /* ---- collectives in flight ------------------------------------------------------------------ */
 
+/* Several collectives in flight let each overlap the ones before it as well as the kernels;
+ * the bound keeps their buffers and MPI's unexpected messages in check. */
+#define DT__IN_FLIGHT_DEFAULT 4
+
 dt_status dt__flight_init(dt__flight *f, const dt__program *p)
 {
     memset(f, 0, sizeof *f);
+    const char *e = getenv("DTENSOR_COLLECTIVES_IN_FLIGHT");
+    f->most = DT__IN_FLIGHT_DEFAULT;
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end || v < 1 || v > 1024)
+            return dt__fail(DT_ERR_ARG,
+                            "program: DTENSOR_COLLECTIVES_IN_FLIGHT=\"%.64s\" is not a whole "
+                            "number from 1 to 1024",
+                            e);
+        f->most = (int)v;
+    }
     for (int i = 0; i < p->nsteps; i++)
         f->cap += p->steps[i].kind == DT__STEP_COLL;
     f->req = calloc((size_t)f->cap + 1, sizeof *f->req);
@@ -149,6 +165,19 @@ dt_status dt__flight_wait(dt__flight *f, int pos)
     f->n = kept;
     if (s != DT_OK)
         dt__set_error(first); /* the first failure's message, not a later one's */
+    return s;
+}
+
+dt_status dt__flight_room(dt__flight *f)
+{
+    dt_status s = DT_OK;
+    while (f->n >= f->most) {
+        dt_status w = dt__collective_wait(f->req[0]);
+        s = s == DT_OK ? w : s;
+        memmove(f->req, f->req + 1, sizeof *f->req * (size_t)(f->n - 1));
+        memmove(f->wait_at, f->wait_at + 1, sizeof *f->wait_at * (size_t)(f->n - 1));
+        f->n--;
+    }
     return s;
 }
 

@@ -843,12 +843,7 @@ dt_status dt__program_run(const dt__program *p, const dt_tensor *const in[], dt_
             if (kernels == DT_OK)
                 kernels = run_transfer(p, st, bufs);
         } else {
-            /* One collective in flight at a time: the ones before it complete first. Two
-             * multi-round exchanges in flight on one communicator could match each other's
-             * messages (their rounds interleave differently on each client: the by-host
-             * all-reduce failed in MPI_Testall so at -n 4 on two hosts); a collective still
-             * overlaps the kernels between its start and its first reader. */
-            s = dt__flight_wait(&fl, INT_MAX);
+            s = dt__flight_room(&fl);
             if (s != DT_OK)
                 break;
             dt__coll_req *r;

@@ -8,7 +8,10 @@
  * relative); every ledger entry's times are in order (start <= started <= wait <= end, start
  * <= done <= end) and the hidden share lies in [0, 1]; the sequence of collectives (kind,
  * axes, group, cause) is the same on every client and with overlap on and off. Run at -n 2,
- * -n 4 (more ranks than cores), -n 1 with 4 devices and -n 2 with 2 devices each. */
+ * -n 4 (more ranks than cores), -n 1 with 4 devices and -n 2 with 2 devices each. Also with
+ * one collective in flight at a time (DTENSOR_COLLECTIVES_IN_FLIGHT=1: bitwise the same), with
+ * all-reduces as reduce-then-broadcast (two steps on one communicator), and at -n 4 on two
+ * hosts by host (rounds posted as earlier ones complete, several collectives in flight). */
 #include "dt.h"
 #include "tap.h"
 
@@ -195,7 +198,7 @@ static double rel_err(const double *a, const double *b, int n)
 
 static void check_preset(const dt_mesh *m, const preset *p)
 {
-    static double ref[3][D * H], got[2][3][D * H];
+    static double ref[3][D * H], got[3][3][D * H];
     host_grads(&ref[0][0], (double(*)[H])ref[1], (double(*)[D])ref[2]);
     dt_layout lx, l1, l2;
     dt_tensor *in[3] = {NULL, NULL, NULL};
@@ -207,15 +210,19 @@ static void check_preset(const dt_mesh *m, const preset *p)
                   DT_OK &&
               dt_tensor_from_host(&l2, DT_DTYPE_F64, 2, (int64_t[]){H, D}, W2, sizeof W2, &in[2]) ==
                   DT_OK;
-    uint64_t sig[2] = {0, 0};
-    int64_t ncoll[2] = {0, 0};
-    bool times[2] = {false, false};
-    double hidden[2] = {0, 0};
-    for (int on = 0; on < 2; on++) {
-        dt_function *g = ok ? trace(m, p, on) : NULL;
+    uint64_t sig[3] = {0, 0, 0};
+    int64_t ncoll[3] = {0, 0, 0};
+    bool times[3] = {false, false, false};
+    double hidden[3] = {0, 0, 0};
+    /* overlap off, on, on with one collective in flight at a time */
+    for (int on = 0; on < 3; on++) {
+        dt_function *g = ok ? trace(m, p, on > 0) : NULL;
+        if (on == 2)
+            setenv("DTENSOR_COLLECTIVES_IN_FLIGHT", "1", 1);
         /* twice: the second run is the one a training loop repeats */
         for (int r = 0; r < 2 && g; r++)
             ok = run(g, in, got[on], &sig[on], &ncoll[on], &times[on], &hidden[on]) && ok;
+        unsetenv("DTENSOR_COLLECTIVES_IN_FLIGHT");
         ok = ok && g;
         dt_function_free(g);
     }
@@ -224,16 +231,20 @@ static void check_preset(const dt_mesh *m, const preset *p)
     int n[3] = {1, D * H, H * D};
     bool same = ok, close = ok;
     for (int k = 0; k < 3; k++) {
-        same = same && memcmp(got[0][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0;
+        same = same && memcmp(got[0][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0 &&
+               memcmp(got[2][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0;
         close = close && rel_err(got[1][k], ref[k], n[k]) < 1e-12;
     }
-    tap_check(same, "%s: loss and gradients bitwise equal with overlap on and off", p->name);
+    tap_check(same,
+              "%s: loss and gradients bitwise equal with overlap on and off and with one "
+              "collective in flight",
+              p->name);
     tap_check(close, "%s: they match the host's in double", p->name);
     tap_check(ok && times[0] && times[1], "%s: ledger times in order, hidden share in [0, 1]",
               p->name);
     uint64_t all[2 * 64];
     int nc = dt_num_clients();
-    bool order = ok && nc <= 64 && sig[0] == sig[1] && ncoll[0] == ncoll[1] &&
+    bool order = ok && nc <= 64 && sig[0] == sig[1] && sig[2] == sig[1] && ncoll[0] == ncoll[1] &&
                  dt_client_allgather(sig, sizeof sig, all) == DT_OK;
     for (int c = 0; order && c < nc; c++)
         order = all[2 * c] == sig[0] && all[2 * c + 1] == sig[1];
@@ -257,8 +268,29 @@ int main(void)
     dt_mesh *m = NULL;
     bool ok = dt_mesh_create(1, (const char *const[]){"d"}, (int[]){n}, DT_DEVICE_CPU, &m) == DT_OK;
     tap_check(ok, "a mesh of %d devices", n);
-    for (size_t k = 0; ok && k < sizeof presets / sizeof presets[0]; k++)
-        check_preset(m, &presets[k]);
+    /* the default exchanges, then reduce-then-broadcast all-reduces: two steps on one
+     * communicator each, several in flight (so with DTENSOR_COLLECTIVES_BY_HOST=1 the by-host
+     * path's rounds) */
+    static const dt_collective_algorithm algs[] = {DT_ALGORITHM_AUTO,
+                                                   DT_ALGORITHM_REDUCTION_TO_ONE_DEVICE};
+    /* a bound that is not a whole number from 1 fails the run on every client */
+    dt_tensor *x = NULL, *y = NULL;
+    dt_layout rep;
+    setenv("DTENSOR_COLLECTIVES_IN_FLIGHT", "0", 1);
+    ok = ok && dt_layout_parse(m, "unsharded", &rep) == DT_OK &&
+         dt_tensor_from_host(&rep, DT_DTYPE_F64, 1, (int64_t[]){D}, X, sizeof X[0], &x) == DT_OK;
+    dt_status bad = ok ? dt_reduce(DT_REDUCE_SUM, x, 0, NULL, 0, NULL, &y) : DT_OK;
+    unsetenv("DTENSOR_COLLECTIVES_IN_FLIGHT");
+    tap_check(bad == DT_ERR_ARG && strstr(dt_last_error(), "DTENSOR_COLLECTIVES_IN_FLIGHT=\"0\""),
+              "DTENSOR_COLLECTIVES_IN_FLIGHT=0: DT_ERR_ARG naming it (%s)", dt_last_error());
+    dt_tensor_free(x);
+    dt_tensor_free(y);
+    for (size_t a = 0; ok && a < sizeof algs / sizeof algs[0]; a++) {
+        ok = dt_mesh_set_collective_algorithm(m, algs[a]) == DT_OK;
+        tap_check(ok, "collective algorithm %s", dt_collective_algorithm_name(algs[a]));
+        for (size_t k = 0; ok && k < sizeof presets / sizeof presets[0]; k++)
+            check_preset(m, &presets[k]);
+    }
     dt_mesh_free(m);
     int rc = tap_done();
     dt_finalize();
