@@ -9,9 +9,9 @@ cross-entropy in float32. GPT-2's initialisation from ``--seed`` (the C program'
 parameter i is ``stateless_normal`` with seed ``[seed, i + 1]``), or the C program's
 ``--save-init`` checkpoint with ``--load-init``. AdamW (betas 0.9, 0.95, weight decay 0.1 on
 the matrices and embeddings only, Adam on the rest) after clipping the gradients to a global
-norm (one traced function). Data: the synthetic next-token task of examples/gpt.c at this vocabulary, or
-``--tokens FILE`` (uint16 token ids) / ``--text FILE`` (bytes), the same batches as the C
-program's.
+norm (one traced function). Data: the synthetic next-token task of examples/gpt.c at this
+vocabulary, or ``--tokens FILE`` (uint16 token ids) / ``--text FILE`` (bytes), the same batches
+as the C program's.
 
 Each parameter is created in its preset's stored layout and relaid out to its used layout
 where the forward pass reads it (an all-gather under the fully sharded presets); inputs are
