@@ -80,11 +80,11 @@ def main():
             continue
         pairs = [by[k] for k in COUNTERPARTS.get((r["config"], "dtensor"), []) if k in by]
         hidden = "" if r["hidden_share"] is None else f"{100 * r['hidden_share']:.0f}%"
-        for k in COUNTERPARTS.get((r["config"], "dtensor"), []):
-            if k in failed:
-                lines.append(f"| {r['config']} | {r['tokens_per_second']:.1f} | {k[1]} | "
-                             f"failed | | {r['peak_rss_mib']:.0f} | {hidden} |")
-        if not pairs:
+        gone = [k for k in COUNTERPARTS.get((r["config"], "dtensor"), []) if k in failed]
+        for k in gone:
+            lines.append(f"| {r['config']} | {r['tokens_per_second']:.1f} | {k[1]} | "
+                         f"failed | | {r['peak_rss_mib']:.0f} | {hidden} |")
+        if not pairs and not gone:
             lines.append(f"| {r['config']} | {r['tokens_per_second']:.1f} | | | | "
                          f"{r['peak_rss_mib']:.0f} | {hidden} |")
         for t in pairs:

@@ -69,5 +69,6 @@ def test_a_failed_configuration_is_named(tmp_path):
     assert got["failed"] == [["n2-fsdp", "torch-fsdp"], ["n2-data", "dtensor"]]
     assert not got["loss_target_met"] and got["largest_loss_difference"] == 0.0
     assert "| n2-fsdp | 100.0 | torch-fsdp | failed |" in text
+    assert "| n2-fsdp | 100.0 | |" not in text  # one line for it
     assert "| n2-data | failed | torch-ddp | 100.0 |" in text
     assert "failed (no row; see their logs): n2-fsdp torch-fsdp, n2-data dtensor" in text
