@@ -21,7 +21,8 @@
 # "--d-model 64 --heads 4 --vocab 500 --seq 16 --batch 8" for a smoke run). Writes $OUT/gpt2.csv (one row per
 # configuration: config, side, processes, tokens_per_second, peak_rss_mib, state_bytes,
 # step_peak_bytes, hidden_share (dtensor: the share of communication time hidden behind compute,
-# from the ledger's start and end times), then the losses), gpt2.json, gpt2.md (the table, also printed) and gpt2.png,
+# from the ledger's start and end times), then the losses), failed.csv (config,side of each
+# configuration that failed), gpt2.json, gpt2.md (the table, also printed) and gpt2.png,
 # through benchmarks/gpt2_report.py. Timings on a shared machine are noisy: read the ratios,
 # each against its counterpart of the same run, and note the load printed with them.
 set -euo pipefail
@@ -40,7 +41,7 @@ unset OPENBLAS_NUM_THREADS
 start=$(date +%s)
 say() { echo "[gpt2.sh $(($(date +%s) - start))s] $*" >&2; }
 mkdir -p "$OUT"
-rm -f "$OUT"/gpt2.csv "$OUT"/*.log
+rm -f "$OUT"/gpt2.csv "$OUT"/failed.csv "$OUT"/*.log
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV"
     /usr/bin/python3 -m venv "$VENV"
@@ -50,24 +51,30 @@ if ! "$VENV/bin/python" -c 'import torch, h5py, numpy' 2>/dev/null; then
     "$VENV/bin/pip" install -q --disable-pip-version-check torch numpy h5py matplotlib \
         >"$OUT/pip.log" 2>&1
 fi
+if [ ! -f "$BUILD/build.ninja" ]; then  # a fresh clone: configure it as scripts/build.sh plain
+    say "configuring $BUILD"
+    meson setup "$BUILD" -Dwerror=true >"$OUT/setup.log"
+fi
 ninja -C "$BUILD" examples/gpt2 >/dev/null
 # shellcheck disable=SC2206 # MODEL is a list of flags
 ARGS=(--layers "$LAYERS" --warmup "$WARMUP" --steps "$STEPS" ${MODEL:-})
 INIT=$OUT/init.h5
 say "load: $(cut -d' ' -f1-3 /proc/loadavg); ${LAYERS} layers, $WARMUP + $STEPS steps"
 
-# config label, side; then the command; its csv line goes to gpt2.csv prefixed by both
+# config label, side; then the command; its csv line goes to gpt2.csv prefixed by both, or,
+# when it fails or prints none, "config,side" to failed.csv (the report names it)
 run() {
     local config=$1 side=$2 log
     shift 2
     log="$OUT/$config-$side.log"
     say "$config $side: $*"
-    if "$@" >"$log" 2>&1; then
+    if "$@" >"$log" 2>&1 && grep -q '^csv,' "$log"; then
         grep '^csv,' "$log" | sed "s/^csv,[^,]*,/$config,$side,/" | tail -1 >>"$OUT/gpt2.csv"
         grep '^csv,' "$log" | tail -1 | cut -d, -f2-6 | sed 's/^/    /' >&2
     else
         say "$config $side failed (see $log):"
         tail -3 "$log" >&2
+        echo "$config,$side" >>"$OUT/failed.csv"
     fi
 }
 torchrun() {

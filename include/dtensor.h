@@ -483,6 +483,10 @@ const int64_t *dt_tensor_shape(const dt_tensor *t); /* rank entries */
 int64_t dt_tensor_num_elements(const dt_tensor *t); /* global */
 /* Local shape of local device i's component. */
 dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]);
+/* 1 for a symbolic tensor (recorded in a function being traced, or an output of one), which
+ * holds no values on any client; 0 for a tensor with values (even one with no component on
+ * this client, whose mesh holds none of its devices) and for NULL. Not collective. */
+int dt_tensor_is_symbolic(const dt_tensor *t);
 
 /* ======================================================================================== */
 /* Ops, functions (tracing), programs, variables: the SPMD expansion engine (spmd/)         */

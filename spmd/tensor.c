@@ -645,3 +645,8 @@ dt_status dt_tensor_local_shape(const dt_tensor *t, int i, int64_t local_shape[]
                         t->num_local - 1);
     return dt_layout_local_shape(&t->layout, t->shape, t->mesh->first_local + i, local_shape, NULL);
 }
+
+int dt_tensor_is_symbolic(const dt_tensor *t)
+{
+    return t && t->trace;
+}

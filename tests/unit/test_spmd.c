@@ -310,6 +310,7 @@ Test(function, symbolic_tensors_have_no_values)
         cr_expect_null(v);
         cr_expect_eq(got[0], 1.0f, "nothing was written");
         /* metadata is known */
+        cr_expect(dt_tensor_is_symbolic(xa) && dt_tensor_is_symbolic(xb));
         cr_expect_eq(dt_tensor_rank(xb), 2);
         cr_expect_eq(dt_tensor_num_elements(xb), 8);
         if (!end)
@@ -321,6 +322,7 @@ Test(function, symbolic_tensors_have_no_values)
     cr_expect_eq(dt_function_run(f, 1, ins, 1, &res), DT_ERR_STATE);
     cr_expect(strstr(dt_last_error(), "symbolic"), "%s", dt_last_error());
     cr_assert_eq(dt_zeros(DT_DTYPE_F32, 2, s, &(dt_op_options){.layout = &l}, &conc), DT_OK);
+    cr_expect(!dt_tensor_is_symbolic(conc) && !dt_tensor_is_symbolic(NULL));
     dt_variable *v;
     cr_assert_eq(dt_variable_create(conc, &v), DT_OK, "%s", dt_last_error());
     expect_symbolic_error(dt_variable_assign(v, xb), "dt_variable_assign");

@@ -95,20 +95,25 @@ static PyObject *py_tensor_info(PyObject *self, PyObject *arg)
         return NULL;
     char text[DT_STRING_MAX];
     CALL(dt_layout_to_string(dt_tensor_layout(t), text, sizeof text));
-    int rank = dt_tensor_rank(t), nl = dt_mesh_num_local_devices(dt_tensor_mesh(t));
-    PyObject *shape = PyTuple_New(rank), *locals = PyList_New(nl);
+    /* A symbolic tensor (recorded in a function being traced) holds no shards: None, told
+     * apart from a tensor with values on a client holding none of its mesh's devices ([]). */
+    int rank = dt_tensor_rank(t), symbolic = dt_tensor_is_symbolic(t),
+        nl = symbolic ? 0 : dt_mesh_num_local_devices(dt_tensor_mesh(t));
+    PyObject *shape = PyTuple_New(rank), *locals = Py_None;
+    if (symbolic)
+        Py_INCREF(locals);
+    else
+        locals = PyList_New(nl);
     if (!shape || !locals)
         goto fail;
     for (int i = 0; i < rank; i++)
         PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dt_tensor_shape(t)[i]));
     for (int d = 0; d < nl; d++) {
         int64_t local[DT_MAX_RANK];
-        if (dt_tensor_local_shape(t, d, local) != DT_OK) {
-            /* A symbolic tensor (recorded in a function being traced) holds no shards. */
-            Py_DECREF(locals);
-            locals = Py_None;
-            Py_INCREF(locals);
-            break;
+        dt_status s = dt_tensor_local_shape(t, d, local);
+        if (s != DT_OK) {
+            dtpy_raise(s);
+            goto fail;
         }
         PyObject *ls = PyTuple_New(rank);
         if (!ls)

@@ -1,7 +1,7 @@
 """examples/gpt2.py, the Python twin of examples/gpt2.c, trains the same losses as the C program
-on a tiny configuration: under two presets and one device, as one client and at
-mpiexec.mpich -n 2, from the seed's initial weights and from the C program's --save-init
-checkpoint.
+on a tiny configuration: under every preset (one device, data parallel, fully sharded, tensor
+parallel, 2-D), as one client and at mpiexec.mpich -n 2, from the seed's initial weights and
+from the C program's --save-init checkpoint.
 
 The tolerance, 1e-6 relative (about 8 float32 ulps), is reasoned, not fitted: both programs
 build the same ops in the same order on the same layouts (the presets' C functions), so the C
@@ -53,7 +53,7 @@ def run_c(tmp_path, preset, clients, devices, extra=()):
 
 
 @pytest.mark.parametrize("clients", [1, 2])
-@pytest.mark.parametrize("preset", ["one", "fsdp", "tensor", "2d"])
+@pytest.mark.parametrize("preset", ["one", "data", "fsdp", "tensor", "2d"])
 def test_same_losses_as_the_c_program(tmp_path, preset, clients):
     devices = 4 // clients  # 4 devices in all: the 2-D preset is 2 x 2
     want = run_c(tmp_path, preset, clients, devices)

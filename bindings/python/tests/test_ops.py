@@ -183,6 +183,49 @@ def test_function_traces_once_per_signature(mesh_2d):
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("rows", ["x", "unsharded"])
+def test_function_on_a_client_without_devices(runtime, devices, rows):
+    """A mesh of the first 2 or 4 devices: under -n 2 and -n 3 some client holds none of them
+    (2 devices: every client but 0; 4 at -n 3: client 2). A traced function runs there as on
+    the others (its symbolic tensors are not taken for concrete ones with no local shard):
+    on every client its results equal the eager run's and numpy's."""
+    mesh = dtensor.create_mesh([("x", devices)], devices=[f"CPU:{i}" for i in range(devices)])
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((7, 3)).astype(np.float32)  # uneven shards over x
+    w = rng.standard_normal((3, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    x = dtensor.dtensor_from_array(a, L(mesh, rows, "unsharded"))
+    y = dtensor.dtensor_from_array(w, L(mesh, "unsharded", "unsharded"))
+    bias = dtensor.DVariable(dtensor.dtensor_from_array(b, L(mesh, "unsharded")))
+    shift = dtensor.dtensor_from_array(np.float32(0.25), L(mesh))  # captured by value
+
+    def step(p, q):
+        h = dtensor.relu(p @ q + bias) * 0.5 - shift
+        return h, dtensor.reduce_sum(dtensor.square(h))
+
+    def clip(*grads):  # examples/gpt2.py's clipping: scalars, many inputs and outputs
+        total = dtensor.add_n([dtensor.reduce_sum(dtensor.square(g)) for g in grads])
+        coef = dtensor.minimum(1.0 / (dtensor.sqrt(total) + 1e-6), 1.0)
+        return [g * coef for g in grads]
+
+    h_np = np.maximum(a @ w + b, 0) * np.float32(0.5) - np.float32(0.25)
+    eager_h, eager_s = step(x, y)
+    traced = dtensor.function(step)
+    for _ in range(2):  # the trace's run, then a run of the cached trace
+        h, s = traced(x, y)
+        assert h.layout == eager_h.layout
+        np.testing.assert_array_equal(dtensor.gather(h), dtensor.gather(eager_h))
+        np.testing.assert_allclose(dtensor.gather(h), h_np, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(float(dtensor.gather(s)), float(dtensor.gather(eager_s)),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(float(dtensor.gather(s)), np.square(h_np).sum(), rtol=1e-5)
+    norm = np.sqrt(np.square(a).sum() + np.square(w).sum())
+    for got, eager, want in zip(dtensor.function(clip)(x, y), clip(x, y), (a, w)):
+        np.testing.assert_allclose(dtensor.gather(got), dtensor.gather(eager), rtol=1e-6)
+        np.testing.assert_allclose(dtensor.gather(got), want / norm, rtol=1e-5)
+
+
 def test_errors(mesh_2d, mesh_1d):
     a = dtensor.dtensor_from_array(A, dtensor.Layout.replicated(mesh_2d, 2))
     with pytest.raises(dtensor.DTensorError) as e:
