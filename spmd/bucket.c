@@ -6,21 +6,27 @@
  * start on every client, message latencies) on a few kilobytes to megabytes. This pass, run on
  * a traced function's program before the overlap schedule, groups them as PyTorch DDP's
  * buckets do. A collective in its even form (one count on every device, whole slots) joins
- * the open bucket when it has the bucket's kind, mesh, mesh axes, dtype and reduction and no
- * step since the bucket opened has read or written the result of a member; the bucket closes
- * when its bytes reach the cap (DTENSOR_BUCKET_MB), at a step touching a member's result, or
- * at a collective it cannot take. A bucket of two or more members becomes:
+ * the open bucket when it has the bucket's kind, mesh, groups (its mesh axes but those of
+ * size 1), dtype and reduction and no step since the bucket opened has read or written the
+ * result of a member; the bucket closes when its bytes reach the cap (DTENSOR_BUCKET_MB; at
+ * most 1 MiB for the first bucket), at a step touching a member's result, or at a collective
+ * of its kind it cannot take. A bucket of two or more members becomes:
  *   - at each member's place, a copy of its operand into a flat temporary: for a
  *     reduce-scatter over g devices the flat buffer is g blocks (one per group member, in the
  *     order the collective hands them out), each holding that member's block of every
  *     operand at a fixed offset, so that one reduce-scatter leaves each device its blocks;
  *   - after the last of them, ONE collective of the flat buffer (an all-reduce in place);
- *   - before the first later step that reads or writes a member's result (or at the end of the
- *     program), a copy of the member's block of the flat result into that result.
+ *   - before the first later step that reads or writes a member's result or the next
+ *     collective of the program (or at its end), whichever comes first, a copy of the
+ *     member's block of the flat result into that result.
  * The overlap schedule then starts the bucket's collective as soon as its last operand is
- * copied in, while backward goes on, and waits for it at the first copy out. Every element is
- * reduced over the same terms as before, so the result differs at most in the order the
- * collective adds them (none at two devices). The pass is a pure function of the program and
+ * copied in, while backward goes on, and waits for it at the first copy out. The flat buffer
+ * is memory the program without buckets does not take (there a gradient's all-reduce runs in
+ * place in its result); copying out no later than the next collective keeps it alive only
+ * from the bucket's first member to shortly after its last, not until the end of the program
+ * (where a step's memory peaks when the gradients are its results). Every element is reduced
+ * over the same terms as before, so the result differs at most in the order the collective
+ * adds them (none at two devices). The pass is a pure function of the program and
  * the cap, so every client buckets alike and starts the same collectives in the same order. */
 #include "engine.h"
 
@@ -29,6 +35,9 @@
 
 #define DT__BUCKET_MB_DEFAULT 25.0 /* PyTorch DDP's bucket_cap_mb */
 #define DT__BUCKET_MB_MAX 1048576.0
+/* A program's first bucket is capped lower, as DDP's first is, so that the reduction of the
+ * gradients backward makes first starts early rather than at the end of a small model. */
+#define DT__BUCKET_FIRST ((size_t)1 << 20)
 
 dt_status dt__bucket_cap(size_t *bytes)
 {
@@ -64,6 +73,16 @@ static int64_t bucket_members(const dt__step *st)
         if (st->axes & (1u << a))
             g *= st->mesh->sizes[a];
     return g;
+}
+
+/* The mesh axes of a collective that make its groups: those of size 1 change none. */
+static unsigned group_axes(const dt__step *st)
+{
+    unsigned axes = st->axes;
+    for (int a = 0; a < st->mesh->num_axes; a++)
+        if (st->mesh->sizes[a] == 1)
+            axes &= ~(1u << a);
+    return axes;
 }
 
 static bool uses(const dt__step *st, int slot)
@@ -132,9 +151,11 @@ static dt_status emit_copy(dt__program *p, placing *pl, int anchor, bool replace
     return c->nomem ? dt__fail(DT_ERR_NOMEM, "bucket: out of memory") : DT_OK;
 }
 
-/* Emit a bucket's steps (at the end of p, placed by pl): members mem[0..n) of the n0
- * original steps, each over g group members. */
-static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n, int n0, int64_t g)
+/* Emit a bucket's steps (at the end of p, placed by pl): members mem[0..n) of the original
+ * steps, each over g group members; its results are copied out before original step `until`
+ * at the latest (the next collective, or the original step count: the end). */
+static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n, int until,
+                             int64_t g)
 {
     const dt__step first = p->steps[mem[0]]; /* a copy: emitting moves the array */
     const dt_mesh *m = first.mesh;
@@ -182,7 +203,7 @@ static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n
         copy_ctx c = {.g = g, .count = st->count, .total = total, .at = at};
         at += st->count;
         int anchor = mem[n - 1] + 1; /* the first later step touching the result */
-        while (anchor < n0 && !uses(&p->steps[anchor], out))
+        while (anchor < until && !uses(&p->steps[anchor], out))
             anchor++;
         s = emit_copy(p, pl, anchor, false, res, out, m, first.dtype, &c);
     }
@@ -233,7 +254,7 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
             continue;
         if (nm > open) {
             const dt__step *f = &p->steps[mem[open]];
-            if (f->coll != st->coll || f->mesh != st->mesh || f->axes != st->axes ||
+            if (f->coll != st->coll || f->mesh != st->mesh || group_axes(f) != group_axes(st) ||
                 f->dtype != st->dtype || f->op != st->op || bucket_members(f) != g) {
                 close_bucket(p, mem, open, &nm, held, bk, &nb);
                 open = nm;
@@ -243,7 +264,7 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
         mem[nm++] = i;
         held[st->out] = true;
         bytes += (size_t)(g * st->count) * dt_dtype_size(st->dtype); /* the operand's */
-        if (bytes >= cap) {
+        if (bytes >= (nb == 0 && cap > DT__BUCKET_FIRST ? DT__BUCKET_FIRST : cap)) {
             close_bucket(p, mem, open, &nm, held, bk, &nb);
             open = nm;
             bytes = 0;
@@ -268,9 +289,13 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
     dt_status s = pl.anchor && pl.next && pl.replace && head && tail && member && steps
                       ? DT_OK
                       : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
-    for (int b = 0; s == DT_OK && b < nb; b++)
-        s = emit_bucket(p, &pl, mem + bk[b][0], bk[b][1], n0,
+    for (int b = 0; s == DT_OK && b < nb; b++) {
+        int until = mem[bk[b][0] + bk[b][1] - 1] + 1; /* the next collective */
+        while (until < n0 && p->steps[until].kind != DT__STEP_COLL)
+            until++;
+        s = emit_bucket(p, &pl, mem + bk[b][0], bk[b][1], until,
                         bucket_members(&p->steps[mem[bk[b][0]]]));
+    }
     if (s == DT_OK) {
         for (int k = 0; k < nm; k++)
             member[mem[k]] = true;

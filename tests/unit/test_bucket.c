@@ -91,7 +91,8 @@ static void output(dt__program *p, int o, int s)
  *   0 a = fill(1)   1 ra = all_reduce(a)   2 b = fill(2)   3 rb = all_reduce(b)
  *   4 x = copy(ra)  5 c = fill(3)          6 rc = all_reduce(c)   7 o = copy(rb)
  * Steps 1 and 3 share a bucket, closed by step 4 (it reads ra); step 6 is left alone (a bucket
- * of one). slots: a, ra, b, rb, c, rc (for the checks). */
+ * of one). ra is copied out before step 4, rb before step 6 (the next collective: the flat
+ * buffer does not live on to step 7). slots: a, ra, b, rb, c, rc (for the checks). */
 static dt__program *build(int slots[6])
 {
     dt__program *p;
@@ -126,8 +127,8 @@ Test(bucket, merges_a_run_and_places_its_copies)
     int s[6];
     dt__program *p = build(s);
     cr_assert_eq(dt__program_bucket(p, 1 << 20), DT_OK, "%s", dt_last_error());
-    /* fill a, pack a, fill b, pack b, all-reduce, unpack ra, copy x, fill c, all-reduce c,
-     * unpack rb, copy o */
+    /* fill a, pack a, fill b, pack b, all-reduce, unpack ra (before its reader), copy x,
+     * fill c, unpack rb (before the next collective), all-reduce c, copy o */
     cr_assert_eq(p->nsteps, 11);
     cr_expect_eq(collectives(p), 2);
     const dt__step *st = p->steps;
@@ -142,12 +143,12 @@ Test(bucket, merges_a_run_and_places_its_copies)
                      "sent per device");
     cr_expect(st[5].kind == DT__STEP_KERNEL && st[5].in[0] == flat && st[5].out == s[1]);
     cr_expect(st[6].in[0] == s[1]);
-    cr_expect(st[8].kind == DT__STEP_COLL && st[8].in[0] == s[4] && st[8].out == s[5]);
-    cr_expect(st[9].kind == DT__STEP_KERNEL && st[9].in[0] == flat && st[9].out == s[3]);
+    cr_expect(st[8].kind == DT__STEP_KERNEL && st[8].in[0] == flat && st[8].out == s[3]);
+    cr_expect(st[9].kind == DT__STEP_COLL && st[9].in[0] == s[4] && st[9].out == s[5]);
     cr_expect(st[10].in[0] == s[3]);
     /* the second member's block starts after the first's */
     cr_expect_eq(st[3].args[0].blocks[0].dst_off[1], N);
-    cr_expect_eq(st[9].args[1].blocks[0].src_off[1], N);
+    cr_expect_eq(st[8].args[1].blocks[0].src_off[1], N);
     dt__program_release(p);
 }
 
