@@ -278,6 +278,15 @@ dt_status dt__flight_wait(dt__flight *f, int pos);
 /* Complete the oldest ones until another may start. */
 dt_status dt__flight_room(dt__flight *f);
 void dt__flight_free(dt__flight *f);
+/* Gradient buckets (spmd/bucket.c). The cap in bytes from DTENSOR_BUCKET_MB (megabytes,
+ * default 25, 0: none; DT_ERR_ARG naming a bad value), read when a function is traced. */
+dt_status dt__bucket_cap(size_t *bytes);
+/* Runs of even all-reduces of one mesh, axes, dtype and reduction, none of whose results is
+ * touched before the run ends, each become copies into a flat temporary, one all-reduce of it
+ * and copies out before each result's first later use; a run closes when its bytes reach
+ * `cap` (the first at most 1 MiB; 0: nothing changes). The same for even reduce-scatters.
+ * Call on a complete program, before sealing. */
+dt_status dt__program_bucket(dt__program *p, size_t cap);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates
  * nothing else reads becomes one FUSED step (call on a complete program, before sealing). */
 void dt__program_fuse(dt__program *p);

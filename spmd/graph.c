@@ -139,8 +139,10 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
 
 /* ---- compile: propagation, then expansion ---------------------------------------------- */
 
-/* Expand g into a program; fuse: its elementwise chains become fused steps (spmd/fuse.c). */
-static dt_status compile(const dt__graph *g, const char *title, bool fuse, dt__program **out)
+/* Expand g into a program; fuse: its elementwise chains become fused steps (spmd/fuse.c);
+ * bucket: its runs of all-reduces are merged up to that many bytes (spmd/bucket.c; 0: none). */
+static dt_status compile(const dt__graph *g, const char *title, bool fuse, size_t bucket,
+                         dt__program **out)
 {
     *out = NULL;
     int nv = g->nvals;
@@ -257,8 +259,10 @@ static dt_status compile(const dt__graph *g, const char *title, bool fuse, dt__p
     if (s == DT_OK) {
         if (fuse)
             dt__program_fuse(p);
-        dt__program_seal(p);
+        s = dt__program_bucket(p, bucket);
     }
+    if (s == DT_OK)
+        dt__program_seal(p);
 done:
     free(dist);
     free(has_dist);
@@ -584,6 +588,7 @@ struct dt_function {
     bool ended, failed;
     dt__program *prog;
     uint64_t fingerprint; /* the traced graph, as every client must have traced it */
+    size_t bucket;        /* the bucket cap it was built with (it changes the collectives) */
 };
 
 static uint64_t graph_fingerprint(const dt__graph *g)
@@ -618,7 +623,11 @@ static int function_fields(const void *ctx, dt__field out[], int max)
         return 0;
     dt__field_set(&out[0], "function", &f->fingerprint, sizeof f->fingerprint, "%s #%08llx",
                   f->prog->title, (unsigned long long)(f->fingerprint & 0xffffffffull));
-    return 1;
+    if (max < 2)
+        return 1;
+    dt__field_set(&out[1], "DTENSOR_BUCKET_MB", &f->bucket, sizeof f->bucket, "%zu bytes",
+                  f->bucket);
+    return 2;
 }
 
 static _Thread_local dt_function *tracing;
@@ -733,8 +742,11 @@ dt_status dt_function_end(dt_function *f, int num_outputs, dt_tensor *const outp
     f->g.noutputs = num_outputs;
     char title[64];
     snprintf(title, sizeof title, "function (%d ops)", f->g.nnodes);
-    DT_TRY(compile(&f->g, title, fusion_on(), &f->prog));
+    size_t bucket;
+    DT_TRY(dt__bucket_cap(&bucket));
+    DT_TRY(compile(&f->g, title, fusion_on(), bucket, &f->prog));
     f->fingerprint = graph_fingerprint(&f->g);
+    f->bucket = bucket;
     f->failed = false;
     return DT_OK;
 }
@@ -789,7 +801,7 @@ dt_status dt_function_run(const dt_function *f, int num_inputs, const dt_tensor 
     /* an input that does not fit fails on every client, never leaving the others waiting */
     dt__op_check chk = {function_mesh(f->prog),
                         {.what = "dt_function_run",
-                         .fingerprint = f->fingerprint,
+                         .fingerprint = dt__hash(f->fingerprint, &f->bucket, sizeof f->bucket),
                          .fields = function_fields,
                          .ctx = f}};
     for (int i = 0; i < num_inputs; i++) {
@@ -903,7 +915,7 @@ static dt_status eager_program(dt__op op, const dt__attrs *attrs, int nin,
         if (s == DT_OK) {
             g.outputs[0] = v;
             g.noutputs = 1;
-            s = compile(&g, def->name, false, &p);
+            s = compile(&g, def->name, false, 0, &p);
         }
         graph_free(&g);
         DT_TRY(s);

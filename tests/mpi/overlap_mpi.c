@@ -11,7 +11,12 @@
  * -n 4 (more ranks than cores), -n 1 with 4 devices and -n 2 with 2 devices each. Also with
  * one collective in flight at a time (DTENSOR_COLLECTIVES_IN_FLIGHT=1: bitwise the same), with
  * all-reduces as reduce-then-broadcast (two steps on one communicator), and at -n 4 on two
- * hosts by host (rounds posted as earlier ones complete, several collectives in flight). */
+ * hosts by host (rounds posted as earlier ones complete, several collectives in flight).
+ * Gradient buckets (on by default in all of the above): traced again with DTENSOR_BUCKET_MB=0,
+ * the results are bitwise the same where the all-reduces have two terms, within 1e-13
+ * relative otherwise (the collective may add in another order), and data parallel runs fewer
+ * collectives with buckets (its all-reduces merge); a bad DTENSOR_BUCKET_MB fails the trace
+ * with DT_ERR_ARG naming it on every client. */
 #include "dt.h"
 #include "tap.h"
 
@@ -20,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { B = 8, D = 10, H = 12 }; /* uneven over 4 devices: D = 10 rows of W1 */
+/* D = 10 rows of W1: uneven over 4 devices; a batch of 32: data parallel all-reduces its
+ * gradients (with 8 it gathers the activations instead) */
+enum { B = 32, D = 10, H = 12 };
 
 static double X[B][D], W1[D][H], W2[H][D];
 
@@ -81,13 +88,16 @@ static const preset presets[] = {
 };
 
 /* The gradient function of the model for layouts of x, W1 and W2, traced with overlap on or
- * off (DTENSOR_OVERLAP is read when the program is built). */
-static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap)
+ * off, and buckets on (the default) or off (DTENSOR_OVERLAP and DTENSOR_BUCKET_MB are read
+ * when the program is built). */
+static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap, bool buckets)
 {
     if (overlap)
         unsetenv("DTENSOR_OVERLAP");
     else
         setenv("DTENSOR_OVERLAP", "0", 1);
+    if (!buckets)
+        setenv("DTENSOR_BUCKET_MB", "0", 1);
     dt_layout lx, l1, l2;
     dt_function *f = NULL, *g = NULL;
     dt_tensor *x = NULL, *w1 = NULL, *w2 = NULL, *z = NULL, *h = NULL, *y = NULL, *yy = NULL,
@@ -109,6 +119,7 @@ static dt_function *trace(const dt_mesh *m, const preset *p, bool overlap)
     for (int k = 0; k < 8; k++)
         dt_tensor_free(sym[k]);
     unsetenv("DTENSOR_OVERLAP");
+    unsetenv("DTENSOR_BUCKET_MB");
     if (!ok)
         tap_diag("%s: trace: %s", p->name, dt_last_error());
     return ok ? g : NULL;
@@ -198,7 +209,7 @@ static double rel_err(const double *a, const double *b, int n)
 
 static void check_preset(const dt_mesh *m, const preset *p)
 {
-    static double ref[3][D * H], got[3][3][D * H];
+    static double ref[3][D * H], got[4][3][D * H];
     host_grads(&ref[0][0], (double(*)[H])ref[1], (double(*)[D])ref[2]);
     dt_layout lx, l1, l2;
     dt_tensor *in[3] = {NULL, NULL, NULL};
@@ -210,13 +221,13 @@ static void check_preset(const dt_mesh *m, const preset *p)
                   DT_OK &&
               dt_tensor_from_host(&l2, DT_DTYPE_F64, 2, (int64_t[]){H, D}, W2, sizeof W2, &in[2]) ==
                   DT_OK;
-    uint64_t sig[3] = {0, 0, 0};
-    int64_t ncoll[3] = {0, 0, 0};
-    bool times[3] = {false, false, false};
-    double hidden[3] = {0, 0, 0};
-    /* overlap off, on, on with one collective in flight at a time */
-    for (int on = 0; on < 3; on++) {
-        dt_function *g = ok ? trace(m, p, on > 0) : NULL;
+    uint64_t sig[4] = {0, 0, 0, 0};
+    int64_t ncoll[4] = {0, 0, 0, 0};
+    bool times[4] = {false, false, false, false};
+    double hidden[4] = {0, 0, 0, 0};
+    /* overlap off, on, on with one collective in flight at a time, on without buckets */
+    for (int on = 0; on < 4; on++) {
+        dt_function *g = ok ? trace(m, p, on > 0, on < 3) : NULL;
         if (on == 2)
             setenv("DTENSOR_COLLECTIVES_IN_FLIGHT", "1", 1);
         /* twice: the second run is the one a training loop repeats */
@@ -229,25 +240,37 @@ static void check_preset(const dt_mesh *m, const preset *p)
     for (int k = 0; k < 3; k++)
         dt_tensor_free(in[k]);
     int n[3] = {1, D * H, H * D};
-    bool same = ok, close = ok;
+    /* two terms add alike in any order */
+    bool two = dt_num_global_devices(DT_DEVICE_CPU) == 2;
+    bool same = ok, close = ok, unbucketed = ok;
     for (int k = 0; k < 3; k++) {
         same = same && memcmp(got[0][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0 &&
                memcmp(got[2][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0;
-        close = close && rel_err(got[1][k], ref[k], n[k]) < 1e-12;
+        close = close && rel_err(got[1][k], ref[k], n[k]) < 1e-12 &&
+                rel_err(got[3][k], ref[k], n[k]) < 1e-12;
+        unbucketed =
+            unbucketed && (two ? memcmp(got[3][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0
+                               : rel_err(got[3][k], got[1][k], n[k]) < 1e-13);
     }
+    tap_check(unbucketed, "%s: buckets on and off: %s", p->name,
+              two ? "bitwise equal" : "within 1e-13 relative");
+    /* data parallel's gradient all-reduces merge; nothing is added anywhere */
+    bool fewer = ok && (p == &presets[0] ? ncoll[1] < ncoll[3] : ncoll[1] <= ncoll[3]);
+    tap_check(fewer, "%s: %lld collectives with buckets, %lld without", p->name,
+              (long long)ncoll[1], (long long)ncoll[3]);
     tap_check(same,
               "%s: loss and gradients bitwise equal with overlap on and off and with one "
               "collective in flight",
               p->name);
     tap_check(close, "%s: they match the host's in double", p->name);
-    tap_check(ok && times[0] && times[1], "%s: ledger times in order, hidden share in [0, 1]",
-              p->name);
-    uint64_t all[2 * 64];
+    tap_check(ok && times[0] && times[1] && times[3],
+              "%s: ledger times in order, hidden share in [0, 1]", p->name);
+    uint64_t all[4 * 64];
     int nc = dt_num_clients();
     bool order = ok && nc <= 64 && sig[0] == sig[1] && sig[2] == sig[1] && ncoll[0] == ncoll[1] &&
                  dt_client_allgather(sig, sizeof sig, all) == DT_OK;
     for (int c = 0; order && c < nc; c++)
-        order = all[2 * c] == sig[0] && all[2 * c + 1] == sig[1];
+        order = all[4 * c] == sig[0] && all[4 * c + 1] == sig[1] && all[4 * c + 3] == sig[3];
     tap_check(order,
               "%s: %lld collectives, in the same order on every client and with overlap "
               "on and off",
@@ -285,6 +308,22 @@ int main(void)
               "DTENSOR_COLLECTIVES_IN_FLIGHT=0: DT_ERR_ARG naming it (%s)", dt_last_error());
     dt_tensor_free(x);
     dt_tensor_free(y);
+    /* a bucket cap that is not a number of megabytes fails the trace on every client */
+    setenv("DTENSOR_BUCKET_MB", "25MB", 1);
+    dt_function *f = NULL;
+    dt_tensor *v = NULL, *w = NULL;
+    bad = !ok ? DT_OK
+          : dt_function_begin(&f) != DT_OK ||
+                  dt_function_input(f, &rep, DT_DTYPE_F64, 1, (int64_t[]){D}, &v) != DT_OK ||
+                  dt_reduce(DT_REDUCE_SUM, v, 0, NULL, 0, NULL, &w) != DT_OK
+              ? DT_OK
+              : dt_function_end(f, 1, &w);
+    unsetenv("DTENSOR_BUCKET_MB");
+    tap_check(bad == DT_ERR_ARG && strstr(dt_last_error(), "DTENSOR_BUCKET_MB=\"25MB\""),
+              "DTENSOR_BUCKET_MB=25MB: DT_ERR_ARG naming it (%s)", dt_last_error());
+    dt_function_free(f);
+    dt_tensor_free(v);
+    dt_tensor_free(w);
     for (size_t a = 0; ok && a < sizeof algs / sizeof algs[0]; a++) {
         ok = dt_mesh_set_collective_algorithm(m, algs[a]) == DT_OK;
         tap_check(ok, "collective algorithm %s", dt_collective_algorithm_name(algs[a]));

@@ -1,0 +1,278 @@
+/* The bucket pass (spmd/bucket.c) on a program built step by step: which all-reduces merge,
+ * where the copies in and out and the merged all-reduce go, against the steps worked out by
+ * hand; the cap; the sums the run gives, against the fills' values added by hand (all-reduces
+ * and reduce-scatters); and the cap read from DTENSOR_BUCKET_MB. */
+#include <criterion/criterion.h>
+
+#include "../../spmd/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static dt_mesh *mesh;
+
+static void start(void)
+{
+    dt_init_options o = {.cpu_devices = 2};
+    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_mesh_create_from_string("x=2", DT_DEVICE_CPU, &mesh), DT_OK, "%s",
+                 dt_last_error());
+}
+
+static void stop(void)
+{
+    dt_mesh_free(mesh);
+    dt_finalize();
+}
+
+TestSuite(bucket, .init = start, .fini = stop);
+
+enum { N = 4 };
+
+/* A fill of `base` on device 0 and 10 * base on device 1. */
+static void fill_args(void *ctx, int device, dt__kargs *k)
+{
+    k->rank = 1;
+    k->shape[0] = N;
+    k->a = *(const double *)ctx * (device ? 10 : 1);
+}
+
+static void copy_args(void *ctx, int device, dt__kargs *k)
+{
+    (void)ctx;
+    (void)device;
+    k->rank = 1;
+    k->shape[0] = N;
+    k->blocks = calloc(1, sizeof *k->blocks);
+    cr_assert_not_null(k->blocks);
+    k->nblocks = 1;
+    k->blocks->rank = 1;
+    k->blocks->src_shape[0] = k->blocks->dst_shape[0] = k->blocks->extent[0] = N;
+}
+
+static int slot(dt__program *p)
+{
+    int s;
+    int64_t elems[2] = {N, N};
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, elems, &s), DT_OK, "%s",
+                 dt_last_error());
+    return s;
+}
+
+static void fill(dt__program *p, int out, double base)
+{
+    cr_assert_eq(
+        dt__emit_kernel(p, "k", DT__K_FILL, DT_DTYPE_F32, 0, NULL, out, mesh, fill_args, &base),
+        DT_OK, "%s", dt_last_error());
+}
+
+static void copy(dt__program *p, int in, int out)
+{
+    cr_assert_eq(dt__emit_kernel(p, "k", DT__K_COPY_BLOCKS, DT_DTYPE_F32, 1, &in, out, mesh,
+                                 copy_args, NULL),
+                 DT_OK, "%s", dt_last_error());
+}
+
+static void all_reduce(dt__program *p, int send, int recv)
+{
+    cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_REDUCE, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, send,
+                               recv, N, NULL, NULL, 0, 4.0 * N, "t"),
+                 DT_OK, "%s", dt_last_error());
+}
+
+static void output(dt__program *p, int o, int s)
+{
+    p->slots[s].output = o;
+    p->out[o] = (dt__dist){.slot = s, .dtype = DT_DTYPE_F32, .rank = 1, .shape = {N}};
+    cr_assert_eq(dt_layout_parse(mesh, "unsharded", &p->out[o].layout), DT_OK);
+}
+
+/* Steps (outputs x, o and rc):
+ *   0 a = fill(1)   1 ra = all_reduce(a)   2 b = fill(2)   3 rb = all_reduce(b)
+ *   4 x = copy(ra)  5 c = fill(3)          6 rc = all_reduce(c)   7 o = copy(rb)
+ * Steps 1 and 3 share a bucket, closed by step 4 (it reads ra); step 6 is left alone (a bucket
+ * of one). ra is copied out before step 4, rb before step 6 (the next collective: the flat
+ * buffer does not live on to step 7). slots: a, ra, b, rb, c, rc (for the checks). */
+static dt__program *build(int slots[6])
+{
+    dt__program *p;
+    cr_assert_eq(dt__program_create("t", 0, 3, &p), DT_OK);
+    int a = slot(p), ra = slot(p), b = slot(p), rb = slot(p), x = slot(p), c = slot(p),
+        rc = slot(p), o = slot(p);
+    fill(p, a, 1);
+    all_reduce(p, a, ra);
+    fill(p, b, 2);
+    all_reduce(p, b, rb);
+    copy(p, ra, x);
+    fill(p, c, 3);
+    all_reduce(p, c, rc);
+    copy(p, rb, o);
+    output(p, 0, x);
+    output(p, 1, o);
+    output(p, 2, rc);
+    int s[6] = {a, ra, b, rb, c, rc};
+    memcpy(slots, s, sizeof s);
+    return p;
+}
+
+static int collectives(const dt__program *p)
+{
+    int n;
+    dt__program_totals(p, NULL, &n, NULL);
+    return n;
+}
+
+Test(bucket, merges_a_run_and_places_its_copies)
+{
+    int s[6];
+    dt__program *p = build(s);
+    cr_assert_eq(dt__program_bucket(p, 1 << 20), DT_OK, "%s", dt_last_error());
+    /* fill a, pack a, fill b, pack b, all-reduce, unpack ra (before its reader), copy x,
+     * fill c, unpack rb (before the next collective), all-reduce c, copy o */
+    cr_assert_eq(p->nsteps, 11);
+    cr_expect_eq(collectives(p), 2);
+    const dt__step *st = p->steps;
+    int flat = st[1].out;
+    cr_expect(st[1].kind == DT__STEP_KERNEL && st[1].kernel == DT__K_COPY_BLOCKS &&
+              st[1].in[0] == s[0]);
+    cr_expect(st[3].kind == DT__STEP_KERNEL && st[3].in[0] == s[2] && st[3].out == flat);
+    cr_expect(st[4].kind == DT__STEP_COLL && st[4].in[0] == flat && st[4].out == flat &&
+              st[4].count == 2 * N);
+    cr_expect_str_eq(st[4].text,
+                     "all_reduce sum over {x} f32 bucket of 2 all-reduces, 8 elements: 32 bytes "
+                     "sent per device");
+    cr_expect(st[5].kind == DT__STEP_KERNEL && st[5].in[0] == flat && st[5].out == s[1]);
+    cr_expect(st[6].in[0] == s[1]);
+    cr_expect(st[8].kind == DT__STEP_KERNEL && st[8].in[0] == flat && st[8].out == s[3]);
+    cr_expect(st[9].kind == DT__STEP_COLL && st[9].in[0] == s[4] && st[9].out == s[5]);
+    cr_expect(st[10].in[0] == s[3]);
+    /* the second member's block starts after the first's */
+    cr_expect_eq(st[3].args[0].blocks[0].dst_off[1], N);
+    cr_expect_eq(st[8].args[1].blocks[0].src_off[1], N);
+    dt__program_release(p);
+}
+
+Test(bucket, the_cap_closes_a_bucket)
+{
+    int s[6];
+    dt__program *p = build(s);
+    /* one member's bytes reach the cap: no bucket has two */
+    cr_assert_eq(dt__program_bucket(p, 4 * N), DT_OK, "%s", dt_last_error());
+    cr_expect_eq(p->nsteps, 8);
+    cr_expect_eq(collectives(p), 3);
+    dt__program_release(p);
+    p = build(s);
+    cr_assert_eq(dt__program_bucket(p, 0), DT_OK);
+    cr_expect_eq(collectives(p), 3);
+    dt__program_release(p);
+}
+
+/* The bucketed program gives the sums of the fills on both devices (1 + 10, 2 + 20, 3 + 30),
+ * with and without overlap. */
+Test(bucket, runs)
+{
+    for (int on = 0; on < 2; on++) {
+        if (on)
+            unsetenv("DTENSOR_OVERLAP");
+        else
+            setenv("DTENSOR_OVERLAP", "0", 1);
+        int s[6];
+        dt__program *p = build(s);
+        cr_assert_eq(dt__program_bucket(p, 1 << 20), DT_OK, "%s", dt_last_error());
+        dt__program_seal(p);
+        dt_tensor *out[3] = {NULL, NULL, NULL};
+        dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
+        cr_assert_eq(dt__program_run(p, NULL, out, &chk), DT_OK, "%s", dt_last_error());
+        const float want[3] = {11, 22, 33};
+        for (int o = 0; o < 3; o++) {
+            float got[N];
+            cr_assert_eq(dt_tensor_read(out[o], got, sizeof got), DT_OK, "%s", dt_last_error());
+            for (int i = 0; i < N; i++)
+                cr_expect_eq(got[i], want[o], "output %d[%d] = %g, not %g", o, i, got[i], want[o]);
+            dt_tensor_free(out[o]);
+        }
+        dt__program_release(p);
+    }
+    unsetenv("DTENSOR_OVERLAP");
+}
+
+/* arange from `start` (device 0) or 10 * start (device 1), step 1, over 2N elements. */
+static void arange_args(void *ctx, int device, dt__kargs *k)
+{
+    k->rank = 1;
+    k->shape[0] = 2 * N;
+    k->a = *(const double *)ctx * (device ? 10 : 1);
+    k->b = 1;
+}
+
+/* Reduce-scatters: a = arange(1 / 10), ra = reduce_scatter(a), b = arange(100 / 1000),
+ * rb = reduce_scatter(b), results sharded ("x"): one bucket whose flat buffer holds device 0's
+ * blocks of a and b, then device 1's; device d gets global elements g = d N + i of each,
+ * 1 + g + 10 + g and 100 + g + 1000 + g. */
+Test(bucket, reduce_scatters_merge_member_major)
+{
+    dt__program *p;
+    cr_assert_eq(dt__program_create("t", 0, 2, &p), DT_OK);
+    int64_t two[2] = {2 * N, 2 * N}, one[2] = {N, N};
+    int a, b, ra, rb;
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, two, &a), DT_OK);
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, two, &b), DT_OK);
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, one, &ra), DT_OK);
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, one, &rb), DT_OK);
+    double starts[2] = {1, 100};
+    int srcs[2] = {a, b}, dsts[2] = {ra, rb};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(dt__emit_kernel(p, "k", DT__K_ARANGE, DT_DTYPE_F32, 0, NULL, srcs[k], mesh,
+                                     arange_args, &starts[k]),
+                     DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_REDUCE_SCATTER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u,
+                                   srcs[k], dsts[k], N, NULL, NULL, 0, 4.0 * N, "t"),
+                     DT_OK, "%s", dt_last_error());
+    }
+    for (int o = 0; o < 2; o++) {
+        p->slots[dsts[o]].output = o;
+        p->out[o] = (dt__dist){.slot = dsts[o], .dtype = DT_DTYPE_F32, .rank = 1, .shape = {2 * N}};
+        cr_assert_eq(dt_layout_parse(mesh, "x", &p->out[o].layout), DT_OK);
+    }
+    cr_assert_eq(dt__program_bucket(p, 1 << 20), DT_OK, "%s", dt_last_error());
+    /* arange a, pack a, arange b, pack b, reduce-scatter, unpack ra, unpack rb */
+    cr_assert_eq(p->nsteps, 7);
+    cr_expect_eq(collectives(p), 1);
+    cr_expect_str_eq(p->steps[4].text, "reduce_scatter sum over {x} f32 bucket of 2 "
+                                       "reduce-scatters, 8 elements: 32 bytes sent per device");
+    dt__program_seal(p);
+    dt_tensor *out[2] = {NULL, NULL};
+    dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
+    cr_assert_eq(dt__program_run(p, NULL, out, &chk), DT_OK, "%s", dt_last_error());
+    for (int o = 0; o < 2; o++) {
+        float got[2 * N];
+        cr_assert_eq(dt_tensor_read(out[o], got, sizeof got), DT_OK, "%s", dt_last_error());
+        for (int g = 0; g < 2 * N; g++) {
+            float want = (float)(11 * starts[o] + 2 * g);
+            cr_expect_eq(got[g], want, "output %d[%d] = %g, not %g", o, g, got[g], want);
+        }
+        dt_tensor_free(out[o]);
+    }
+    dt__program_release(p);
+}
+
+Test(bucket, cap_from_the_environment)
+{
+    size_t cap;
+    unsetenv("DTENSOR_BUCKET_MB");
+    cr_expect_eq(dt__bucket_cap(&cap), DT_OK);
+    cr_expect_eq(cap, (size_t)25 << 20);
+    setenv("DTENSOR_BUCKET_MB", "0", 1);
+    cr_expect_eq(dt__bucket_cap(&cap), DT_OK);
+    cr_expect_eq(cap, 0);
+    setenv("DTENSOR_BUCKET_MB", "0.5", 1);
+    cr_expect_eq(dt__bucket_cap(&cap), DT_OK);
+    cr_expect_eq(cap, (size_t)1 << 19);
+    const char *bad[] = {"-1", "25MB", "nan", "inf", "x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("DTENSOR_BUCKET_MB", bad[i], 1);
+        cr_expect_eq(dt__bucket_cap(&cap), DT_ERR_ARG, "%s", bad[i]);
+        cr_expect(strstr(dt_last_error(), "DTENSOR_BUCKET_MB") != NULL, "%s", dt_last_error());
+    }
+    unsetenv("DTENSOR_BUCKET_MB");
+}
