@@ -215,6 +215,8 @@ typedef struct dt__kctx {
      * reductions' partial results), scratch_bytes of it; NULL: none */
     void *scratch;
     size_t scratch_bytes;
+    int cores;                 /* CPU: the cores this device owns on its host (at least 1) */
+    struct dt__cpu_pool *pool; /* CPU: threads that split large kernels; NULL: one thread */
 } dt__kctx;
 
 /* Binary operators whose result is bool (one byte per element) whatever the operands' dtype;

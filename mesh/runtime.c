@@ -328,8 +328,13 @@ static dt_status start_devices(dt_device_type type, int count, const dt__backend
             devs[i].ordinal = first_core + i;
     for (int i = 0; i < count; i++) {
         dt__device *d = &devs[i];
-        d->kx = (dt__kctx){
-            .type = dt_device_type_name(type), .index = i, .ordinal = d->ordinal, .tf32 = tf32};
+        d->kx = (dt__kctx){.type = dt_device_type_name(type),
+                           .index = i,
+                           .ordinal = d->ordinal,
+                           .tf32 = tf32,
+                           .cores = host_cpu_devices > 0 && dt__rt.cores > host_cpu_devices
+                                        ? dt__rt.cores / host_cpu_devices
+                                        : 1};
         if (backend->open)
             DT_TRY(backend->open(d));
         d->opened = true;

@@ -1,5 +1,6 @@
 /* CPU backend: device buffers are 64-byte aligned host memory. */
 #include "dt.h"
+#include "pool.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -31,6 +32,31 @@ static dt_status cpu_copy(dt__device *d, void *dst, const void *src, size_t byte
     return DT_OK;
 }
 
+/* The device's kernel threads: DTENSOR_CPU_KERNEL_THREADS, else the cores it owns; a pool
+ * only for more than one (devices with a core each run kernels on their worker alone). */
+static dt_status cpu_open(dt__device *d)
+{
+    int threads = d->kx.cores > 1 ? d->kx.cores : 1;
+    const char *env = getenv("DTENSOR_CPU_KERNEL_THREADS");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 1 || v > 256)
+            return dt__fail(DT_ERR_ARG,
+                            "dt_init: DTENSOR_CPU_KERNEL_THREADS is '%s', expected 1 to 256", env);
+        threads = (int)v;
+    }
+    if (threads < 2)
+        return DT_OK;
+    return dt__cpu_pool_open(threads, threads <= d->kx.cores, &d->kx.pool);
+}
+
+static void cpu_close(dt__device *d)
+{
+    dt__cpu_pool_close(d->kx.pool);
+    d->kx.pool = NULL;
+}
+
 int dt__cpu_blas_threads(int cores_per_device, bool *user)
 {
     /* A user's OPENBLAS_NUM_THREADS keeps control (OpenBLAS read it when it loaded). */
@@ -60,6 +86,8 @@ const char *dt__cpu_gemm_math(dt_dtype dtype)
 const dt__backend dt__cpu_backend = {
     .name = "cpu",
     .host_accessible = true,
+    .open = cpu_open,
+    .close = cpu_close,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,

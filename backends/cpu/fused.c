@@ -9,6 +9,7 @@
  * along a row each operand steps by one element or repeats one, which the kernels take as a
  * rank-1 operand of extent m or 1. */
 #include "dt.h"
+#include "pool.h"
 
 #include <string.h>
 
@@ -22,6 +23,84 @@ static dt_dtype operand_dtype(const dt__fused_op *o, int q)
     if (o->kernel == DT__K_WHERE && q == 0)
         return DT_DTYPE_BOOL;
     return o->dtype;
+}
+
+/* The output in items of one block of one row; a range of items on one thread. */
+typedef struct {
+    const dt__kctx *x; /* without a pool: the ops' kernels run on the range's thread */
+    const dt__fused *fz;
+    const void *const *in;
+    void *out;
+    int nd;
+    const int64_t *ext;
+    const int64_t (*st)[DT_MAX_RANK];
+    const size_t *isz;
+    int64_t row, nblk; /* row: elements of a row; nblk: blocks of a row */
+} fused_job;
+
+static void fused_items(void *arg, int64_t lo, int64_t hi)
+{
+    const fused_job *f = arg;
+    const dt__fused *fz = f->fz;
+    int nin = fz->nin, nops = fz->nops, nd = f->nd;
+    int64_t row = f->row;
+    /* each op's arguments, made once: rank 1, the block's extent set per block */
+    _Alignas(64) unsigned char buf[DT__FUSED_MAX_OPS][BLOCK * 8];
+    dt__kargs ka[DT__FUSED_MAX_OPS];
+    dt__kernel_fn fn[DT__FUSED_MAX_OPS];
+    for (int j = 0; j < nops; j++) {
+        const dt__fused_op *o = &fz->ops[j];
+        memset(&ka[j], 0, sizeof ka[j]);
+        ka[j].rank = 1;
+        ka[j].op = o->op;
+        ka[j].from = o->from;
+        ka[j].a = o->a;
+        fn[j] = dt__cpu_kernels[o->kernel][o->dtype];
+        if (o->scalar) { /* a constant: one element, made once */
+            ka[j].rank = 0;
+            fn[j](f->x, &ka[j], NULL, buf[j]);
+        }
+    }
+    size_t osz = dt_dtype_size(fz->ops[nops - 1].out);
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t r = t / f->nblk, j0 = t % f->nblk * BLOCK;
+        /* the row's index over the merged axes before the last */
+        int64_t idx[DT_MAX_RANK] = {0}, rest = r;
+        for (int d = nd - 2; d >= 0; d--) {
+            idx[d] = rest % f->ext[d];
+            rest /= f->ext[d];
+        }
+        const unsigned char *base[DT__FUSED_MAX_IN];
+        for (int q = 0; q < nin; q++) {
+            int64_t off = 0;
+            for (int d = 0; d + 1 < nd; d++)
+                off += idx[d] * f->st[q][d];
+            base[q] = (const unsigned char *)f->in[q] + (size_t)off * f->isz[q];
+        }
+        int64_t m = row - j0 < BLOCK ? row - j0 : BLOCK;
+        for (int j = 0; j < nops; j++) {
+            const dt__fused_op *o = &fz->ops[j];
+            if (o->scalar)
+                continue;
+            const void *ins[3] = {NULL, NULL, NULL};
+            ka[j].shape[0] = m;
+            for (int q = 0; q < o->nin; q++) {
+                int v = o->arg[q];
+                bool one;
+                if (v < nin) {
+                    one = nd == 0 || f->st[v][nd - 1] == 0;
+                    ins[q] = base[v] + (one ? 0 : (size_t)j0 * f->isz[v]);
+                } else {
+                    one = fz->ops[v - nin].scalar;
+                    ins[q] = buf[v - nin];
+                }
+                ka[j].in_shape[q][0] = one ? 1 : m;
+            }
+            void *o_at = j == nops - 1 ? (unsigned char *)f->out + (size_t)(r * row + j0) * osz
+                                       : (void *)buf[j];
+            fn[j](f->x, &ka[j], ins, o_at);
+        }
+    }
 }
 
 dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
@@ -64,63 +143,11 @@ dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const
         for (int q = 0; q < fz->ops[j].nin; q++)
             if (fz->ops[j].arg[q] < nin)
                 isz[fz->ops[j].arg[q]] = dt_dtype_size(operand_dtype(&fz->ops[j], q));
-    /* each op's arguments, made once: rank 1, the block's extent set per block */
-    _Alignas(64) unsigned char buf[DT__FUSED_MAX_OPS][BLOCK * 8];
-    dt__kargs ka[DT__FUSED_MAX_OPS];
-    dt__kernel_fn fn[DT__FUSED_MAX_OPS];
-    for (int j = 0; j < nops; j++) {
-        const dt__fused_op *o = &fz->ops[j];
-        memset(&ka[j], 0, sizeof ka[j]);
-        ka[j].rank = 1;
-        ka[j].op = o->op;
-        ka[j].from = o->from;
-        ka[j].a = o->a;
-        fn[j] = dt__cpu_kernels[o->kernel][o->dtype];
-        if (o->scalar) { /* a constant: one element, made once */
-            ka[j].rank = 0;
-            fn[j](x, &ka[j], NULL, buf[j]);
-        }
-    }
-    size_t osz = dt_dtype_size(fz->ops[nops - 1].out);
-    int64_t idx[DT_MAX_RANK] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-        const unsigned char *base[DT__FUSED_MAX_IN];
-        for (int q = 0; q < nin; q++) {
-            int64_t off = 0;
-            for (int d = 0; d + 1 < nd; d++)
-                off += idx[d] * st[q][d];
-            base[q] = (const unsigned char *)in[q] + (size_t)off * isz[q];
-        }
-        for (int64_t j0 = 0; j0 < row; j0 += BLOCK) {
-            int64_t m = row - j0 < BLOCK ? row - j0 : BLOCK;
-            for (int j = 0; j < nops; j++) {
-                const dt__fused_op *o = &fz->ops[j];
-                if (o->scalar)
-                    continue;
-                const void *ins[3] = {NULL, NULL, NULL};
-                ka[j].shape[0] = m;
-                for (int q = 0; q < o->nin; q++) {
-                    int v = o->arg[q];
-                    bool one;
-                    if (v < nin) {
-                        one = nd == 0 || st[v][nd - 1] == 0;
-                        ins[q] = base[v] + (one ? 0 : (size_t)j0 * isz[v]);
-                    } else {
-                        one = fz->ops[v - nin].scalar;
-                        ins[q] = buf[v - nin];
-                    }
-                    ka[j].in_shape[q][0] = one ? 1 : m;
-                }
-                void *o_at = j == nops - 1 ? (unsigned char *)out + (size_t)(r * row + j0) * osz
-                                           : (void *)buf[j];
-                fn[j](x, &ka[j], ins, o_at);
-            }
-        }
-        for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < ext[d])
-                break;
-            idx[d] = 0;
-        }
-    }
+    dt__kctx one = *x;
+    one.pool = NULL;
+    int64_t nblk = (row + BLOCK - 1) / BLOCK;
+    fused_job f = {&one, fz, in, out, nd, ext, (const int64_t(*)[DT_MAX_RANK])st, isz, row, nblk};
+    dt__cpu_pool_run(x->pool, rows * nblk, dt__cpu_parts(x, n * nops, rows * nblk), fused_items,
+                     &f);
     return DT_OK;
 }

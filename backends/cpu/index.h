@@ -5,8 +5,10 @@
 
 #include "dt.h"
 
+/* Marked unused: each file that includes this one takes the helpers it needs. */
+
 /* Advance a row-major multi-index; false after the last. */
-static bool next_index(int rank, const int64_t shape[], int64_t idx[])
+static __attribute__((unused)) bool next_index(int rank, const int64_t shape[], int64_t idx[])
 {
     for (int i = rank - 1; i >= 0; i--) {
         if (++idx[i] < shape[i])
@@ -16,7 +18,7 @@ static bool next_index(int rank, const int64_t shape[], int64_t idx[])
     return false;
 }
 
-static void strides_of(int rank, const int64_t shape[], int64_t st[])
+static __attribute__((unused)) void strides_of(int rank, const int64_t shape[], int64_t st[])
 {
     int64_t s = 1;
     for (int i = rank - 1; i >= 0; i--) {
@@ -26,7 +28,7 @@ static void strides_of(int rank, const int64_t shape[], int64_t st[])
 }
 
 /* Strides of an operand broadcast to the output's rank (0 along its extent-1 axes). */
-static void bcast_strides(int rank, const int64_t in_shape[], int64_t st[])
+static __attribute__((unused)) void bcast_strides(int rank, const int64_t in_shape[], int64_t st[])
 {
     strides_of(rank, in_shape, st);
     for (int i = 0; i < rank; i++)
@@ -35,7 +37,7 @@ static void bcast_strides(int rank, const int64_t in_shape[], int64_t st[])
 }
 
 /* True when operand q of k (q < nops) has the output's shape: plain element-wise loops. */
-static bool same_shapes(const dt__kargs *k, int nops)
+static __attribute__((unused)) bool same_shapes(const dt__kargs *k, int nops)
 {
     for (int q = 0; q < nops; q++)
         for (int i = 0; i < k->rank; i++)
@@ -47,8 +49,8 @@ static bool same_shapes(const dt__kargs *k, int nops)
 /* A local shape seen around the axes of `mask` when they are contiguous: outer (the product of
  * the axes before them), n (of the masked axes) and inner (of the axes after); false when the
  * masked axes are not contiguous. No axis masked: n is 1 and inner 1. */
-static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *outer, int64_t *n,
-                     int64_t *inner)
+static __attribute__((unused)) bool row_view(int rank, const int64_t shape[], unsigned mask,
+                                             int64_t *outer, int64_t *n, int64_t *inner)
 {
     int lo = rank, hi = rank - 1;
     for (int i = 0; i < rank; i++)
@@ -66,7 +68,7 @@ static bool row_view(int rank, const int64_t shape[], unsigned mask, int64_t *ou
 }
 
 /* Offset of multi-index idx under strides st. */
-static int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
+static __attribute__((unused)) int64_t offset_of(int rank, const int64_t idx[], const int64_t st[])
 {
     int64_t o = 0;
     for (int q = 0; q < rank; q++)

@@ -10,6 +10,7 @@
 #include "dtypes.h"
 #include "index.h"
 #include "philox.h"
+#include "pool.h"
 #include "unary.h"
 #include "vmath.h"
 
@@ -910,32 +911,47 @@ enum { ATTN_BR = 64, ATTN_BC = 64 };
 ATTENTION(f32, float, cblas_sgemm, expf, logf)
 ATTENTION(f64, double, cblas_dgemm, exp, log)
 
-#define WRAP(KNAME, NAME)                                                        \
+#define WRAP_CALL(KNAME, NAME, ...)                                              \
     static dt_status cpu_##KNAME##_##NAME(const dt__kctx *x, const dt__kargs *k, \
                                           const void *const in[], void *out)     \
     {                                                                            \
-        (void)x;                                                                 \
-        KNAME##_##NAME(k, in, out);                                              \
+        __VA_ARGS__;                                                             \
         return DT_OK;                                                            \
     }
-#define WRAP_DTYPE(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST) \
-    WRAP(fill, NAME)                                                 \
-    WRAP(arange, NAME)                                               \
-    WRAP(unary, NAME)                                                \
-    WRAP(binary, NAME)                                               \
-    WRAP(reduce, NAME)                                               \
-    WRAP(transpose, NAME)                                            \
-    WRAP(copy_blocks, NAME)                                          \
-    WRAP(select_fill, NAME)                                          \
-    WRAP(cast, NAME)                                                 \
-    WRAP(where, NAME)                                                \
-    WRAP(gather, NAME)                                               \
-    WRAP(one_hot, NAME)                                              \
+#define WRAP(KNAME, NAME) WRAP_CALL(KNAME, NAME, (void)x; KNAME##_##NAME(k, in, out))
+/* the elementwise and row kernels split over the device's threads (backends/cpu/split.c);
+ * WRAP_EW: operand count, output element size, then the operands' element sizes */
+#define WRAP_EW(KNAME, NAME, NIN, OSZ, ...) \
+    WRAP_CALL(                              \
+        KNAME, NAME,                        \
+        dt__cpu_elementwise(x, KNAME##_##NAME, k, NIN, (size_t[]){__VA_ARGS__}, OSZ, in, out))
+#define WRAP_DTYPE(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                       \
+    WRAP(fill, NAME)                                                                       \
+    WRAP(arange, NAME)                                                                     \
+    WRAP_EW(unary, NAME, 1, sizeof(S), sizeof(S))                                          \
+    WRAP_EW(binary, NAME, 2, DT__BINARY_IS_COMPARISON(k->op) ? 1 : sizeof(S), sizeof(S),   \
+            sizeof(S))                                                                     \
+    WRAP_CALL(reduce, NAME, dt__cpu_split_reduce(x, reduce_##NAME, k, in, out, sizeof(S))) \
+    WRAP(transpose, NAME)                                                                  \
+    WRAP(copy_blocks, NAME)                                                                \
+    WRAP(select_fill, NAME)                                                                \
+    WRAP_EW(cast, NAME, 1, sizeof(S), dt_dtype_size(k->from))                              \
+    WRAP_EW(where, NAME, 3, sizeof(S), 1, sizeof(S), sizeof(S))                            \
+    WRAP(gather, NAME)                                                                     \
+    WRAP(one_hot, NAME)                                                                    \
     WRAP(arg_reduce, NAME)
 CPU_DTYPES(WRAP_DTYPE)
+#define WRAP_ROWS(NAME, S, C)                                                             \
+    WRAP_CALL(softmax, NAME,                                                              \
+              dt__cpu_split_softmax(x, softmax_##NAME, k, in, out, sizeof(S), sizeof(C))) \
+    WRAP_CALL(norm, NAME, dt__cpu_split_norm(x, norm_##NAME, k, in, out, sizeof(S), sizeof(C)))
+WRAP_ROWS(f32, float, float)
+WRAP_ROWS(f64, double, double)
+WRAP_ROWS(bf16, uint16_t, float)
+WRAP_ROWS(f16, uint16_t, float)
 #define WRAP_FLOAT(NAME)       \
     WRAP(philox_uniform, NAME) \
-    WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(softmax, NAME) WRAP(norm, NAME) WRAP(scan, NAME)
+    WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(scan, NAME)
 WRAP(attention, f32)
 WRAP(attention, f64)
 WRAP_FLOAT(f32)

@@ -1,0 +1,174 @@
+/* Kernels split over a CPU device's threads (backends/cpu/pool.h): each kernel's loop runs
+ * unchanged on a view of its arguments cut to a range of rows or leading elements, so every
+ * output element is computed by the same code in the same order as on one thread. */
+#include "index.h"
+#include "pool.h"
+
+/* ---- kernels split along axis 0 of a view ------------------------------------------------ */
+
+typedef struct {
+    dt__cpu_loop fn;
+    const dt__kargs *v;
+    int nin;
+    const size_t *in_step;
+    size_t out_step;
+    const void *const *in;
+    void *out;
+} rows_job;
+
+static void rows_range(void *arg, int64_t lo, int64_t hi)
+{
+    const rows_job *j = arg;
+    dt__kargs k = *j->v;
+    const void *in[DT__FUSED_MAX_IN] = {NULL};
+    k.shape[0] = hi - lo;
+    for (int q = 0; q < j->nin; q++) {
+        in[q] = j->in[q];
+        if (j->in_step[q] && in[q]) {
+            k.in_shape[q][0] = hi - lo;
+            in[q] = (const unsigned char *)in[q] + (size_t)lo * j->in_step[q];
+        }
+    }
+    j->fn(&k, in, (unsigned char *)j->out + (size_t)lo * j->out_step);
+}
+
+void dt__cpu_rows(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *v, int64_t work, int nin,
+                  const size_t in_step[], size_t out_step, const void *const in[], void *out)
+{
+    int parts = v->rank > 0 ? dt__cpu_parts(x, work, v->shape[0]) : 1;
+    if (parts < 2) {
+        fn(v, in, out);
+        return;
+    }
+    rows_job j = {fn, v, nin, in_step, out_step, in, out};
+    dt__cpu_pool_run(x->pool, v->shape[0], parts, rows_range, &j);
+}
+
+void dt__cpu_elementwise(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k, int nin,
+                         const size_t isz[], size_t osz, const void *const in[], void *out)
+{
+    int r = k->rank;
+    int64_t n = dt__num_elements(r, k->shape);
+    if (r == 0 || dt__cpu_parts(x, n, n) < 2) {
+        fn(k, in, out);
+        return;
+    }
+    /* the leading axes p along which each operand is either whole or broadcast throughout
+     * (axes of extent 1 go with either) merge into one axis of extent `lead` */
+    int p = 0;
+    int64_t lead = 1;
+    int whole[DT__FUSED_MAX_IN]; /* -1 undecided, 0 broadcast, 1 whole */
+    for (int q = 0; q < nin; q++)
+        whole[q] = -1;
+    for (; p < r; p++) {
+        bool fits = true;
+        for (int q = 0; q < nin && fits; q++) {
+            int w = k->in_shape[q][p] != 1;
+            fits = k->shape[p] == 1 || whole[q] < 0 || whole[q] == w;
+        }
+        if (!fits)
+            break;
+        for (int q = 0; q < nin && k->shape[p] != 1; q++)
+            whole[q] = k->in_shape[q][p] != 1;
+        lead *= k->shape[p];
+    }
+    dt__kargs v = *k;
+    v.rank = r - p + 1;
+    v.shape[0] = lead;
+    for (int i = p; i < r; i++)
+        v.shape[i - p + 1] = k->shape[i];
+    size_t step[DT__FUSED_MAX_IN];
+    for (int q = 0; q < nin; q++) {
+        v.in_shape[q][0] = whole[q] == 1 ? lead : 1;
+        int64_t per = 1;
+        for (int i = p; i < r; i++) {
+            v.in_shape[q][i - p + 1] = k->in_shape[q][i];
+            per *= k->in_shape[q][i];
+        }
+        step[q] = whole[q] == 1 ? (size_t)per * isz[q] : 0;
+    }
+    dt__cpu_rows(x, fn, &v, n, nin, step, (size_t)(n / lead) * osz, in, out);
+}
+
+/* Reductions over a contiguous run of axes: split over the kept leading rows, each output
+ * still summed alone in input order. */
+void dt__cpu_split_reduce(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
+                          const void *const in[], void *out, size_t sz)
+{
+    int64_t rows, per_row, inner;
+    if (!row_view(k->rank, k->in_shape[0], k->mask, &rows, &per_row, &inner)) {
+        fn(k, in, out);
+        return;
+    }
+    /* v: x is [rows, per_row, inner] reduced over axis 1 (the same path of the kernel) */
+    dt__kargs v = *k;
+    v.rank = 3;
+    v.mask = 2u;
+    v.shape[0] = v.in_shape[0][0] = rows;
+    v.shape[1] = 1;
+    v.in_shape[0][1] = per_row;
+    v.shape[2] = v.in_shape[0][2] = inner;
+    size_t step[1] = {(size_t)(per_row * inner) * sz};
+    dt__cpu_rows(x, fn, &v, rows * per_row * inner, 1, step, (size_t)inner * sz, in, out);
+}
+
+/* Softmax's steps (common/kernels.h) over rows: x [outer, n, inner], its maximum m and sum s
+ * [outer, 1, inner] (s in the compute type, size cs). */
+void dt__cpu_split_softmax(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
+                           const void *const in[], void *out, size_t ss, size_t cs)
+{
+    unsigned mode = DT__MODE_KIND(k->mode);
+    dt__kargs v = *k;
+    if (mode == DT__SOFTMAX_LSE) { /* elementwise over m and s */
+        int64_t n = dt__num_elements(k->rank, k->shape);
+        v.rank = 1;
+        v.shape[0] = n;
+        size_t step[2] = {ss, cs};
+        dt__cpu_rows(x, fn, &v, n, 2, step, ss, in, out);
+        return;
+    }
+    int64_t outer, n, inner;
+    if (!row_view(k->rank, k->in_shape[0], k->mask, &outer, &n, &inner)) {
+        fn(k, in, out);
+        return;
+    }
+    v.rank = 3;
+    v.mask = 2u;
+    v.shape[0] = v.in_shape[0][0] = outer;
+    v.in_shape[0][1] = n;
+    v.in_shape[0][2] = inner;
+    size_t step[3] = {(size_t)(n * inner) * ss, (size_t)inner * ss, (size_t)inner * cs};
+    int nin = mode == DT__SOFTMAX_MAX ? 1 : mode == DT__SOFTMAX_SUMEXP ? 2 : 3;
+    size_t ostep = mode == DT__SOFTMAX_MAX      ? (size_t)inner * ss
+                   : mode == DT__SOFTMAX_SUMEXP ? (size_t)inner * cs
+                                                : (size_t)(n * inner) * ss;
+    dt__cpu_rows(x, fn, &v, outer * n * inner, nin, step, ostep, in, out);
+}
+
+/* Norms over the last axis: rows of x [rows, n], their statistics (compute type) one a row;
+ * gamma and beta [n] repeated. */
+void dt__cpu_split_norm(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
+                        const void *const in[], void *out, size_t ss, size_t cs)
+{
+    int r = k->rank;
+    if (r < 1) {
+        fn(k, in, out);
+        return;
+    }
+    const int64_t *xs = k->in_shape[0];
+    int64_t n = xs[r - 1], rows = 1;
+    for (int i = 0; i + 1 < r; i++)
+        rows *= xs[i];
+    dt__kargs v = *k;
+    v.rank = 2;
+    v.shape[0] = v.in_shape[0][0] = rows;
+    v.shape[1] = v.in_shape[0][1] = n;
+    unsigned mode = DT__MODE_KIND(k->mode);
+    bool stats = mode == DT__NORM_MEAN || mode == DT__NORM_VAR || mode == DT__NORM_MEAN_SQUARE;
+    int nin = stats ? (mode == DT__NORM_VAR ? 2 : 1)
+                    : (mode == DT__NORM_LAYER ? 3 : 2) + !!(k->mode & DT__NORM_GAMMA) +
+                          !!(k->mode & DT__NORM_BETA);
+    /* layer: x, mu, var, gamma, beta; rms: x, var, gamma, beta; statistics: x (and mu) */
+    size_t step[5] = {(size_t)n * ss, cs, mode == DT__NORM_LAYER ? cs : 0, 0, 0};
+    dt__cpu_rows(x, fn, &v, rows * n, nin, step, stats ? cs : (size_t)n * ss, in, out);
+}

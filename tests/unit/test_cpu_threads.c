@@ -1,0 +1,406 @@
+/* The CPU kernels split over a device's threads (backends/cpu/pool.h) against the same kernels
+ * on one thread: every output byte identical, with pools of 2, 3 and 4 threads, on sizes
+ * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
+ * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
+ * cast, where, reduce (rows and blocked columns), softmax's steps, the norms and FUSED. */
+#include "../../backends/cpu/pool.h"
+#include "dt.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_WORK DT__CPU_PARALLEL_MIN
+
+static dt__cpu_pool *pools[3]; /* 2, 3 and 4 threads */
+
+static void open_pools(void)
+{
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dt__cpu_pool_open(i + 2, false, &pools[i]), DT_OK);
+}
+
+static void close_pools(void)
+{
+    for (int i = 0; i < 3; i++)
+        dt__cpu_pool_close(pools[i]);
+}
+
+TestSuite(cpu_threads, .init = open_pools, .fini = close_pools);
+
+static uint64_t lcg = 12345;
+
+/* values in [-4, 4) with a fractional part, deterministic */
+static double next_value(void)
+{
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) / 9007199254740992.0 * 8.0 - 4.0;
+}
+
+static void *random_f32(int64_t n, double lo)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) {
+        double v = next_value();
+        p[i] = (float)(lo > 0 ? lo + (v + 4.0) : v);
+    }
+    return p;
+}
+
+static void *random_bf16(int64_t n)
+{
+    uint16_t *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = dt_f32_to_bf16((float)next_value());
+    return p;
+}
+
+static void *random_bool(int64_t n)
+{
+    uint8_t *p = malloc((size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = next_value() > 0;
+    return p;
+}
+
+/* k for an output of `shape`, every operand of that shape */
+static dt__kargs kargs_of(int rank, const int64_t shape[])
+{
+    dt__kargs k;
+    memset(&k, 0, sizeof k);
+    k.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        k.shape[i] = shape[i];
+        for (int q = 0; q < DT__FUSED_MAX_IN; q++)
+            k.in_shape[q][i] = shape[i];
+    }
+    k.a = 1.0;
+    return k;
+}
+
+/* Kernel (kern, dt) on one thread and on each pool: out_bytes identical. work: the element-steps
+ * the split is sized by, and units: what it divides (at least 2 ranges on the pool of 2). */
+static void check(const char *what, dt__kernel kern, dt_dtype dt, const dt__kargs *k,
+                  const void *const in[], size_t out_bytes, int64_t work, int64_t units)
+{
+    dt__kctx one = {.type = "CPU", .cores = 1};
+    unsigned char *ref = malloc(out_bytes), *got = malloc(out_bytes);
+    memset(ref, 0x5a, out_bytes);
+    cr_assert_eq(dt__cpu_kernels[kern][dt](&one, k, in, ref), DT_OK);
+    for (int i = 0; i < 3; i++) {
+        dt__kctx many = {.type = "CPU", .cores = i + 2, .pool = pools[i]};
+        int parts = dt__cpu_parts(&many, work, units);
+        int64_t want = work / MIN_WORK < i + 2 ? work / MIN_WORK : i + 2;
+        cr_assert_eq(parts, want < units ? want : units, "%s: %d ranges on %d threads", what, parts,
+                     i + 2);
+        cr_assert_geq(parts, 2, "%s: not split", what);
+        memset(got, 0x5a, out_bytes);
+        cr_assert_eq(dt__cpu_kernels[kern][dt](&many, k, in, got), DT_OK);
+        size_t at = 0;
+        while (at < out_bytes && ref[at] == got[at])
+            at++;
+        cr_assert_eq(at, out_bytes, "%s on %d threads: byte %zu differs (%02x, one thread %02x)",
+                     what, i + 2, at, at < out_bytes ? got[at] : 0, at < out_bytes ? ref[at] : 0);
+    }
+    free(ref);
+    free(got);
+}
+
+/* ---- the pool itself ------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n;
+    int64_t count[1000];
+    pthread_t who[1000];
+} cover;
+
+static void mark(void *arg, int64_t lo, int64_t hi)
+{
+    cover *c = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        c->count[i]++;
+        c->who[i] = pthread_self();
+    }
+}
+
+Test(cpu_threads, ranges_cover_once_on_distinct_threads)
+{
+    for (int i = 0; i < 3; i++)
+        for (int64_t n = 2; n < 40; n += 7) {
+            cover *c = calloc(1, sizeof *c);
+            int parts = i + 2;
+            dt__cpu_pool_run(pools[i], n, parts, mark, c);
+            for (int64_t j = 0; j < n; j++)
+                cr_assert_eq(c->count[j], 1, "n %ld, %d threads: element %ld ran %ld times",
+                             (long)n, i + 2, (long)j, (long)c->count[j]);
+            /* contiguous ranges: the thread changes exactly parts - 1 times */
+            int changes = 0;
+            for (int64_t j = 1; j < n; j++)
+                changes += !pthread_equal(c->who[j], c->who[j - 1]);
+            cr_assert_eq(changes, (n < parts ? n : parts) - 1, "n %ld on %d threads", (long)n,
+                         i + 2);
+            cr_assert(pthread_equal(c->who[0], pthread_self()), "the caller takes the first");
+            free(c);
+        }
+}
+
+Test(cpu_threads, below_the_threshold_one_range)
+{
+    dt__kctx many = {.type = "CPU", .cores = 4, .pool = pools[2]};
+    cr_assert_eq(dt__cpu_parts(&many, 2 * MIN_WORK - 1, 1000000), 1);
+    cr_assert_eq(dt__cpu_parts(&many, 2 * MIN_WORK, 1000000), 2);
+    cr_assert_eq(dt__cpu_parts(&many, 100 * MIN_WORK, 3), 3);
+    cr_assert_eq(dt__cpu_parts(&many, 100 * MIN_WORK, 1), 1);
+    dt__kctx none = {.type = "CPU", .cores = 1};
+    cr_assert_eq(dt__cpu_parts(&none, 100 * MIN_WORK, 1000), 1);
+}
+
+/* ---- elementwise ----------------------------------------------------------------------- */
+
+Test(cpu_threads, unary)
+{
+    static const int64_t sizes[][2] = {{1, 2 * MIN_WORK}, {3, 2 * MIN_WORK / 3 + 1}, {7, 10007}};
+    static const int ops[] = {DT_UNARY_NEG, DT_UNARY_EXP, DT_UNARY_TANH, DT_UNARY_GELU};
+    for (int s = 0; s < 3; s++)
+        for (int o = 0; o < 4; o++) {
+            int64_t n = sizes[s][0] * sizes[s][1];
+            dt__kargs k = kargs_of(2, sizes[s]);
+            k.op = ops[o];
+            void *x = random_f32(n, 0), *h = random_bf16(n);
+            const void *in[1] = {x};
+            check("unary f32", DT__K_UNARY, DT_DTYPE_F32, &k, in, (size_t)n * 4, n, n);
+            in[0] = h;
+            check("unary bf16", DT__K_UNARY, DT_DTYPE_BF16, &k, in, (size_t)n * 2, n, n);
+            free(x);
+            free(h);
+        }
+}
+
+Test(cpu_threads, binary_whole_and_broadcast)
+{
+    static const int ops[] = {DT_BINARY_ADD, DT_BINARY_MUL, DT_BINARY_DIV, DT_BINARY_LT};
+    /* whole operands: every axis merges, the elements split */
+    int64_t shape[3] = {5, 3, 4099}, n = 5 * 3 * 4099;
+    for (int o = 0; o < 4; o++) {
+        dt__kargs k = kargs_of(3, shape);
+        k.op = ops[o];
+        size_t osz = ops[o] == DT_BINARY_LT ? 1 : 4;
+        void *a = random_f32(n, 0), *b = random_f32(n, 0.5);
+        const void *in[2] = {a, b};
+        check("binary f32", DT__K_BINARY, DT_DTYPE_F32, &k, in, (size_t)n * osz, n, n);
+        free(a);
+        free(b);
+        a = random_bf16(n);
+        b = random_bf16(n);
+        in[0] = a;
+        in[1] = b;
+        check("binary bf16", DT__K_BINARY, DT_DTYPE_BF16, &k, in, (size_t)n * (osz == 1 ? 1 : 2), n,
+              n);
+        /* b a row broadcast over the leading axes (a bias): they merge, split by rows */
+        k.in_shape[1][0] = k.in_shape[1][1] = 1;
+        void *row = random_bf16(4099);
+        in[1] = row;
+        check("binary bf16 + row", DT__K_BINARY, DT_DTYPE_BF16, &k, in,
+              (size_t)n * (osz == 1 ? 1 : 2), n, 15);
+        free(a);
+        free(b);
+        free(row);
+    }
+    /* b broadcast along the middle axis: only axis 0 splits (7 units) */
+    int64_t s2[3] = {7, 33, 301}, n2 = 7 * 33 * 301;
+    dt__kargs k = kargs_of(3, s2);
+    k.op = DT_BINARY_SUB;
+    k.in_shape[1][1] = 1;
+    void *a = random_f32(n2, 0), *b = random_f32(7 * 301, 0);
+    const void *in[2] = {a, b};
+    check("binary f32 middle broadcast", DT__K_BINARY, DT_DTYPE_F32, &k, in, (size_t)n2 * 4, n2, 7);
+    /* a scalar operand (rank-aligned, every axis 1) */
+    for (int i = 0; i < 3; i++)
+        k.in_shape[0][i] = 1;
+    k.in_shape[1][1] = 33;
+    float two = 2.5f;
+    void *big = random_f32(n2, 0);
+    const void *in2[2] = {&two, big};
+    check("binary scalar - f32", DT__K_BINARY, DT_DTYPE_F32, &k, in2, (size_t)n2 * 4, n2, n2);
+    free(a);
+    free(b);
+    free(big);
+}
+
+Test(cpu_threads, cast_and_where)
+{
+    int64_t shape[2] = {9, 5003}, n = 9 * 5003;
+    dt__kargs k = kargs_of(2, shape);
+    k.from = DT_DTYPE_F32;
+    void *x = random_f32(n, 0);
+    const void *in[3] = {x};
+    check("cast f32 -> bf16", DT__K_CAST, DT_DTYPE_BF16, &k, in, (size_t)n * 2, n, n);
+    check("cast f32 -> i32", DT__K_CAST, DT_DTYPE_I32, &k, in, (size_t)n * 4, n, n);
+    k.in_shape[0][0] = 1; /* a row cast and broadcast */
+    check("cast f32 row -> f64", DT__K_CAST, DT_DTYPE_F64, &k, in, (size_t)n * 8, n, 9);
+    dt__kargs w = kargs_of(2, shape);
+    w.in_shape[2][0] = 1;
+    void *c = random_bool(n), *y = random_f32(5003, 0);
+    const void *win[3] = {c, x, y};
+    check("where", DT__K_WHERE, DT_DTYPE_F32, &w, win, (size_t)n * 4, n, 9);
+    free(x);
+    free(c);
+    free(y);
+}
+
+/* ---- reductions and rows --------------------------------------------------------------- */
+
+Test(cpu_threads, reduce)
+{
+    static const int ops[] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX};
+    /* rows over the last axis; a run of axes with kept columns after (the blocked loop) */
+    int64_t last[2] = {301, 517}, mid[3] = {37, 300, 41};
+    for (int o = 0; o < 3; o++) {
+        dt__kargs k = kargs_of(2, last);
+        k.op = ops[o];
+        k.mask = 2u;
+        k.shape[1] = 1;
+        k.a = ops[o] == DT_REDUCE_MEAN ? 1.0 / 517 : 1.0;
+        void *x = random_f32(301 * 517, 0), *h = random_bf16(301 * 517);
+        const void *in[1] = {x};
+        check("reduce f32 rows", DT__K_REDUCE, DT_DTYPE_F32, &k, in, 301 * 4, 301 * 517, 301);
+        in[0] = h;
+        check("reduce bf16 rows", DT__K_REDUCE, DT_DTYPE_BF16, &k, in, 301 * 2, 301 * 517, 301);
+        free(x);
+        free(h);
+        dt__kargs m = kargs_of(3, mid);
+        m.op = ops[o];
+        m.mask = 2u;
+        m.shape[1] = 1;
+        x = random_f32(37 * 300 * 41, 0);
+        in[0] = x;
+        check("reduce f32 columns", DT__K_REDUCE, DT_DTYPE_F32, &m, in, 37 * 41 * 4, 37 * 300 * 41,
+              37);
+        free(x);
+    }
+}
+
+Test(cpu_threads, softmax_steps)
+{
+    int64_t rows = 129, n = 513, all = rows * n;
+    int64_t shape[2] = {rows, n};
+    void *x = random_f32(all, 0);
+    float *m = malloc((size_t)rows * 4), *s = malloc((size_t)rows * 4);
+    dt__kctx one = {.type = "CPU", .cores = 1};
+    dt__kargs k = kargs_of(2, shape);
+    k.mask = 2u;
+    k.shape[1] = 1;
+    const void *in[3] = {x, m, s};
+    k.mode = DT__SOFTMAX_MAX;
+    check("softmax max", DT__K_SOFTMAX, DT_DTYPE_F32, &k, in, (size_t)rows * 4, all, rows);
+    dt__cpu_kernels[DT__K_SOFTMAX][DT_DTYPE_F32](&one, &k, in, m);
+    k.mode = DT__SOFTMAX_SUMEXP;
+    check("softmax sumexp", DT__K_SOFTMAX, DT_DTYPE_F32, &k, in, (size_t)rows * 4, all, rows);
+    dt__cpu_kernels[DT__K_SOFTMAX][DT_DTYPE_F32](&one, &k, in, s);
+    k.shape[1] = n;
+    k.mode = DT__SOFTMAX_SOFTMAX;
+    check("softmax", DT__K_SOFTMAX, DT_DTYPE_F32, &k, in, (size_t)all * 4, all, rows);
+    k.mode = DT__SOFTMAX_LOG_SOFTMAX;
+    check("log_softmax", DT__K_SOFTMAX, DT_DTYPE_F32, &k, in, (size_t)all * 4, all, rows);
+    free(x);
+    free(m);
+    free(s);
+    /* over a middle axis, and the logsumexp of m and s (elementwise) */
+    int64_t s3[3] = {16, 300, 9}, n3 = 16 * 300 * 9;
+    x = random_f32(n3, 0);
+    m = random_f32(16 * 9, 0);
+    s = random_f32(16 * 9 * 300, 1.0);
+    dt__kargs k3 = kargs_of(3, s3);
+    k3.mask = 2u;
+    const void *in3[3] = {x, m, s};
+    k3.mode = DT__SOFTMAX_LOG_SOFTMAX;
+    check("log_softmax middle", DT__K_SOFTMAX, DT_DTYPE_F32, &k3, in3, (size_t)n3 * 4, n3, 16);
+    k3.mode = DT__SOFTMAX_LSE;
+    const void *lse[2] = {x, s};
+    check("logsumexp", DT__K_SOFTMAX, DT_DTYPE_F32, &k3, lse, (size_t)n3 * 4, n3, n3);
+    free(x);
+    free(m);
+    free(s);
+}
+
+Test(cpu_threads, norms)
+{
+    int64_t rows = 4 * 17, n = 769, all = rows * n;
+    int64_t shape[3] = {4, 17, n};
+    void *x = random_f32(all, 0), *gamma = random_f32(n, 0), *beta = random_f32(n, 0);
+    void *mu = random_f32(rows, 0), *var = random_f32(rows, 0.1);
+    dt__kargs k = kargs_of(3, shape);
+    k.a = 1.0 / (double)n;
+    k.b = 1e-5;
+    k.shape[2] = 1;
+    const void *in[5] = {x, mu, var, gamma, beta};
+    k.mode = DT__NORM_MEAN;
+    check("norm mean", DT__K_NORM, DT_DTYPE_F32, &k, in, (size_t)rows * 4, all, rows);
+    k.mode = DT__NORM_VAR;
+    check("norm var", DT__K_NORM, DT_DTYPE_F32, &k, in, (size_t)rows * 4, all, rows);
+    k.shape[2] = n;
+    k.mode = DT__NORM_LAYER | DT__NORM_GAMMA | DT__NORM_BETA;
+    check("layer norm", DT__K_NORM, DT_DTYPE_F32, &k, in, (size_t)all * 4, all, rows);
+    const void *rms[3] = {x, var, gamma};
+    k.mode = DT__NORM_RMS | DT__NORM_GAMMA;
+    check("rms norm", DT__K_NORM, DT_DTYPE_F32, &k, rms, (size_t)all * 4, all, rows);
+    free(x);
+    free(gamma);
+    free(beta);
+    free(mu);
+    free(var);
+}
+
+/* ---- FUSED ------------------------------------------------------------------------------ */
+
+Test(cpu_threads, fused_chain)
+{
+    /* tanh(a * b) + a * 0.5 with b a row broadcast over a's rows, then cast to bf16 */
+    dt__fused fz = {.nin = 2, .nops = 6};
+    fz.ops[0] = (dt__fused_op){.kernel = DT__K_BINARY,
+                               .dtype = DT_DTYPE_F32,
+                               .out = DT_DTYPE_F32,
+                               .op = DT_BINARY_MUL,
+                               .nin = 2,
+                               .arg = {0, 1}};
+    fz.ops[1] = (dt__fused_op){.kernel = DT__K_UNARY,
+                               .dtype = DT_DTYPE_F32,
+                               .out = DT_DTYPE_F32,
+                               .op = DT_UNARY_TANH,
+                               .nin = 1,
+                               .arg = {2}};
+    fz.ops[2] = (dt__fused_op){
+        .kernel = DT__K_FILL, .dtype = DT_DTYPE_F32, .out = DT_DTYPE_F32, .a = 0.5, .scalar = true};
+    fz.ops[3] = (dt__fused_op){.kernel = DT__K_BINARY,
+                               .dtype = DT_DTYPE_F32,
+                               .out = DT_DTYPE_F32,
+                               .op = DT_BINARY_MUL,
+                               .nin = 2,
+                               .arg = {0, 4}};
+    fz.ops[4] = (dt__fused_op){.kernel = DT__K_BINARY,
+                               .dtype = DT_DTYPE_F32,
+                               .out = DT_DTYPE_F32,
+                               .op = DT_BINARY_ADD,
+                               .nin = 2,
+                               .arg = {3, 5}};
+    fz.ops[5] = (dt__fused_op){.kernel = DT__K_CAST,
+                               .dtype = DT_DTYPE_BF16,
+                               .out = DT_DTYPE_BF16,
+                               .from = DT_DTYPE_F32,
+                               .nin = 1,
+                               .arg = {6}};
+    static const int64_t shapes[][2] = {{3, 6000}, {40, 1025}, {2, 20000}};
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], all = rows * n;
+        dt__kargs k = kargs_of(2, shapes[s]);
+        k.in_shape[1][0] = 1;
+        k.fused = &fz;
+        void *a = random_f32(all, 0), *b = random_f32(n, 0);
+        const void *in[2] = {a, b};
+        check("fused", DT__K_FUSED, DT_DTYPE_BF16, &k, in, (size_t)all * 2, all * 6,
+              rows * ((n + 255) / 256));
+        free(a);
+        free(b);
+    }
+}
