@@ -1,5 +1,6 @@
 /* Local devices: accounted allocation and one worker thread per device. */
 #include "dt.h"
+#include "spin.h"
 
 #include <sched.h>
 #include <stdint.h>
@@ -20,31 +21,17 @@ struct dt__join {
  * polling is only done when every worker has a core of its own (dt__device.spin). */
 #define DT__SPIN_NS 50000
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* Poll `flag` until it is true or DT__SPIN_NS have passed; true when it was seen set. */
 static bool spin_until_set(const atomic_bool *flag)
 {
-    double end = now_ns() + DT__SPIN_NS;
+    double end = dt__now_ns() + DT__SPIN_NS;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             if (atomic_load_explicit(flag, memory_order_acquire))
                 return true;
-            cpu_relax();
+            dt__cpu_relax();
         }
-        if (now_ns() > end)
+        if (dt__now_ns() > end)
             return false;
         sched_yield(); /* a thread we wait for may share this core */
     }
@@ -52,14 +39,14 @@ static bool spin_until_set(const atomic_bool *flag)
 
 static bool spin_until_zero(atomic_int *v)
 {
-    double end = now_ns() + DT__SPIN_NS;
+    double end = dt__now_ns() + DT__SPIN_NS;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             if (atomic_load_explicit(v, memory_order_acquire) == 0)
                 return true;
-            cpu_relax();
+            dt__cpu_relax();
         }
-        if (now_ns() > end)
+        if (dt__now_ns() > end)
             return false;
         sched_yield(); /* a thread we wait for may share this core */
     }

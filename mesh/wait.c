@@ -1,6 +1,7 @@
 /* Waiting for other clients (spin, yield, sleep, block on a bell; the clock and the liveness
  * check), MPI's waits and the messages of lost clients, and the fields clients compare. */
 #include "channel.h"
+#include "spin.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -57,13 +58,6 @@ static double seconds_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 void dt__wait_begin(dt__waiter *w)
 {
     *w = (dt__waiter){.spin = dt__rt.cores > 0 && dt__rt.clients_on_host <= dt__rt.cores,
@@ -94,7 +88,7 @@ bool dt__wait_pause_on(dt__waiter *w, bell *b, uint32_t mark)
     /* young: spin without reading the clock (a read costs as much as a short wait) */
     if (w->spin && w->polls < DT__WAIT_SPIN_POLLS) {
         w->polls++;
-        cpu_relax();
+        dt__cpu_relax();
         return false;
     }
     double now = seconds_now();

@@ -5,6 +5,7 @@
  * job once it reaches zero. Waiting polls briefly first when the threads have cores of their
  * own (a futex wake-up costs tens of microseconds, as long as a small kernel), then sleeps. */
 #include "pool.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,20 +38,6 @@ typedef struct {
     int index; /* 1 .. threads - 1 */
 } helper_arg;
 
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* Range `part` of `parts` over [0, n): contiguous, sizes differing by at most one. */
 static void range_of(int64_t n, int parts, int part, int64_t *lo, int64_t *hi)
 {
@@ -61,14 +48,14 @@ static void range_of(int64_t n, int parts, int part, int64_t *lo, int64_t *hi)
 /* Poll until generation differs from seen or the spin time is over. */
 static void spin_for_job(dt__cpu_pool *p, unsigned seen)
 {
-    double end = now_ns() + POOL_SPIN_NS;
+    double end = dt__now_ns() + POOL_SPIN_NS;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen)
                 return;
-            cpu_relax();
+            dt__cpu_relax();
         }
-        if (now_ns() > end)
+        if (dt__now_ns() > end)
             return;
         sched_yield();
     }
@@ -187,10 +174,10 @@ void dt__cpu_pool_run(dt__cpu_pool *p, int64_t n, int parts, dt__cpu_range_fn fn
     range_of(n, parts, 0, &lo, &hi);
     fn(arg, lo, hi);
     if (p->spin) {
-        double end = now_ns() + POOL_SPIN_NS;
-        while (atomic_load_explicit(&p->remaining, memory_order_acquire) > 0 && now_ns() < end)
+        double end = dt__now_ns() + POOL_SPIN_NS;
+        while (atomic_load_explicit(&p->remaining, memory_order_acquire) > 0 && dt__now_ns() < end)
             for (int i = 0; i < 64; i++)
-                cpu_relax();
+                dt__cpu_relax();
     }
     pthread_mutex_lock(&p->lock);
     while (atomic_load_explicit(&p->remaining, memory_order_acquire) > 0)
