@@ -2,32 +2,12 @@
  * where the copies in and out and the merged all-reduce go, against the steps worked out by
  * hand; the cap; the sums the run gives, against the fills' values added by hand (all-reduces
  * and reduce-scatters); and the cap read from DTENSOR_BUCKET_MB. */
-#include <criterion/criterion.h>
-
-#include "../../spmd/engine.h"
+#include "program_fixture.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static dt_mesh *mesh;
-
-static void start(void)
-{
-    dt_init_options o = {.cpu_devices = 2};
-    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_mesh_create_from_string("x=2", DT_DEVICE_CPU, &mesh), DT_OK, "%s",
-                 dt_last_error());
-}
-
-static void stop(void)
-{
-    dt_mesh_free(mesh);
-    dt_finalize();
-}
-
 TestSuite(bucket, .init = start, .fini = stop);
-
-enum { N = 4 };
 
 /* A fill of `base` on device 0 and 10 * base on device 1. */
 static void fill_args(void *ctx, int device, dt__kargs *k)
@@ -48,15 +28,6 @@ static void copy_args(void *ctx, int device, dt__kargs *k)
     k->nblocks = 1;
     k->blocks->rank = 1;
     k->blocks->src_shape[0] = k->blocks->dst_shape[0] = k->blocks->extent[0] = N;
-}
-
-static int slot(dt__program *p)
-{
-    int s;
-    int64_t elems[2] = {N, N};
-    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, elems, &s), DT_OK, "%s",
-                 dt_last_error());
-    return s;
 }
 
 static void fill(dt__program *p, int out, double base)

@@ -2,31 +2,11 @@
  * starts and where it is waited for, against the order worked out by hand from the steps'
  * buffers; with DTENSOR_OVERLAP=0 the emitted order with every collective waited for at once;
  * a collective's operand kept alive until its wait; both schedules run. */
-#include <criterion/criterion.h>
-
-#include "../../spmd/engine.h"
+#include "program_fixture.h"
 
 #include <stdlib.h>
 
-static dt_mesh *mesh;
-
-static void start(void)
-{
-    dt_init_options o = {.cpu_devices = 2};
-    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_mesh_create_from_string("x=2", DT_DEVICE_CPU, &mesh), DT_OK, "%s",
-                 dt_last_error());
-}
-
-static void stop(void)
-{
-    dt_mesh_free(mesh);
-    dt_finalize();
-}
-
 TestSuite(overlap, .init = start, .fini = stop);
-
-enum { N = 4 };
 
 static void args4(void *ctx, int device, dt__kargs *k)
 {
@@ -34,15 +14,6 @@ static void args4(void *ctx, int device, dt__kargs *k)
     (void)device;
     k->rank = 1;
     k->shape[0] = N;
-}
-
-static int slot(dt__program *p)
-{
-    int s;
-    int64_t elems[2] = {N, N};
-    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, elems, &s), DT_OK, "%s",
-                 dt_last_error());
-    return s;
 }
 
 static void kernel(dt__program *p, int nin, const int in[], int out)
