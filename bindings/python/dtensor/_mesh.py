@@ -2,6 +2,7 @@
 and the communication ledger."""
 
 import builtins as _builtins
+import itertools
 import re as _re
 import types as _types
 import weakref
@@ -34,7 +35,8 @@ class Mesh:
         self._layouts = {}  # canonical layout text -> Layout, for op results
         _live.add(self)
         if not local:  # a client-local mesh (one replica's device) is no global mesh's twin
-            _meshes[self._key()] = self
+            _meshes.setdefault(self._key(), weakref.WeakSet()).add(self)
+            _created[self] = next(_serial)
 
     def _key(self):
         return (self._names, self._sizes, self._device_type, self._device_ids)
@@ -92,8 +94,8 @@ class Mesh:
     @staticmethod
     def from_string(mesh_str):
         """The mesh of a :meth:`to_string` text (TensorFlow's form; ``|x=2|*CPU`` means every
-        CPU device). A live mesh with the same axes, type and devices is returned as is;
-        otherwise one is created, which is collective."""
+        CPU device). The oldest live mesh with the same axes, type and devices is returned as
+        is; otherwise one is created, which is collective."""
         if not isinstance(mesh_str, str):
             raise TypeError(f"Mesh.from_string: expected a string, got {type(mesh_str).__name__}")
         fields = mesh_str.strip().split("|")
@@ -122,9 +124,9 @@ class Mesh:
         kind = "GPU" if _DEVICE_TYPES[kind] == _c.DEVICE_CUDA else "CPU"
         key_ids = ids if ids is not None else tuple(
             _builtins.range(int(np.prod([s for _, s in dims]))))
-        mesh = _meshes.get((tuple(n for n, _ in dims), tuple(s for _, s in dims), kind, key_ids))
-        if mesh is not None:
-            return mesh
+        twins = _meshes.get((tuple(n for n, _ in dims), tuple(s for _, s in dims), kind, key_ids))
+        if twins:  # the oldest live one, whichever were made and dropped since
+            return min(twins, key=_created.__getitem__)
         return _make_mesh(dims, kind, ids, fields[0])
 
     def __contains__(self, dim_name):
@@ -178,7 +180,10 @@ class Mesh:
         return f"Mesh({dims}, {self._device_type}:{self.size})"
 
 
-_meshes = weakref.WeakValueDictionary()  # (names, sizes, type, device ids) -> live Mesh
+# (names, sizes, type, device ids) -> the live meshes of that key, and each one's creation serial
+_meshes = {}
+_created = weakref.WeakKeyDictionary()
+_serial = itertools.count()
 
 
 class MeshDimension(_types.SimpleNamespace):

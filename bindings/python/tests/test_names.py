@@ -1,6 +1,8 @@
 """tf.experimental.dtensor names and TensorFlow semantics: pack's agreed shape, meshes over
 chosen devices, TensorFlow's string forms, DVariable as a tf.Variable, indexing, division,
 floor division and modulo, integer mean; numpy is the reference."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -118,6 +120,15 @@ def test_mesh_and_layout_strings(mesh_2d):
     with pytest.raises(ValueError, match="carries no mesh"):
         dtensor.Layout.from_string("x,unsharded")
     assert dtensor.Layout.fully_replicated(mesh_2d, 2) == dtensor.Layout.replicated(mesh_2d, 2)
+
+
+def test_mesh_from_string_outlives_a_dropped_twin(mesh_2d):
+    # a mesh of the same axes and devices made and dropped must not hide the live one
+    twin = dtensor.create_mesh([("x", 3), ("y", 2)], device_type="CPU")
+    assert twin is not mesh_2d
+    del twin
+    gc.collect()
+    assert dtensor.Mesh.from_string(mesh_2d.to_string()) is mesh_2d
 
 
 def test_mesh_from_string_creates_on_devices(runtime):
