@@ -240,8 +240,8 @@ dt_status dt_init(const dt_init_options *opts);
  * client returns DT_ERR_STATE naming that client and its counts, and nothing is stopped (the
  * runtime stays usable). When the clients span hosts, it ends with one byte between every
  * two clients and 50 ms without MPI, so that MPI_Finalize (its own, or the caller's right
- * after it) does not hang in MPICH 4.0's TCP transport (README "Running on several hosts").
- * Collective. */
+ * after it) does not hang in MPICH 4.0's TCP transport (README "Running on several hosts");
+ * a caller's MPI call between the two can make it hang. Collective. */
 dt_status dt_finalize(void);
 
 int dt_is_initialized(void);

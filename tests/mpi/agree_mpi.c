@@ -100,13 +100,20 @@ int main(void)
     tap_check(dt_is_initialized() && dt_barrier() == DT_OK, "the runtime stays usable");
     dt_tensor_free(t);
     s = dt_finalize();
-    /* the runtime is gone: combine the last verdict over MPI directly */
-    int ok = s == DT_OK && !dt_is_initialized(), all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    /* the runtime is gone, and no MPI call may come between dt_finalize and MPI_Finalize when
+     * the clients span hosts (README, "Ending the job"; combining this verdict with
+     * MPI_Allreduce there hung MPI_Finalize in 4 of 80 runs on 2 hosts under load): every
+     * client checks itself, client 0 reports its own, and any other client that fails says so
+     * and exits 1, which fails the launch */
+    bool ok = s == DT_OK && !dt_is_initialized();
+    if (!ok)
+        fprintf(stderr, "# client %d: check 12 failed (dt_finalize: %s)\n", me, dt_status_name(s));
     if (me == 0) {
-        printf("%s 12 - every client finalizes once nothing is alive\n", all ? "ok" : "not ok");
+        printf("%s 12 - every client finalizes once nothing is alive (client 0; the others by "
+               "their exit status)\n",
+               ok ? "ok" : "not ok");
         printf("1..12\n");
     }
     MPI_Finalize();
-    return all ? 0 : 1;
+    return ok ? 0 : 1;
 }
