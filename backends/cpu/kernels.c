@@ -824,8 +824,8 @@ WRAP_ROWS(f16, uint16_t, float)
 #define WRAP_FLOAT(NAME)       \
     WRAP(philox_uniform, NAME) \
     WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(scan, NAME)
-WRAP_CALL(attention, f32, (void)x; dt__cpu_attention_f32(k, in, out))
-WRAP_CALL(attention, f64, (void)x; dt__cpu_attention_f64(k, in, out))
+WRAP_CALL(attention, f32, dt__cpu_attention_f32(x, k, in, out))
+WRAP_CALL(attention, f64, dt__cpu_attention_f64(x, k, in, out))
 WRAP_FLOAT(f32)
 WRAP_FLOAT(f64)
 WRAP_FLOAT(bf16)
