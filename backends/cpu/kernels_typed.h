@@ -48,7 +48,7 @@ static void T_FN(arange)(const dt__kargs *k, const void *const in[], void *out)
     for (int64_t i = 0; i < k->shape[0]; i++)
         o[i] = T_STD(k->a + k->b * (double)(k->offset[0] + i));
 }
-static void T_FN(unary)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(unary)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *x = in[0];
     S *o = out;
@@ -233,7 +233,7 @@ T_FN(binary_loops)(int op, const dt__kargs *k, const S *a, const S *b, void *out
         next_index(r - 1, k->shape, idx);
     }
 }
-static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *a = in[0], *b = in[1];
     switch ((dt_binary_op)k->op) {
@@ -257,7 +257,7 @@ static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
 /* out has in's rank with reduced axes (k->mask) of extent 1. Each output adds its inputs
  * in input order, in C; the 16-bit floats accumulate in f32 per output (output-major)
  * and round once. */
-static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *x = in[0];
     S *o = out;

@@ -4,7 +4,9 @@
  * over rows of the last axes (row counts with and without a remainder to the block of rows,
  * sum, mean, max with NaNs, f32 and i32), reduce over axes that are not contiguous (a bias
  * gradient of [B, H, T, E] over B and T), the norms' statistics (sums in double), softmax's
- * maximum and sum of exponentials, and a cast of one broadcast element. */
+ * maximum and sum of exponentials, and a cast of one broadcast element. The elementwise and
+ * reduce loops run in the form the library picked for this CPU (AVX2 where it has it); the
+ * elementwise ops against plain loops too, f32 and bf16, whole and broadcast operands. */
 #include "dt.h"
 
 #include <criterion/criterion.h>
@@ -247,4 +249,67 @@ Test(cpu_rows, cast_of_one_broadcast_element)
     same_bytes("cast f32 -> i32", i, iw, sizeof i);
     run(DT__K_CAST, DT_DTYPE_BF16, &k, (const void *[]){&x}, h);
     same_bytes("cast f32 -> bf16", h, hw, sizeof h);
+}
+
+static float op_one(int op, float a, float b)
+{
+    return op == DT_BINARY_ADD   ? a + b
+           : op == DT_BINARY_SUB ? a - b
+           : op == DT_BINARY_MUL ? a * b
+                                 : a / b;
+}
+
+Test(cpu_rows, elementwise_against_plain_loops)
+{
+    /* [7, 301] with b whole and b a row [1, 301] broadcast over the rows */
+    int64_t os[2] = {7, 301}, n = 7 * 301;
+    float *a = random_f32(n), *b = random_f32(n), *got = malloc((size_t)n * 4),
+          *want = malloc((size_t)n * 4);
+    uint16_t *ha = malloc((size_t)n * 2), *hb = malloc((size_t)n * 2), *hg = malloc((size_t)n * 2),
+             *hw = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        ha[i] = dt_f32_to_bf16(a[i]);
+        hb[i] = dt_f32_to_bf16(b[i]);
+    }
+    int ops[4] = {DT_BINARY_ADD, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV};
+    for (int bc = 0; bc < 2; bc++)
+        for (int o = 0; o < 4; o++) {
+            int64_t bs[2] = {bc ? 1 : 7, 301};
+            dt__kargs k = kargs_of(2, os, os);
+            for (int i = 0; i < 2; i++)
+                k.in_shape[1][i] = bs[i];
+            k.op = ops[o];
+            for (int64_t i = 0; i < n; i++) {
+                int64_t j = bc ? i % 301 : i;
+                want[i] = op_one(ops[o], a[i], b[j]);
+                hw[i] =
+                    dt_f32_to_bf16(op_one(ops[o], dt_bf16_to_f32(ha[i]), dt_bf16_to_f32(hb[j])));
+            }
+            run(DT__K_BINARY, DT_DTYPE_F32, &k, (const void *[]){a, b}, got);
+            same_bytes("binary f32", got, want, (size_t)n * 4);
+            run(DT__K_BINARY, DT_DTYPE_BF16, &k, (const void *[]){ha, hb}, hg);
+            same_bytes("binary bf16", hg, hw, (size_t)n * 2);
+        }
+    int uops[4] = {DT_UNARY_NEG, DT_UNARY_ABS, DT_UNARY_RELU, DT_UNARY_SQUARE};
+    for (int o = 0; o < 4; o++) {
+        dt__kargs k = kargs_of(2, os, os);
+        k.op = uops[o];
+        for (int64_t i = 0; i < n; i++) {
+            float v = a[i];
+            want[i] = uops[o] == DT_UNARY_NEG    ? 0.0f - v
+                      : uops[o] == DT_UNARY_ABS  ? (v < 0 ? 0.0f - v : v)
+                      : uops[o] == DT_UNARY_RELU ? (v > 0 ? v : 0.0f)
+                                                 : v * v;
+        }
+        run(DT__K_UNARY, DT_DTYPE_F32, &k, (const void *[]){a}, got);
+        same_bytes("unary f32", got, want, (size_t)n * 4);
+    }
+    free(a);
+    free(b);
+    free(got);
+    free(want);
+    free(ha);
+    free(hb);
+    free(hg);
+    free(hw);
 }
