@@ -3,6 +3,7 @@
  * the modes are in common/kernels.h. */
 #include "attention.h"
 #include "dt.h"
+#include "pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -13,6 +14,16 @@
 /* Blocks of ATTN_BR queries and ATTN_BC keys: the scores of one block pair, their softmax
  * weights and gradients live in stack arrays, never a [T, T] matrix. */
 enum { ATTN_BR = 64, ATTN_BC = 64 };
+
+/* One call's operands: slices of T x E (n elements in all) split over the device's threads,
+ * each slice computed whole by one thread, as on one thread (OpenBLAS runs gemms of these
+ * block sizes on the calling thread). */
+typedef struct {
+    const dt__kargs *k;
+    const void *const *in;
+    void *out;
+    int64_t T, E, n;
+} attn_job;
 
 #define ATTENTION(NAME, R, GEMM, EXP, LOG)                                                         \
     /* Keys of query row i0 + r in the key block at j0 of nc keys: all, or under the causal        \
@@ -110,21 +121,21 @@ enum { ATTN_BR = 64, ATTN_BC = 64 };
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    void dt__cpu_attention_##NAME(const dt__kargs *k, const void *const in[], void *out)           \
+    /* Slices lo .. hi of the call (one thread's range; the slices are independent). */            \
+    static void attn_slices_##NAME(void *arg, int64_t lo, int64_t hi)                              \
     {                                                                                              \
+        const attn_job *j = arg;                                                                   \
+        const dt__kargs *k = j->k;                                                                 \
         bool grad = DT__MODE_KIND(k->mode) == DT__ATTN_GRAD;                                       \
         bool causal = (k->mode & DT__ATTN_CAUSAL) != 0;                                            \
-        int r = grad ? k->rank - 1 : k->rank;                                                      \
-        const int64_t *qs = k->in_shape[0];                                                        \
-        int64_t T = qs[r - 2], E = qs[r - 1], slices = dt__num_elements(r - 2, qs);                \
-        int64_t n = slices * T * E;                                                                \
-        R scale = (R)k->a, *o = out;                                                               \
-        const R *Q = in[0], *K = in[1], *V = in[2];                                                \
-        for (int64_t b = 0; n > 0 && b < slices; b++) {                                            \
+        int64_t T = j->T, E = j->E, n = j->n;                                                      \
+        R scale = (R)k->a, *o = j->out;                                                            \
+        const R *Q = j->in[0], *K = j->in[1], *V = j->in[2];                                       \
+        for (int64_t b = lo; b < hi; b++) {                                                        \
             int64_t at = b * T * E;                                                                \
             if (grad) {                                                                            \
                 attn_grad_##NAME(T, E, scale, causal, Q + at, K + at, V + at,                      \
-                                 (const R *)in[3] + at, o + at, o + n + at, o + 2 * n + at);       \
+                                 (const R *)j->in[3] + at, o + at, o + n + at, o + 2 * n + at);    \
                 continue;                                                                          \
             }                                                                                      \
             R s[ATTN_BR * ATTN_BC], m[ATTN_BR];                                                    \
@@ -132,6 +143,18 @@ enum { ATTN_BR = 64, ATTN_BC = 64 };
                 attn_rows_##NAME(T, E, scale, causal, Q + at, K + at, V + at, i0,                  \
                                  T - i0 < ATTN_BR ? T - i0 : ATTN_BR, o + at, m, s);               \
         }                                                                                          \
+    }                                                                                              \
+    void dt__cpu_attention_##NAME(const dt__kctx *x, const dt__kargs *k, const void *const in[],   \
+                                  void *out)                                                       \
+    {                                                                                              \
+        int r = DT__MODE_KIND(k->mode) == DT__ATTN_GRAD ? k->rank - 1 : k->rank;                   \
+        const int64_t *qs = k->in_shape[0];                                                        \
+        int64_t T = qs[r - 2], E = qs[r - 1], slices = dt__num_elements(r - 2, qs);                \
+        int64_t n = slices * T * E, work = n * T; /* multiply-adds of q k^T */                     \
+        attn_job j = {k, in, out, T, E, n};                                                        \
+        if (n > 0)                                                                                 \
+            dt__cpu_pool_run(x->pool, slices, dt__cpu_parts(x, work, slices), attn_slices_##NAME,  \
+                             &j);                                                                  \
     }
 ATTENTION(f32, float, cblas_sgemm, expf, logf)
 ATTENTION(f64, double, cblas_dgemm, exp, log)

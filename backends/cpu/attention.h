@@ -5,7 +5,10 @@
 
 #include "kernels.h"
 
-void dt__cpu_attention_f32(const dt__kargs *k, const void *const in[], void *out);
-void dt__cpu_attention_f64(const dt__kargs *k, const void *const in[], void *out);
+/* Split over x's threads by slices (the leading axes). */
+void dt__cpu_attention_f32(const dt__kctx *x, const dt__kargs *k, const void *const in[],
+                           void *out);
+void dt__cpu_attention_f64(const dt__kctx *x, const dt__kargs *k, const void *const in[],
+                           void *out);
 
 #endif

@@ -145,8 +145,19 @@ static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
     return true;
 }
 
-/* Running values a blocked reduction keeps (the reduce kernels of kernels_typed.h). */
-enum { REDUCE_BLOCK = 256 };
+/* The elementwise and reduce loops compiled twice, for the baseline x86-64 (SSE2) and for AVX2, the
+ * one the CPU runs chosen when the library loads; the same IEEE operations (no contraction into
+ * FMA: -ffp-contract=off), so the same results, on vectors twice as wide. */
+#if defined(__x86_64__)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
+/* Running values a blocked reduction keeps (the reduce kernels of kernels_typed.h), and rows
+ * a reduction over rows advances together (their sums are independent chains of additions,
+ * which the CPU overlaps). */
+enum { REDUCE_BLOCK = 256, ROW_BLOCK = 8 };
 
 /* ---- typed kernels ----------------------------------------------------------------------- */
 
@@ -220,17 +231,24 @@ DEFINE_RANDOM(f16, uint16_t)
 
 /* Integers and bool go through int64_t, floats through double (both exact), then convert
  * once to the result (STI / STD). */
-#define CAST_FROM(NAME, FNAME, FS, FENUM, FIS_FLOAT)               \
-    case DT_DTYPE_##FENUM: {                                       \
-        const FS *x = in[0];                                       \
-        for (int64_t i = 0; i < n; i++) {                          \
-            FS v = x[plain ? i : offset_of(r, idx, sx)];           \
-            o[i] = FIS_FLOAT ? STD_##NAME((double)LD_##FNAME(v))   \
-                             : STI_##NAME((int64_t)LD_##FNAME(v)); \
-            if (!plain)                                            \
-                next_index(r, k->shape, idx);                      \
-        }                                                          \
-        break;                                                     \
+#define CAST_FROM(NAME, FNAME, FS, FENUM, FIS_FLOAT)                              \
+    case DT_DTYPE_##FENUM: {                                                      \
+        const FS *x = in[0];                                                      \
+        if (one) { /* one element broadcast: converted once */                    \
+            __typeof__(*o) v = FIS_FLOAT ? STD_##NAME((double)LD_##FNAME(x[0]))   \
+                                         : STI_##NAME((int64_t)LD_##FNAME(x[0])); \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = v;                                                         \
+            break;                                                                \
+        }                                                                         \
+        for (int64_t i = 0; i < n; i++) {                                         \
+            FS v = x[plain ? i : offset_of(r, idx, sx)];                          \
+            o[i] = FIS_FLOAT ? STD_##NAME((double)LD_##FNAME(v))                  \
+                             : STI_##NAME((int64_t)LD_##FNAME(v));                \
+            if (!plain)                                                           \
+                next_index(r, k->shape, idx);                                     \
+        }                                                                         \
+        break;                                                                    \
     }
 
 #define DEFINE_CAST(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                       \
@@ -239,7 +257,9 @@ DEFINE_RANDOM(f16, uint16_t)
         S *o = out;                                                                         \
         int r = k->rank;                                                                    \
         int64_t n = dt__num_elements(r, k->shape), sx[DT_MAX_RANK], idx[DT_MAX_RANK] = {0}; \
-        bool plain = same_shapes(k, 1);                                                     \
+        bool plain = same_shapes(k, 1), one = !plain && n > 0;                              \
+        for (int i = 0; one && i < r; i++)                                                  \
+            one = k->in_shape[0][i] == 1;                                                   \
         bcast_strides(r, k->in_shape[0], sx);                                               \
         switch (k->from) {                                                                  \
             CPU_DTYPES_ARG(CAST_FROM, NAME)                                                 \
@@ -317,9 +337,24 @@ CPU_DTYPES(DEFINE_CAST)
             return;                                                                           \
         }                                                                                     \
         const S *x = in[0], *m = in[1];                                                       \
+        /* rows (inner 1) ROW_BLOCK at a time, their running values independent chains; each  \
+         * row the same operations in the same order as alone */                              \
+        int64_t o0 = inner == 1 ? outer / ROW_BLOCK * ROW_BLOCK : 0;                          \
         if (mode == DT__SOFTMAX_MAX) {                                                        \
             S *mo = out;                                                                      \
-            for (int64_t o = 0; o < outer; o++)                                               \
+            for (int64_t o = 0; o < o0; o += ROW_BLOCK) {                                     \
+                C best[ROW_BLOCK];                                                            \
+                for (int b = 0; b < ROW_BLOCK; b++)                                           \
+                    best[b] = -INFINITY;                                                      \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int b = 0; b < ROW_BLOCK; b++) {                                     \
+                        C v = LD_##NAME(x[(o + b) * n + j]);                                  \
+                        best[b] = v > best[b] ? v : best[b];                                  \
+                    }                                                                         \
+                for (int b = 0; b < ROW_BLOCK; b++)                                           \
+                    mo[o + b] = ST_##NAME(best[b]);                                           \
+            }                                                                                 \
+            for (int64_t o = o0; o < outer; o++)                                              \
                 for (int64_t i = 0; i < inner; i++) {                                         \
                     const S *row = x + o * n * inner + i;                                     \
                     C best = -INFINITY;                                                       \
@@ -333,7 +368,20 @@ CPU_DTYPES(DEFINE_CAST)
         }                                                                                     \
         if (mode == DT__SOFTMAX_SUMEXP) {                                                     \
             C *s = out;                                                                       \
-            for (int64_t o = 0; o < outer; o++)                                               \
+            for (int64_t o = 0; o < o0; o += ROW_BLOCK) {                                     \
+                C sh[ROW_BLOCK];                                                              \
+                double acc[ROW_BLOCK];                                                        \
+                for (int b = 0; b < ROW_BLOCK; b++) {                                         \
+                    sh[b] = SHIFT(C, LD_##NAME(m[o + b]));                                    \
+                    acc[b] = 0;                                                               \
+                }                                                                             \
+                for (int64_t j = 0; j < n; j++)                                               \
+                    for (int b = 0; b < ROW_BLOCK; b++)                                       \
+                        acc[b] += (double)CEXP(C, LD_##NAME(x[(o + b) * n + j]) - sh[b]);     \
+                for (int b = 0; b < ROW_BLOCK; b++)                                           \
+                    s[o + b] = (C)acc[b];                                                     \
+            }                                                                                 \
+            for (int64_t o = o0; o < outer; o++)                                              \
                 for (int64_t i = 0; i < inner; i++) {                                         \
                     const S *row = x + o * n * inner + i;                                     \
                     C sh = SHIFT(C, LD_##NAME(m[o * inner + i]));                             \
@@ -380,7 +428,23 @@ DEFINE_SOFTMAX(f16, uint16_t, float)
         if (mode == DT__NORM_MEAN || mode == DT__NORM_VAR || mode == DT__NORM_MEAN_SQUARE) { \
             const C *mu = in[1];                                                             \
             C *st = out;                                                                     \
-            for (int64_t q = 0; q < rows; q++) {                                             \
+            int64_t q0 = rows / ROW_BLOCK * ROW_BLOCK;                                       \
+            /* ROW_BLOCK rows at a time (independent chains), each as alone below */         \
+            for (int64_t q = 0; q < q0; q += ROW_BLOCK) {                                    \
+                double acc[ROW_BLOCK], c[ROW_BLOCK];                                         \
+                for (int b = 0; b < ROW_BLOCK; b++) {                                        \
+                    acc[b] = 0;                                                              \
+                    c[b] = mode == DT__NORM_VAR ? (double)mu[q + b] : 0;                     \
+                }                                                                            \
+                for (int64_t j = 0; j < n; j++)                                              \
+                    for (int b = 0; b < ROW_BLOCK; b++) {                                    \
+                        double v = (double)LD_##NAME(x[(q + b) * n + j]) - c[b];             \
+                        acc[b] += mode == DT__NORM_MEAN ? v : v * v;                         \
+                    }                                                                        \
+                for (int b = 0; b < ROW_BLOCK; b++)                                          \
+                    st[q + b] = (C)(acc[b] * k->a);                                          \
+            }                                                                                \
+            for (int64_t q = q0; q < rows; q++) {                                            \
                 const S *row = x + q * n;                                                    \
                 double acc = 0, c = mode == DT__NORM_VAR ? (double)mu[q] : 0;                \
                 for (int64_t j = 0; j < n; j++) {                                            \
@@ -824,8 +888,8 @@ WRAP_ROWS(f16, uint16_t, float)
 #define WRAP_FLOAT(NAME)       \
     WRAP(philox_uniform, NAME) \
     WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(scan, NAME)
-WRAP_CALL(attention, f32, (void)x; dt__cpu_attention_f32(k, in, out))
-WRAP_CALL(attention, f64, (void)x; dt__cpu_attention_f64(k, in, out))
+WRAP_CALL(attention, f32, dt__cpu_attention_f32(x, k, in, out))
+WRAP_CALL(attention, f64, dt__cpu_attention_f64(x, k, in, out))
 WRAP_FLOAT(f32)
 WRAP_FLOAT(f64)
 WRAP_FLOAT(bf16)

@@ -48,7 +48,7 @@ static void T_FN(arange)(const dt__kargs *k, const void *const in[], void *out)
     for (int64_t i = 0; i < k->shape[0]; i++)
         o[i] = T_STD(k->a + k->b * (double)(k->offset[0] + i));
 }
-static void T_FN(unary)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(unary)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *x = in[0];
     S *o = out;
@@ -233,7 +233,7 @@ T_FN(binary_loops)(int op, const dt__kargs *k, const S *a, const S *b, void *out
         next_index(r - 1, k->shape, idx);
     }
 }
-static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *a = in[0], *b = in[1];
     switch ((dt_binary_op)k->op) {
@@ -257,7 +257,7 @@ static void T_FN(binary)(const dt__kargs *k, const void *const in[], void *out)
 /* out has in's rank with reduced axes (k->mask) of extent 1. Each output adds its inputs
  * in input order, in C; the 16-bit floats accumulate in f32 per output (output-major)
  * and round once. */
-static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
+CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *x = in[0];
     S *o = out;
@@ -269,10 +269,28 @@ static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
                                        : (C)0;
     int64_t rows, per_row, inner;
     if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1) {
-        /* rows reduced over their contiguous last axes: the running value in a register
+        /* rows reduced over their contiguous last axes: the running values in registers
          * (accumulating in memory chains every element through one address, many times
-         * slower); the same operations in the same order as the loops below */
-        for (int64_t q = 0; q < rows; q++) {
+         * slower), ROW_BLOCK rows at a time so that their independent chains overlap; each
+         * row the same operations in the same order as the loops below */
+        int64_t q = 0;
+        for (; q + ROW_BLOCK <= rows; q += ROW_BLOCK) {
+            C acc[ROW_BLOCK];
+            const S *xq = x + q * per_row;
+            for (int b = 0; b < ROW_BLOCK; b++)
+                acc[b] = init;
+            if (k->op == DT_REDUCE_SUM || k->op == DT_REDUCE_MEAN)
+                for (int64_t j = 0; j < per_row; j++)
+                    for (int b = 0; b < ROW_BLOCK; b++)
+                        acc[b] = DT__ADD(acc[b], T_LD(xq[b * per_row + j]));
+            else
+                for (int64_t j = 0; j < per_row; j++)
+                    for (int b = 0; b < ROW_BLOCK; b++)
+                        acc[b] = T_FN(reduce_one)(k->op, acc[b], T_LD(xq[b * per_row + j]));
+            for (int b = 0; b < ROW_BLOCK; b++)
+                o[q + b] = k->a != 1.0 ? T_STD((double)acc[b] * k->a) : T_ST(acc[b]);
+        }
+        for (; q < rows; q++) {
             C acc = init;
             for (int64_t j = 0; j < per_row; j++)
                 acc = T_FN(reduce_one)(k->op, acc, T_LD(x[q * per_row + j]));
@@ -306,19 +324,31 @@ static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
             }
         return;
     }
-    if (sizeof(C) == sizeof(S)) { /* input-major, accumulating in the output */
+    if (sizeof(C) == sizeof(S)) {
+        /* input-major, accumulating in the output: rows of the kept axes after the last
+         * reduced one (contiguous in the input and in the output) added whole, a loop the
+         * compiler vectorizes; each output still adds its inputs in input order */
         C *acc = out;
-        int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};
+        int64_t so[DT_MAX_RANK], idx[DT_MAX_RANK] = {0}, row = 1;
+        int lead = r;
+        while (lead > 0 && !(k->mask & (1u << (lead - 1))))
+            row *= k->in_shape[0][--lead];
         strides_of(r, k->shape, so);
         for (int i = 0; i < r; i++)
             if (k->mask & (1u << i))
                 so[i] = 0;
         for (int64_t i = 0; i < no; i++)
             acc[i] = init;
-        for (int64_t i = 0; i < ni; i++) {
-            int64_t io = offset_of(r, idx, so);
-            acc[io] = T_FN(reduce_one)(k->op, acc[io], T_LD(x[i]));
-            next_index(r, k->in_shape[0], idx);
+        for (int64_t i = 0; row > 0 && i < ni; i += row) {
+            C *ao = acc + offset_of(lead, idx, so);
+            const S *xi = x + i;
+            if (k->op == DT_REDUCE_SUM || k->op == DT_REDUCE_MEAN)
+                for (int64_t j = 0; j < row; j++)
+                    ao[j] = DT__ADD(ao[j], T_LD(xi[j]));
+            else
+                for (int64_t j = 0; j < row; j++)
+                    ao[j] = T_FN(reduce_one)(k->op, ao[j], T_LD(xi[j]));
+            next_index(lead, k->in_shape[0], idx);
         }
         for (int64_t i = 0; k->a != 1.0 && i < no; i++)
             o[i] = T_STD((double)acc[i] * k->a);

@@ -2,7 +2,8 @@
  * on one thread: every output byte identical, with pools of 2, 3 and 4 threads, on sizes
  * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
  * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
- * cast, where, reduce (rows and blocked columns), softmax's steps, the norms and FUSED. */
+ * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention and
+ * FUSED. */
 #include "../../backends/cpu/pool.h"
 #include "dt.h"
 
@@ -350,6 +351,33 @@ Test(cpu_threads, norms)
     free(beta);
     free(mu);
     free(var);
+}
+
+/* Attention split by slices (each slice on one thread), forward and gradient, causal or not;
+ * T not a multiple of the kernel's blocks. */
+Test(cpu_threads, attention)
+{
+    int64_t shape[3] = {6, 70, 16}, n = 6 * 70 * 16, work = 6 * 70 * 70 * 16;
+    void *q = random_f32(n, 0), *kk = random_f32(n, 0), *v = random_f32(n, 0),
+         *dy = random_f32(n, 0);
+    const void *in[4] = {q, kk, v, dy};
+    for (int causal = 0; causal < 2; causal++) {
+        dt__kargs k = kargs_of(3, shape);
+        k.a = 0.25;
+        k.mode = DT__ATTN_FORWARD | (causal ? DT__ATTN_CAUSAL : 0);
+        check("attention", DT__K_ATTENTION, DT_DTYPE_F32, &k, in, (size_t)n * 4, work, 6);
+        /* the gradient's output [3, 6, 70, 16]; q's shape first in in_shape[0] */
+        k.rank = 4;
+        k.shape[0] = 3;
+        for (int i = 0; i < 3; i++)
+            k.shape[i + 1] = shape[i];
+        k.mode = DT__ATTN_GRAD | (causal ? DT__ATTN_CAUSAL : 0);
+        check("attention gradient", DT__K_ATTENTION, DT_DTYPE_F32, &k, in, (size_t)n * 12, work, 6);
+    }
+    free(q);
+    free(kk);
+    free(v);
+    free(dy);
 }
 
 /* ---- FUSED ------------------------------------------------------------------------------ */
