@@ -666,7 +666,7 @@ GEMM_BLAS(double, f64, cblas_dgemm)
             f.a_batch_stride = k->a_batch_stride ? m * kk : 0;                                   \
             f.b_batch_stride = k->b_batch_stride ? kk * n : 0;                                   \
             gemm_f32(x, &f, (const void *const[]){fa, fb}, fc);                                  \
-            dt__cpu_convert_rows(x, round_##NAME, 1, k->batch *m, n, fc, n, 0, 4, Cm, 2);        \
+            dt__cpu_convert_rows(x, round_##NAME, 1, m * k->batch, n, fc, n, 0, 4, Cm, 2);       \
         } else                                                                                   \
             for (int64_t b = 0; b < k->batch; b++) {                                             \
                 const uint16_t *a = A + k->a_at + b * k->a_batch_stride,                         \
