@@ -32,23 +32,45 @@ static dt_status cpu_copy(dt__device *d, void *dst, const void *src, size_t byte
     return DT_OK;
 }
 
-/* The device's kernel threads: DTENSOR_CPU_KERNEL_THREADS, else the cores it owns; a pool
- * only for more than one (devices with a core each run kernels on their worker alone). */
+/* The kernel threads of a device owning `cores` cores: DTENSOR_CPU_KERNEL_THREADS, else the
+ * cores; false for a malformed value. */
+static bool kernel_threads(int cores, int *out)
+{
+    *out = cores > 1 ? cores : 1;
+    const char *env = getenv("DTENSOR_CPU_KERNEL_THREADS");
+    if (!env || !*env)
+        return true;
+    char *end;
+    long v = strtol(env, &end, 10);
+    if (*end || v < 1 || v > 256)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Whether the kernel threads split gemms: unless the user's OPENBLAS_NUM_THREADS (which
+ * OpenBLAS read when it loaded) keeps OpenBLAS's own threads, more than one; with 1, OpenBLAS
+ * runs one thread a call as the split needs. */
+static bool gemm_on_pool(bool *user)
+{
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    *user = env && *env;
+    return !*user || openblas_get_num_threads() == 1;
+}
+
+/* The device's kernel threads; a pool only for more than one (devices with a core each run
+ * kernels on their worker alone). */
 static dt_status cpu_open(dt__device *d)
 {
-    int threads = d->kx.cores > 1 ? d->kx.cores : 1;
-    const char *env = getenv("DTENSOR_CPU_KERNEL_THREADS");
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end || v < 1 || v > 256)
-            return dt__fail(DT_ERR_ARG,
-                            "dt_init: DTENSOR_CPU_KERNEL_THREADS is '%s', expected 1 to 256", env);
-        threads = (int)v;
-    }
+    int threads;
+    bool user;
+    if (!kernel_threads(d->kx.cores, &threads))
+        return dt__fail(DT_ERR_ARG,
+                        "dt_init: DTENSOR_CPU_KERNEL_THREADS is '%s', expected 1 to 256",
+                        getenv("DTENSOR_CPU_KERNEL_THREADS"));
     if (threads < 2)
         return DT_OK;
-    return dt__cpu_pool_open(threads, threads <= d->kx.cores, &d->kx.pool);
+    return dt__cpu_pool_open(threads, threads <= d->kx.cores, gemm_on_pool(&user), &d->kx.pool);
 }
 
 static void cpu_close(dt__device *d)
@@ -57,13 +79,16 @@ static void cpu_close(dt__device *d)
     d->kx.pool = NULL;
 }
 
+/* OpenBLAS's threads a call (openblas_set_num_threads is process-wide, so every device of the
+ * process gets the same): one when the devices' kernel threads split gemms (OpenBLAS's own
+ * threads would only compete with them for the cores), else the cores of a device; a user's
+ * OPENBLAS_NUM_THREADS keeps control. */
 int dt__cpu_blas_threads(int cores_per_device, bool *user)
 {
-    /* A user's OPENBLAS_NUM_THREADS keeps control (OpenBLAS read it when it loaded). */
-    const char *env = getenv("OPENBLAS_NUM_THREADS");
-    *user = env && *env;
+    int threads;
+    bool split = gemm_on_pool(user) && kernel_threads(cores_per_device, &threads) && threads > 1;
     if (!*user)
-        openblas_set_num_threads(cores_per_device > 1 ? cores_per_device : 1);
+        openblas_set_num_threads(split ? 1 : cores_per_device > 1 ? cores_per_device : 1);
     return openblas_get_num_threads();
 }
 

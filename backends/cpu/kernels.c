@@ -671,72 +671,83 @@ GEMM_REF(int64_t, i64)
 GEMM_REF(uint8_t, u8)
 GEMM_REF(int8_t, i8)
 
-#define GEMM_BLAS(T, NAME, FN)                                                            \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out)        \
-    {                                                                                     \
-        const T *A = in[0], *B = in[1];                                                   \
-        T *C = (T *)out + k->c_at;                                                        \
-        int64_t m = k->m, n = k->n, kk = k->k;                                            \
-        if (m == 0 || n == 0)                                                             \
-            return;                                                                       \
-        if (kk == 0) {                                                                    \
-            memset(C, 0, (size_t)(k->batch * m * n) * sizeof(T));                         \
-            return;                                                                       \
-        }                                                                                 \
-        for (int64_t b = 0; b < k->batch; b++)                                            \
-            FN(CblasRowMajor, k->ta ? CblasTrans : CblasNoTrans,                          \
-               k->tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)kk, 1, \
-               A + k->a_at + b * k->a_batch_stride, (blasint)GEMM_LDA(k),                 \
-               B + b * k->b_batch_stride, (blasint)(k->tb ? kk : n), 0, C + b * m * n,    \
-               (blasint)n);                                                               \
+/* f32 and f64 through cblas, one call a batch entry, or split over the device's threads
+ * (backends/cpu/split.c), each part one call on a block of the output, bit for bit the same. */
+#define GEMM_BLAS(T, NAME, FN)                                                                 \
+    static void call_##NAME(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const void *A, \
+                            int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc)     \
+    {                                                                                          \
+        FN(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,      \
+           (blasint)m, (blasint)n, (blasint)kk, 1, A, (blasint)lda, B, (blasint)ldb, 0, C,     \
+           (blasint)ldc);                                                                      \
+    }                                                                                          \
+    static void gemm_##NAME(const dt__kctx *x, const dt__kargs *k, const void *const in[],     \
+                            void *out)                                                         \
+    {                                                                                          \
+        dt__cpu_gemm(x, k, call_##NAME, sizeof(T), in[0], in[1], out);                         \
     }
 GEMM_BLAS(float, f32, cblas_sgemm)
 GEMM_BLAS(double, f64, cblas_dgemm)
 
-/* 16-bit floats: each matrix widened to f32 (exact), one sgemm accumulating in f32, the
- * product rounded once. Without memory for the widened copies, a loop accumulating in f32
- * gives the same products (in another summation order). */
-#define GEMM_HALF(NAME)                                                            \
-    static void gemm_##NAME(const dt__kargs *k, const void *const in[], void *out) \
-    {                                                                              \
-        const uint16_t *A = in[0], *B = in[1];                                     \
-        uint16_t *Cm = out;                                                        \
-        int64_t m = k->m, n = k->n, kk = k->k, lda = GEMM_LDA(k);                  \
-        float *fa = malloc(sizeof(float) * (size_t)(m * kk + 1)),                  \
-              *fb = malloc(sizeof(float) * (size_t)(kk * n + 1)),                  \
-              *fc = malloc(sizeof(float) * (size_t)(m * n + 1));                   \
-        for (int64_t b = 0; b < k->batch; b++) {                                   \
-            const uint16_t *a = A + k->a_at + b * k->a_batch_stride,               \
-                           *bb = B + b * k->b_batch_stride;                        \
-            uint16_t *c = Cm + k->c_at + b * m * n;                                \
-            if (fa && fb && fc) {                                                  \
-                /* op(A) as stored, packed (a block of rows of a wider A: lda) */  \
-                for (int64_t i = 0; i < m; i++)                                    \
-                    for (int64_t q = 0; q < kk; q++)                               \
-                        fa[k->ta ? q * m + i : i * kk + q] =                       \
-                            LD_##NAME(k->ta ? a[q * lda + i] : a[i * lda + q]);    \
-                for (int64_t i = 0; i < kk * n; i++)                               \
-                    fb[i] = LD_##NAME(bb[i]);                                      \
-                dt__kargs one = *k;                                                \
-                one.batch = 1;                                                     \
-                one.a_at = one.c_at = one.lda = 0;                                 \
-                gemm_f32(&one, (const void *const[]){fa, fb}, fc);                 \
-                for (int64_t i = 0; i < m * n; i++)                                \
-                    c[i] = ST_##NAME(fc[i]);                                       \
-                continue;                                                          \
-            }                                                                      \
-            for (int64_t i = 0; i < m; i++)                                        \
-                for (int64_t j = 0; j < n; j++) {                                  \
-                    float s = 0;                                                   \
-                    for (int64_t q = 0; q < kk; q++)                               \
-                        s += LD_##NAME(k->ta ? a[q * lda + i] : a[i * lda + q]) *  \
-                             LD_##NAME(k->tb ? bb[j * kk + q] : bb[q * n + j]);    \
-                    c[i * n + j] = ST_##NAME(s);                                   \
-                }                                                                  \
-        }                                                                          \
-        free(fa);                                                                  \
-        free(fb);                                                                  \
-        free(fc);                                                                  \
+/* 16-bit floats: both operands widened to f32 (exact), one sgemm accumulating in f32 (split
+ * as above), the product rounded once; the widening and rounding loops split by rows. Without
+ * memory for the widened copies, a loop accumulating in f32 gives the same products (in
+ * another summation order). */
+#define GEMM_HALF(NAME)                                                                          \
+    static void widen_##NAME(const void *src, void *dst, int64_t n)                              \
+    {                                                                                            \
+        const uint16_t *s = src;                                                                 \
+        float *d = dst;                                                                          \
+        for (int64_t i = 0; i < n; i++)                                                          \
+            d[i] = LD_##NAME(s[i]);                                                              \
+    }                                                                                            \
+    static void round_##NAME(const void *src, void *dst, int64_t n)                              \
+    {                                                                                            \
+        const float *s = src;                                                                    \
+        uint16_t *d = dst;                                                                       \
+        for (int64_t i = 0; i < n; i++)                                                          \
+            d[i] = ST_##NAME(s[i]);                                                              \
+    }                                                                                            \
+    static void gemm_##NAME(const dt__kctx *x, const dt__kargs *k, const void *const in[],       \
+                            void *out)                                                           \
+    {                                                                                            \
+        const uint16_t *A = in[0], *B = in[1];                                                   \
+        uint16_t *Cm = (uint16_t *)out + k->c_at;                                                \
+        int64_t m = k->m, n = k->n, kk = k->k, lda = GEMM_LDA(k);                                \
+        /* op(A) [m, kk] stored as rows of A (stored [kk, m] when transposed); B [kk, n] or      \
+         * [n, kk] packed; an operand with batch stride 0 is widened once */                     \
+        int64_t na = k->a_batch_stride ? k->batch : 1, nb = k->b_batch_stride ? k->batch : 1;    \
+        int64_t arows = k->ta ? kk : m, acols = k->ta ? m : kk;                                  \
+        float *fa = malloc(sizeof(float) * (size_t)(na * m * kk + 1)),                           \
+              *fb = malloc(sizeof(float) * (size_t)(nb * kk * n + 1)),                           \
+              *fc = malloc(sizeof(float) * (size_t)(k->batch * m * n + 1));                      \
+        if (fa && fb && fc) {                                                                    \
+            dt__cpu_convert_rows(x, widen_##NAME, na, arows, acols, A + k->a_at, lda,            \
+                                 k->a_batch_stride, 2, fa, 4);                                   \
+            dt__cpu_convert_rows(x, widen_##NAME, nb, kk, n, B, n, k->b_batch_stride, 2, fb, 4); \
+            dt__kargs f = *k;                                                                    \
+            f.a_at = f.c_at = f.lda = 0;                                                         \
+            f.a_batch_stride = k->a_batch_stride ? m * kk : 0;                                   \
+            f.b_batch_stride = k->b_batch_stride ? kk * n : 0;                                   \
+            gemm_f32(x, &f, (const void *const[]){fa, fb}, fc);                                  \
+            dt__cpu_convert_rows(x, round_##NAME, 1, m * k->batch, n, fc, n, 0, 4, Cm, 2);       \
+        } else                                                                                   \
+            for (int64_t b = 0; b < k->batch; b++) {                                             \
+                const uint16_t *a = A + k->a_at + b * k->a_batch_stride,                         \
+                               *bb = B + b * k->b_batch_stride;                                  \
+                uint16_t *c = Cm + b * m * n;                                                    \
+                for (int64_t i = 0; i < m; i++)                                                  \
+                    for (int64_t j = 0; j < n; j++) {                                            \
+                        float s = 0;                                                             \
+                        for (int64_t q = 0; q < kk; q++)                                         \
+                            s += LD_##NAME(k->ta ? a[q * lda + i] : a[i * lda + q]) *            \
+                                 LD_##NAME(k->tb ? bb[j * kk + q] : bb[q * n + j]);              \
+                        c[i * n + j] = ST_##NAME(s);                                             \
+                    }                                                                            \
+            }                                                                                    \
+        free(fa);                                                                                \
+        free(fb);                                                                                \
+        free(fc);                                                                                \
     }
 GEMM_HALF(bf16)
 GEMM_HALF(f16)
@@ -887,7 +898,8 @@ WRAP_ROWS(bf16, uint16_t, float)
 WRAP_ROWS(f16, uint16_t, float)
 #define WRAP_FLOAT(NAME)       \
     WRAP(philox_uniform, NAME) \
-    WRAP(philox_normal, NAME) WRAP(gemm, NAME) WRAP(scan, NAME)
+    WRAP(philox_normal, NAME)  \
+    WRAP_CALL(gemm, NAME, gemm_##NAME(x, k, in, out)) WRAP(scan, NAME)
 WRAP_CALL(attention, f32, dt__cpu_attention_f32(x, k, in, out))
 WRAP_CALL(attention, f64, dt__cpu_attention_f64(x, k, in, out))
 WRAP_FLOAT(f32)

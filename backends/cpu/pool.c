@@ -18,7 +18,7 @@
 
 struct dt__cpu_pool {
     int threads;
-    bool spin;
+    bool spin, gemm;
     pthread_t *helpers;
     int started;
     pthread_mutex_t lock;
@@ -112,7 +112,7 @@ static void pool_stop(dt__cpu_pool *p)
     free(p);
 }
 
-dt_status dt__cpu_pool_open(int threads, bool spin, dt__cpu_pool **out)
+dt_status dt__cpu_pool_open(int threads, bool spin, bool gemm, dt__cpu_pool **out)
 {
     *out = NULL;
     dt__cpu_pool *p = calloc(1, sizeof *p);
@@ -124,6 +124,7 @@ dt_status dt__cpu_pool_open(int threads, bool spin, dt__cpu_pool **out)
     }
     p->threads = threads;
     p->spin = spin;
+    p->gemm = gemm;
     p->helpers = helpers;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
@@ -195,4 +196,23 @@ int dt__cpu_parts(const dt__kctx *x, int64_t work, int64_t n)
     if (parts > n)
         parts = n;
     return parts < 2 ? 1 : (int)parts;
+}
+
+dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, int64_t batch, int64_t m, int64_t n,
+                                     int64_t kk)
+{
+    dt__cpu_gemm_split one = {1, DT__CPU_GEMM_BATCH, batch};
+    if (!x->pool || !x->pool->gemm)
+        return one;
+    double work = (double)batch * (double)m * (double)n * (double)kk;
+    int parts = work / DT__CPU_GEMM_MIN < x->pool->threads ? (int)(work / DT__CPU_GEMM_MIN)
+                                                           : x->pool->threads;
+    if (parts < 2)
+        return one;
+    if (batch >= parts)
+        return (dt__cpu_gemm_split){parts, DT__CPU_GEMM_BATCH, batch};
+    dt__cpu_gemm_split s = {parts, DT__CPU_GEMM_ROWS, m / DT__CPU_GEMM_UNIT};
+    if (s.units < parts)
+        s.parts = (int)s.units;
+    return s.parts < 2 ? one : s;
 }

@@ -9,8 +9,9 @@
 typedef struct dt__cpu_pool dt__cpu_pool;
 
 /* A pool of `threads` (the caller counts as one; threads - 1 helpers are started). spin: the
- * helpers poll briefly for work before sleeping (only when every thread has a core). */
-dt_status dt__cpu_pool_open(int threads, bool spin, dt__cpu_pool **out);
+ * helpers poll briefly for work before sleeping (only when every thread has a core). gemm: the
+ * pool splits gemms too (OpenBLAS runs one thread a call; backends/cpu/backend.c decides). */
+dt_status dt__cpu_pool_open(int threads, bool spin, bool gemm, dt__cpu_pool **out);
 /* Stops and joins the helpers; NULL is a no-op. */
 void dt__cpu_pool_close(dt__cpu_pool *p);
 
@@ -55,5 +56,49 @@ void dt__cpu_split_softmax(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *
                            const void *const in[], void *out, size_t ss, size_t cs);
 void dt__cpu_split_norm(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
                         const void *const in[], void *out, size_t ss, size_t cs);
+
+/* ---- gemm split over the pool (backends/cpu/split.c) ---- */
+
+/* One BLAS call, row-major, alpha 1 and beta 0: C (m x n, leading dimension ldc) = op(A) op(B),
+ * op(A) m x kk and op(B) kk x n, A and B stored with leading dimensions lda and ldb. */
+typedef void (*dt__cpu_gemm_call)(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const void *A,
+                                  int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc);
+
+/* How a gemm splits: `parts` contiguous ranges of `units` (parts 1: one call a batch entry on
+ * the caller): batch entries when there are at least as many as parts, else blocks of
+ * DT__CPU_GEMM_UNIT rows of the output in every entry (the last block takes the remainder).
+ * Results are bit for bit those of one single-threaded call: each batch entry is its own call,
+ * and OpenBLAS computes an output row the same way wherever a call's rows start, provided the
+ * block starts on a multiple of its kernel's row tile (12 rows for sgemm on Haswell and Zen, 2
+ * for dgemm; DT__CPU_GEMM_UNIT is a multiple of those and of 8; test_cpu_threads checks the
+ * kernels of the machine it runs on). Columns are never split: sgemm's results there depend on
+ * where a call's columns start. (OpenBLAS's own threads split both, so a call on several of them
+ * differs from one thread in the last bits.) Not split: below DT__CPU_GEMM_MIN multiply-adds a
+ * part (about 15 us of one core's sgemm here, the order of a sleeping helper's wake-up: an
+ * estimate, not tuned), fewer than two blocks of rows, a pool without gemm. */
+#define DT__CPU_GEMM_MIN (1 << 19)
+#define DT__CPU_GEMM_UNIT 24
+enum { DT__CPU_GEMM_BATCH, DT__CPU_GEMM_ROWS };
+typedef struct {
+    int parts, axis;
+    int64_t units;
+} dt__cpu_gemm_split;
+dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, int64_t batch, int64_t m, int64_t n,
+                                     int64_t kk);
+
+/* k's gemm (batch, m, n, k, ta, tb, a_at, lda, the batch strides; C at c_at, batch entries
+ * m * n apart) by `call` on elements of esz bytes, split as dt__cpu_gemm_plan says. */
+void dt__cpu_gemm(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
+                  const void *A, const void *B, void *C);
+
+/* Converts n contiguous elements (the 16-bit floats' widening and rounding). */
+typedef void (*dt__cpu_convert_fn)(const void *src, void *dst, int64_t n);
+
+/* fn on `entries` x `rows` rows of `cols` elements: source row r of entry e at
+ * (e * entry_stride + r * ld) elements of ssz bytes, written packed (row e * rows + r of dst,
+ * elements of dsz bytes); split over the rows like an elementwise kernel. */
+void dt__cpu_convert_rows(const dt__kctx *x, dt__cpu_convert_fn fn, int64_t entries, int64_t rows,
+                          int64_t cols, const void *src, int64_t ld, int64_t entry_stride,
+                          size_t ssz, void *dst, size_t dsz);
 
 #endif

@@ -4,6 +4,8 @@
 #include "index.h"
 #include "pool.h"
 
+#include <string.h>
+
 /* ---- kernels split along axis 0 of a view ------------------------------------------------ */
 
 typedef struct {
@@ -171,4 +173,101 @@ void dt__cpu_split_norm(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
     /* layer: x, mu, var, gamma, beta; rms: x, var, gamma, beta; statistics: x (and mu) */
     size_t step[5] = {(size_t)n * ss, cs, mode == DT__NORM_LAYER ? cs : 0, 0, 0};
     dt__cpu_rows(x, fn, &v, rows * n, nin, step, stats ? cs : (size_t)n * ss, in, out);
+}
+
+/* ---- gemm ------------------------------------------------------------------------------ */
+
+typedef struct {
+    dt__cpu_gemm_call call;
+    dt__cpu_gemm_split s;
+    size_t esz;
+    bool ta, tb;
+    int64_t batch, m, n, kk, lda, ldb;
+    const unsigned char *A, *B; /* batch entry 0's op(A) and B */
+    unsigned char *C;
+    int64_t a_stride, b_stride; /* elements between batch entries; 0 repeats the operand */
+} gemm_job;
+
+/* Units [lo, hi) of the split: batch entries, or blocks of rows (the last block to the end)
+ * in every batch entry. */
+static void gemm_range(void *arg, int64_t lo, int64_t hi)
+{
+    const gemm_job *j = arg;
+    int64_t b0 = 0, b1 = j->batch, r0 = 0, r1 = j->m;
+    if (j->s.axis == DT__CPU_GEMM_BATCH) {
+        b0 = lo;
+        b1 = hi;
+    } else {
+        r0 = lo * DT__CPU_GEMM_UNIT;
+        r1 = hi == j->s.units ? j->m : hi * DT__CPU_GEMM_UNIT;
+    }
+    size_t e = j->esz;
+    for (int64_t b = b0; b < b1; b++) {
+        /* rows r0.. of op(A): stored columns when transposed */
+        const unsigned char *a = j->A + (size_t)(b * j->a_stride + (j->ta ? r0 : r0 * j->lda)) * e;
+        const unsigned char *bb = j->B + (size_t)(b * j->b_stride) * e;
+        unsigned char *c = j->C + (size_t)(b * j->m * j->n + r0 * j->n) * e;
+        j->call(j->ta, j->tb, r1 - r0, j->n, j->kk, a, j->lda, bb, j->ldb, c, j->n);
+    }
+}
+
+void dt__cpu_gemm(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
+                  const void *A, const void *B, void *C)
+{
+    int64_t m = k->m, n = k->n, kk = k->k;
+    unsigned char *c = (unsigned char *)C + (size_t)k->c_at * esz;
+    if (m == 0 || n == 0 || k->batch == 0)
+        return;
+    if (kk == 0) {
+        memset(c, 0, (size_t)(k->batch * m * n) * esz);
+        return;
+    }
+    gemm_job j = {.call = call,
+                  .s = dt__cpu_gemm_plan(x, k->batch, m, n, kk),
+                  .esz = esz,
+                  .ta = k->ta,
+                  .tb = k->tb,
+                  .batch = k->batch,
+                  .m = m,
+                  .n = n,
+                  .kk = kk,
+                  .lda = k->lda  ? k->lda
+                         : k->ta ? m
+                                 : kk,
+                  .ldb = k->tb ? kk : n,
+                  .A = (const unsigned char *)A + (size_t)k->a_at * esz,
+                  .B = B,
+                  .C = c,
+                  .a_stride = k->a_batch_stride,
+                  .b_stride = k->b_batch_stride};
+    dt__cpu_pool_run(x->pool, j.s.units, j.s.parts, gemm_range, &j);
+}
+
+/* ---- conversions ------------------------------------------------------------------------ */
+
+typedef struct {
+    dt__cpu_convert_fn fn;
+    int64_t rows, cols, ld, entry_stride;
+    const unsigned char *src;
+    size_t ssz, dsz;
+    unsigned char *dst;
+} convert_job;
+
+static void convert_range(void *arg, int64_t lo, int64_t hi)
+{
+    const convert_job *j = arg;
+    for (int64_t u = lo; u < hi; u++)
+        j->fn(j->src + (size_t)(u / j->rows * j->entry_stride + u % j->rows * j->ld) * j->ssz,
+              j->dst + (size_t)(u * j->cols) * j->dsz, j->cols);
+}
+
+void dt__cpu_convert_rows(const dt__kctx *x, dt__cpu_convert_fn fn, int64_t entries, int64_t rows,
+                          int64_t cols, const void *src, int64_t ld, int64_t entry_stride,
+                          size_t ssz, void *dst, size_t dsz)
+{
+    int64_t units = entries * rows;
+    if (units == 0 || cols == 0)
+        return;
+    convert_job j = {fn, rows, cols, ld, entry_stride, src, ssz, dsz, dst};
+    dt__cpu_pool_run(x->pool, units, dt__cpu_parts(x, units * cols, units), convert_range, &j);
 }

@@ -2,11 +2,12 @@
  * on one thread: every output byte identical, with pools of 2, 3 and 4 threads, on sizes
  * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
  * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
- * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention and
- * FUSED. */
+ * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention, FUSED
+ * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; OpenBLAS on one thread). */
 #include "../../backends/cpu/pool.h"
 #include "dt.h"
 
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,8 +19,11 @@ static dt__cpu_pool *pools[3]; /* 2, 3 and 4 threads */
 
 static void open_pools(void)
 {
+    /* as the runtime sets it when the pools split gemms (a call on several OpenBLAS threads
+     * differs from one thread in the last bits) */
+    openblas_set_num_threads(1);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(dt__cpu_pool_open(i + 2, false, &pools[i]), DT_OK);
+        cr_assert_eq(dt__cpu_pool_open(i + 2, false, true, &pools[i]), DT_OK);
 }
 
 static void close_pools(void)
@@ -431,4 +435,143 @@ Test(cpu_threads, fused_chain)
         free(a);
         free(b);
     }
+}
+
+/* ---- gemm -------------------------------------------------------------------------------- */
+
+Test(cpu_threads, gemm_plan)
+{
+    dt__kctx two = {.type = "CPU", .cores = 2, .pool = pools[0]};
+    dt__kctx four = {.type = "CPU", .cores = 4, .pool = pools[2]};
+    int64_t rows = 2 * DT__CPU_GEMM_UNIT, kk = (2 * DT__CPU_GEMM_MIN + rows * 64 - 1) / (rows * 64);
+    /* below 2 parts' multiply-adds: one call */
+    cr_assert_eq(dt__cpu_gemm_plan(&two, 1, rows, 64, kk - 1).parts, 1);
+    dt__cpu_gemm_split s = dt__cpu_gemm_plan(&two, 1, rows, 64, kk);
+    cr_assert(s.parts == 2 && s.axis == DT__CPU_GEMM_ROWS && s.units == 2, "%d %d %ld", s.parts,
+              s.axis, (long)s.units);
+    /* at most the pool's threads, at most the blocks of rows (more columns do not help) */
+    s = dt__cpu_gemm_plan(&four, 1, 5 * DT__CPU_GEMM_UNIT, 1000, 1000);
+    cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_ROWS && s.units == 5);
+    s = dt__cpu_gemm_plan(&four, 1, 3 * DT__CPU_GEMM_UNIT - 1, 100000, 1000);
+    cr_assert(s.parts == 2 && s.units == 2);
+    cr_assert_eq(dt__cpu_gemm_plan(&four, 1, 2 * DT__CPU_GEMM_UNIT - 1, 100000, 1000).parts, 1);
+    cr_assert_eq(dt__cpu_gemm_plan(&four, 1, 1, 100000, 1000).parts, 1);
+    /* batch entries when there are as many as parts, else rows within each */
+    s = dt__cpu_gemm_plan(&four, 4, 512, 512, 64);
+    cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_BATCH && s.units == 4);
+    s = dt__cpu_gemm_plan(&four, 3, 512, 512, 64);
+    cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_ROWS && s.units == 512 / DT__CPU_GEMM_UNIT);
+    /* no pool, or a pool that leaves gemm to OpenBLAS */
+    dt__kctx none = {.type = "CPU", .cores = 1};
+    cr_assert_eq(dt__cpu_gemm_plan(&none, 1, 1000, 1000, 1000).parts, 1);
+    dt__cpu_pool *blas;
+    cr_assert_eq(dt__cpu_pool_open(2, false, false, &blas), DT_OK);
+    dt__kctx own = {.type = "CPU", .cores = 2, .pool = blas};
+    cr_assert_eq(dt__cpu_gemm_plan(&own, 1, 1000, 1000, 1000).parts, 1);
+    dt__cpu_pool_close(blas);
+}
+
+static void *random_of(dt_dtype dt, int64_t n)
+{
+    if (dt == DT_DTYPE_F32)
+        return random_f32(n, 0);
+    if (dt == DT_DTYPE_BF16)
+        return random_bf16(n);
+    if (dt == DT_DTYPE_F16) {
+        uint16_t *p = malloc((size_t)n * sizeof *p);
+        for (int64_t i = 0; i < n; i++)
+            p[i] = dt_f32_to_f16((float)next_value());
+        return p;
+    }
+    double *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = next_value() + next_value() * 0x1p-30; /* bits past f32's */
+    return p;
+}
+
+/* gemm (dt) of k on one thread (one BLAS call a batch entry) against each pool: every output
+ * byte identical, OpenBLAS on one thread throughout. split: whether the pools must split it
+ * (else they must not). */
+static void check_gemm(dt_dtype dt, const dt__kargs *k, const void *const in[], bool split)
+{
+    size_t esz = dt_dtype_size(dt);
+    size_t out_bytes = (size_t)(k->c_at + k->batch * k->m * k->n) * esz;
+    unsigned char *ref = malloc(out_bytes), *got = malloc(out_bytes);
+    dt__kctx one = {.type = "CPU", .cores = 1};
+    memset(ref, 0x5a, out_bytes);
+    cr_assert_eq(dt__cpu_kernels[DT__K_GEMM][dt](&one, k, in, ref), DT_OK);
+    for (int i = 0; i < 3; i++) {
+        dt__kctx many = {.type = "CPU", .cores = i + 2, .pool = pools[i]};
+        dt__cpu_gemm_split s = dt__cpu_gemm_plan(&many, k->batch, k->m, k->n, k->k);
+        memset(got, 0x5a, out_bytes);
+        cr_assert_eq(dt__cpu_kernels[DT__K_GEMM][dt](&many, k, in, got), DT_OK);
+        size_t at = 0;
+        while (at < out_bytes && ref[at] == got[at])
+            at++;
+        cr_assert_eq(at, out_bytes,
+                     "gemm %s, batch %ld, %ldx%ldx%ld, ta %d tb %d, %d parts on %d threads: "
+                     "byte %zu of %zu differs",
+                     dt_dtype_name(dt), (long)k->batch, (long)k->m, (long)k->n, (long)k->k, k->ta,
+                     k->tb, s.parts, i + 2, at, out_bytes);
+        cr_assert_eq(s.parts > 1, split, "gemm %ldx%ldx%ld: %d parts on %d threads", (long)k->m,
+                     (long)k->n, (long)k->k, s.parts, i + 2);
+    }
+    free(ref);
+    free(got);
+}
+
+/* Every dtype and transpose on (batch, m, n, k): operands with batch stride 0 where asked,
+ * op(A) a block of rows of a wider stored A at an offset (a_at, lda), C at c_at. */
+static void gemm_case(int64_t batch, int64_t m, int64_t n, int64_t kk, bool a_repeat, bool b_repeat,
+                      bool block, bool split)
+{
+    static const dt_dtype dts[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_F16};
+    for (int d = 0; d < 4; d++)
+        for (int t = 0; t < 4; t++) {
+            dt__kargs k;
+            memset(&k, 0, sizeof k);
+            k.batch = batch;
+            k.m = m;
+            k.n = n;
+            k.k = kk;
+            k.ta = t & 1;
+            k.tb = t >> 1;
+            /* stored A: [kk, lda] when transposed (op(A)'s rows are its columns), else [m, lda] */
+            int64_t stored_rows = k.ta ? kk : m, cols = k.ta ? m : kk;
+            if (block) {
+                k.lda = cols + 5;
+                k.a_at = 3 * k.lda + 2;
+                k.c_at = 7;
+            }
+            int64_t per_a = k.a_at + stored_rows * (k.lda ? k.lda : cols);
+            k.a_batch_stride = a_repeat ? 0 : per_a;
+            k.b_batch_stride = b_repeat ? 0 : kk * n;
+            void *a = random_of(dts[d], (a_repeat ? 1 : batch) * per_a);
+            void *b = random_of(dts[d], (b_repeat ? 1 : batch) * kk * n);
+            check_gemm(dts[d], &k, (const void *const[]){a, b}, split);
+            free(a);
+            free(b);
+        }
+}
+
+Test(cpu_threads, gemm_shapes)
+{
+    gemm_case(1, 257, 263, 31, false, false, false, true);   /* primes; 5 blocks of rows */
+    gemm_case(1, 521, 7, 293, false, false, false, true);    /* n < parts */
+    gemm_case(1, 1031, 1033, 1, false, false, false, true);  /* k = 1 */
+    gemm_case(1, 1031, 1, 1031, false, false, false, true);  /* one column */
+    gemm_case(1, 97, 113, 1031, false, false, false, true);  /* the last block takes the rest */
+    gemm_case(1, 3, 1031, 347, false, false, false, false);  /* m < parts: one call */
+    gemm_case(1, 1, 1031, 1031, false, false, false, false); /* one row: one call */
+    gemm_case(1, 60, 40, 100, false, false, false, false);   /* small: one call */
+}
+
+Test(cpu_threads, gemm_batched_and_blocks)
+{
+    gemm_case(5, 67, 71, 73, false, false, false, true);   /* batch entries */
+    gemm_case(2, 131, 257, 61, false, false, false, true); /* fewer entries than parts: rows */
+    gemm_case(3, 97, 89, 83, true, false, false, true);    /* A repeated over the batch */
+    gemm_case(3, 97, 89, 83, false, true, false, true);    /* B repeated */
+    gemm_case(1, 263, 131, 47, false, false, true, true);  /* a block of a wider A, C at c_at */
+    gemm_case(2, 129, 67, 71, false, false, true, true);
 }
