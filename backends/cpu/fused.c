@@ -2,7 +2,8 @@
  * of the output at a time. Each op runs the very kernel it replaces (the table's, on a block of
  * up to BLOCK elements held in its result's dtype, in L1), so every element is computed exactly
  * as the unfused chain computed it; only the intermediates' trips through memory and the steps'
- * dispatch are gone.
+ * dispatch are gone. A value the chain also writes out (dt__fused.store) is computed straight
+ * into its place in that result, where the ops after it read it.
  *
  * The output's axes are merged where every operand is either whole or broadcast on both (the
  * plan of the broadcasting kernels), and the output is walked by rows of the last merged axis:
@@ -48,8 +49,15 @@ static void fused_items(void *arg, int64_t lo, int64_t hi)
     _Alignas(64) unsigned char buf[DT__FUSED_MAX_OPS][BLOCK * 8];
     dt__kargs ka[DT__FUSED_MAX_OPS];
     dt__kernel_fn fn[DT__FUSED_MAX_OPS];
+    int stored[DT__FUSED_MAX_OPS]; /* the result e an op's value is written to, or -1 */
+    void *at[DT__FUSED_MAX_OPS];   /* where each op's value of the block lies */
+    for (int j = 0; j < nops; j++)
+        stored[j] = -1;
+    for (int e = 0; e < fz->nstore; e++)
+        stored[fz->store[e] - nin] = e;
     for (int j = 0; j < nops; j++) {
         const dt__fused_op *o = &fz->ops[j];
+        at[j] = buf[j];
         memset(&ka[j], 0, sizeof ka[j]);
         ka[j].rank = 1;
         ka[j].op = o->op;
@@ -92,13 +100,16 @@ static void fused_items(void *arg, int64_t lo, int64_t hi)
                     ins[q] = base[v] + (one ? 0 : (size_t)j0 * f->isz[v]);
                 } else {
                     one = fz->ops[v - nin].scalar;
-                    ins[q] = buf[v - nin];
+                    ins[q] = at[v - nin];
                 }
                 ka[j].in_shape[q][0] = one ? 1 : m;
             }
-            void *o_at = j == nops - 1 ? (unsigned char *)f->out + (size_t)(r * row + j0) * osz
-                                       : (void *)buf[j];
-            fn[j](f->x, &ka[j], ins, o_at);
+            size_t e0 = (size_t)(r * row + j0);
+            if (j == nops - 1)
+                at[j] = (unsigned char *)f->out + e0 * osz;
+            else if (stored[j] >= 0)
+                at[j] = (unsigned char *)f->in[nin + stored[j]] + e0 * dt_dtype_size(o->out);
+            fn[j](f->x, &ka[j], ins, at[j]);
         }
     }
 }
