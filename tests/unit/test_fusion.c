@@ -6,6 +6,7 @@
  * chain is checked the same way (fused against unfused, bitwise). */
 #include <criterion/criterion.h>
 
+#include "../../train/train.h"
 #include "dt.h"
 
 #include <math.h>
@@ -714,7 +715,7 @@ Test(fusion, gpus)
 }
 
 /* Adam and AdamW trace their update per variable (train/optimizer.c), which fusion runs as
- * three kernels: three steps on an unevenly sharded f64
+ * one kernel writing the new value and both moments: three steps on an unevenly sharded f64
  * variable, fused and with DTENSOR_FUSION=0, each bitwise equal to the update computed here in the
  * same order. */
 static void adam_steps(dt_optimizer_kind kind, bool fuse)
@@ -747,13 +748,23 @@ static void adam_steps(dt_optimizer_kind kind, bool fuse)
         cr_assert_eq(dt_optimizer_apply(o, 1, &var, (const dt_tensor *const *)&gt), DT_OK, "%s",
                      dt_last_error());
         dt_tensor_free(gt);
+        if (t == 0) { /* the traced update: one step, writing both moments beside the value */
+            char *text = program_text(o->slots[0].adam);
+            int steps = 0;
+            for (const char *at = text; (at = strstr(at, "kernel     ")) != NULL; at++)
+                steps++;
+            cr_expect_eq(steps, fuse ? 1 : (kind == DT_OPTIMIZER_ADAMW ? 19 : 17),
+                         "%d kernel steps:\n%s", steps, text);
+            cr_expect(!fuse || (strstr(text, " -> x5; ") && strstr(text, " -> x6; ")), "%s", text);
+            free(text);
+        }
         double lr_t = lr * sqrt(1.0 - pow(b2, t + 1)) / (1.0 - pow(b1, t + 1));
         for (int i = 0; i < N; i++) {
             double x = kind == DT_OPTIMIZER_ADAMW ? w[i] * (1.0 - lr * wd) : w[i];
             m[i] = m[i] * b1 + g[t][i] * (1.0 - b1);
             v[i] = v[i] * b2 + (g[t][i] * g[t][i]) * (1.0 - b2);
             double u = m[i] / (sqrt(v[i]) + eps);
-            w[i] = x * 1.0 + u * -lr_t;
+            w[i] = x + u * -lr_t;
         }
     }
     unsetenv("DTENSOR_FUSION");
