@@ -714,14 +714,15 @@ Test(fusion, gpus)
     stop();
 }
 
-/* Adam and AdamW trace their update per variable (train/optimizer.c), which fusion runs as
- * one kernel writing the new value and both moments: three steps on an unevenly sharded f64
- * variable, fused and with DTENSOR_FUSION=0, each bitwise equal to the update computed here in the
- * same order. */
-static void adam_steps(dt_optimizer_kind kind, bool fuse)
+/* The optimizers with slots trace their update per variable (train/optimizer.c), which fusion
+ * runs as one kernel writing the new value and the new slots: three steps on an unevenly
+ * sharded f64 variable, fused and with DTENSOR_FUSION=0, each bitwise equal to the update
+ * computed here in the same order (Adam(W); SGD with momentum, plain and Nesterov; RMSprop
+ * with and without momentum). */
+static void optimizer_steps(dt_optimizer_kind kind, double momentum, bool nesterov, bool fuse)
 {
     enum { R = 5, C = 7, N = R * C, STEPS = 3 };
-    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-7, wd = 0.05;
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-7, wd = 0.05, rho = 0.9;
     double w[N], m[N] = {0}, v[N] = {0}, g[STEPS][N];
     for (int i = 0; i < N; i++) {
         w[i] = 0.25 * (i % 9) - 1;
@@ -735,9 +736,22 @@ static void adam_steps(dt_optimizer_kind kind, bool fuse)
                  DT_OK, "%s", dt_last_error());
     cr_assert_eq(dt_variable_create(init, &var), DT_OK, "%s", dt_last_error());
     dt_tensor_free(init);
-    dt_optimizer_config oc = {.kind = kind, .learning_rate = lr, .weight_decay = wd};
+    dt_optimizer_config oc = {.kind = kind,
+                              .learning_rate = lr,
+                              .weight_decay = kind == DT_OPTIMIZER_ADAMW ? wd : 0,
+                              .momentum = momentum,
+                              .nesterov = nesterov,
+                              .epsilon = eps,
+                              .rho = rho};
     dt_optimizer *o = NULL;
     cr_assert_eq(dt_optimizer_create(&oc, &o), DT_OK, "%s", dt_last_error());
+    char what[64];
+    snprintf(what, sizeof what, "%s momentum %g%s%s",
+             kind == DT_OPTIMIZER_SGD       ? "sgd"
+             : kind == DT_OPTIMIZER_RMSPROP ? "rmsprop"
+             : kind == DT_OPTIMIZER_ADAMW   ? "adamw"
+                                            : "adam",
+             momentum, nesterov ? " nesterov" : "", fuse ? "" : " (unfused)");
     if (!fuse)
         setenv("DTENSOR_FUSION", "0", 1);
     for (int t = 0; t < STEPS; t++) {
@@ -748,23 +762,43 @@ static void adam_steps(dt_optimizer_kind kind, bool fuse)
         cr_assert_eq(dt_optimizer_apply(o, 1, &var, (const dt_tensor *const *)&gt), DT_OK, "%s",
                      dt_last_error());
         dt_tensor_free(gt);
-        if (t == 0) { /* the traced update: one step, writing both moments beside the value */
-            char *text = program_text(o->slots[0].adam);
+        if (t == 0) { /* the traced update: one step, writing the slots beside the value */
+            int ns =
+                kind == DT_OPTIMIZER_SGD || (kind == DT_OPTIMIZER_RMSPROP && !momentum) ? 1 : 2;
+            char *text = program_text(o->slots[0].update);
             int steps = 0;
             for (const char *at = text; (at = strstr(at, "kernel     ")) != NULL; at++)
                 steps++;
-            cr_expect_eq(steps, fuse ? 1 : (kind == DT_OPTIMIZER_ADAMW ? 19 : 17),
-                         "%d kernel steps:\n%s", steps, text);
-            cr_expect(!fuse || (strstr(text, " -> x5; ") && strstr(text, " -> x6; ")), "%s", text);
+            cr_expect(fuse ? steps == 1 : steps > 1 && !strstr(text, "fused"),
+                      "%s: %d kernel steps:\n%s", what, steps, text);
+            cr_expect(!fuse || (strstr(text, " -> x") &&
+                                (ns == 1 || strstr(text, " -> x6; ") || strstr(text, " -> x5; "))),
+                      "%s:\n%s", what, text);
             free(text);
         }
         double lr_t = lr * sqrt(1.0 - pow(b2, t + 1)) / (1.0 - pow(b1, t + 1));
         for (int i = 0; i < N; i++) {
-            double x = kind == DT_OPTIMIZER_ADAMW ? w[i] * (1.0 - lr * wd) : w[i];
-            m[i] = m[i] * b1 + g[t][i] * (1.0 - b1);
-            v[i] = v[i] * b2 + (g[t][i] * g[t][i]) * (1.0 - b2);
-            double u = m[i] / (sqrt(v[i]) + eps);
-            w[i] = x + u * -lr_t;
+            double gi = g[t][i];
+            if (kind == DT_OPTIMIZER_SGD) {
+                m[i] = m[i] * momentum + gi * -lr;
+                double u = nesterov ? m[i] * momentum + gi * -lr : m[i];
+                w[i] = w[i] * 1.0 + u * 1.0;
+            } else if (kind == DT_OPTIMIZER_RMSPROP) {
+                m[i] = m[i] * rho + (gi * gi) * (1.0 - rho);
+                double d = gi / sqrt(m[i] + eps);
+                if (momentum > 0) {
+                    v[i] = v[i] * momentum + d * lr;
+                    w[i] = w[i] * 1.0 + v[i] * -1.0;
+                } else {
+                    w[i] = w[i] * 1.0 + d * -lr;
+                }
+            } else {
+                double x = kind == DT_OPTIMIZER_ADAMW ? w[i] * (1.0 - lr * wd) : w[i];
+                m[i] = m[i] * b1 + gi * (1.0 - b1);
+                v[i] = v[i] * b2 + (gi * gi) * (1.0 - b2);
+                double u = m[i] / (sqrt(v[i]) + eps);
+                w[i] = x + u * -lr_t;
+            }
         }
     }
     unsetenv("DTENSOR_FUSION");
@@ -772,19 +806,22 @@ static void adam_steps(dt_optimizer_kind kind, bool fuse)
     cr_assert_eq(dt_tensor_read(dt_variable_value(var), got, sizeof got), DT_OK, "%s",
                  dt_last_error());
     for (int i = 0; i < N; i++)
-        cr_expect(memcmp(&got[i], &w[i], sizeof got[i]) == 0, "%s%s element %d: %.17g, want %.17g",
-                  kind == DT_OPTIMIZER_ADAMW ? "adamw" : "adam", fuse ? "" : " (unfused)", i,
-                  got[i], w[i]);
+        cr_expect(memcmp(&got[i], &w[i], sizeof got[i]) == 0, "%s element %d: %.17g, want %.17g",
+                  what, i, got[i], w[i]);
     dt_optimizer_free(o);
     dt_variable_free(var);
 }
 
-Test(fusion, adam)
+Test(fusion, optimizers)
 {
     start(4, "x=2,y=2");
     for (int f = 0; f < 2; f++) {
-        adam_steps(DT_OPTIMIZER_ADAM, f);
-        adam_steps(DT_OPTIMIZER_ADAMW, f);
+        optimizer_steps(DT_OPTIMIZER_ADAM, 0, false, f);
+        optimizer_steps(DT_OPTIMIZER_ADAMW, 0, false, f);
+        optimizer_steps(DT_OPTIMIZER_SGD, 0.9, false, f);
+        optimizer_steps(DT_OPTIMIZER_SGD, 0.9, true, f);
+        optimizer_steps(DT_OPTIMIZER_RMSPROP, 0, false, f);
+        optimizer_steps(DT_OPTIMIZER_RMSPROP, 0.5, false, f);
     }
     stop();
 }
