@@ -71,8 +71,11 @@ typedef struct dt__block {
  * the kernel it replaces, with that kernel's arguments and table dtype, so that the fused
  * kernel computes every element exactly as the chain of kernels did (the 16-bit floats
  * rounded after each op as before). A value other than an operand has the output's shape,
- * except a FILL marked `scalar`: one element its readers broadcast. */
-#define DT__FUSED_MAX_OPS 16
+ * except a FILL marked `scalar`: one element its readers broadcast. A chain may have results
+ * besides its output (Adam's moments beside the new value): in[nin + e], e < nstore, is then no
+ * operand but a buffer of the output's shape (packed, in the value's `out` dtype) that the
+ * kernel writes value store[e] into, in the same pass; nin + nstore <= DT__FUSED_MAX_IN. */
+#define DT__FUSED_MAX_OPS 24
 #define DT__FUSED_MAX_IN 8
 
 typedef struct dt__fused_op {
@@ -89,6 +92,7 @@ typedef struct dt__fused_op {
 
 typedef struct dt__fused {
     int nin, nops;
+    int nstore, store[DT__FUSED_MAX_IN]; /* values also written out: in[nin + e] gets store[e] */
     dt__fused_op ops[DT__FUSED_MAX_OPS];
 } dt__fused;
 

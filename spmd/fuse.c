@@ -10,8 +10,10 @@
  * kernel's arguments and dtypes, so the result is bitwise the unfused one.
  *
  * A producer step P joins the group of a later step C that reads its result t when:
- *   - t is a temporary (bound to no program input or output), written by P alone, and every
- *     step that reads it is in C's group;
+ *   - t is bound to no program input, written by P alone, and every step that reads it is in
+ *     C's group; when t is a program output (Adam's new moments, which its new value reads),
+ *     the fused step writes it too, in its one pass (dt__fused.store), t then being of the
+ *     reader's output shape (below);
  *   - P and C run on the same mesh;
  *   - t has, as P made it and as each reader reads it, the rank and shape of the reader's
  *     output on every device (an element of t is used where it is made: not through a
@@ -19,7 +21,8 @@
  *     element (a constant);
  *   - no step between P's group and C writes a slot P's group reads (the fused step reads its
  *     operands where C ran);
- *   - the merged group keeps within DT__FUSED_MAX_OPS ops and DT__FUSED_MAX_IN operands.
+ *   - the merged group keeps within DT__FUSED_MAX_OPS ops and DT__FUSED_MAX_IN operands and
+ *     stored results together.
  * Groups grow until nothing changes (a value read twice inside one chain joins once both
  * readers have). The fused step takes C's place; the other members are removed. */
 #include "engine.h"
@@ -103,6 +106,16 @@ static bool reads(const dt__step *st, int slot)
     return false;
 }
 
+/* Members of r's group other than r whose result is a program output (the results it
+ * stores beside its own). */
+static int group_stores(const fuser *f, int r)
+{
+    int n = 0;
+    for (int i = 0; i < r; i++)
+        n += f->root[i] == r && f->p->slots[f->p->steps[i].out].output >= 0;
+    return n;
+}
+
 /* Slots the groups ra and rb read from outside both (their operands once merged). */
 static int merged_leaves(const fuser *f, int ra, int rb)
 {
@@ -134,7 +147,7 @@ static bool can_merge(fuser *f, int P, int C)
     const dt__step *ps = &p->steps[P], *cs = &p->steps[C];
     int t = ps->out;
     const dt__slot *sl = &p->slots[t];
-    if (sl->input >= 0 || sl->output >= 0 || f->nwrite[t] != 1 || ps->mesh != cs->mesh)
+    if (sl->input >= 0 || f->nwrite[t] != 1 || ps->mesh != cs->mesh)
         return false;
     /* every reader in C's group; t as each reader's output shape, or (a fill) one element */
     bool full = true, scalar = ps->kernel == DT__K_FILL;
@@ -158,10 +171,13 @@ static bool can_merge(fuser *f, int P, int C)
             }
         }
     }
+    bool stored = sl->output >= 0; /* written out whole: not as a broadcast constant */
+    scalar = scalar && !stored;
     if (!full && !scalar)
         return false;
     if (group_ops(f, P) + group_ops(f, C) > DT__FUSED_MAX_OPS ||
-        merged_leaves(f, P, C) > DT__FUSED_MAX_IN)
+        merged_leaves(f, P, C) + group_stores(f, P) + stored + group_stores(f, C) >
+            DT__FUSED_MAX_IN)
         return false;
     /* the slots P's group reads are not written again before C */
     for (int i = group_first(f, P); i <= P; i++) {
@@ -227,14 +243,21 @@ static size_t expr_text(const dt__fused *fz, const dt__kargs *k, const int *uses
 }
 
 /* The printed line: "fused f32 local [8,16,256], 3 kernels: gelu(add(x0, x1[1,1,256]))", with
- * values read more than once named first ("t2 = ...; "). */
+ * values read more than once or written out named first ("t2 = ...; ", "t3 = ... -> x4; " for
+ * the value written to the step's slot x4). */
 static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, char *buf,
                        size_t size)
 {
-    int uses[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS] = {0};
+    int uses[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS] = {0}, to[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS];
     for (int j = 0; j < fz->nops; j++)
         for (int q = 0; q < fz->ops[j].nin; q++)
             uses[fz->ops[j].arg[q]]++;
+    for (int v = 0; v < fz->nin + fz->nops; v++)
+        to[v] = -1;
+    for (int e = 0; e < fz->nstore; e++) {
+        to[fz->store[e]] = fz->nin + e;
+        uses[fz->store[e]] += 2; /* named */
+    }
     char sh[DT__SHAPE_STR_MAX];
     size_t n = (size_t)snprintf(buf, size, "fused %s local %s, %d kernels: ", dt_dtype_name(dtype),
                                 dt__shape_str(sh, sizeof sh, k->rank, k->shape), fz->nops);
@@ -245,9 +268,14 @@ static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, 
         char name[16];
         snprintf(name, sizeof name, "t%d = ", j);
         n = put(buf, size, n, "%s", name);
+        int was = uses[v];
         uses[v] = 1; /* write the expression itself */
         n = expr_text(fz, k, uses, v, buf, size, n);
-        uses[v] = 2;
+        uses[v] = was;
+        if (to[v] >= 0) {
+            snprintf(name, sizeof name, " -> x%d", to[v]);
+            n = put(buf, size, n, "%s", name);
+        }
         n = put(buf, size, n, "%s", "; ");
     }
     expr_text(fz, k, uses, fz->nin + fz->nops - 1, buf, size, n);
@@ -306,6 +334,11 @@ static dt_status build(fuser *f, int r)
             o->arg[q] = f->vals[st->in[q]];
         f->vals[st->out] = fz->nin + m;
         work += st->work;
+        /* a member's result that is a program output is written out too, after the operands */
+        if (members[m] != r && p->slots[st->out].output >= 0) {
+            fz->store[fz->nstore] = fz->nin + m;
+            leaves[fz->nin + fz->nstore++] = st->out;
+        }
     }
     fz->nops = nm;
     /* each device: the output's shape, each operand's as it is read, aligned to the output */
@@ -325,6 +358,8 @@ static dt_status build(fuser *f, int r)
             for (int i = 0; i < k->rank; i++)
                 k->in_shape[q][i] = i < off ? 1 : s[i - off];
         }
+        for (int e = 0; e < fz->nstore; e++) /* the results written out: the output's shape */
+            memcpy(k->in_shape[fz->nin + e], ro->shape, sizeof k->in_shape[0]);
     }
     /* the printed line from the device with the most elements */
     int busiest = 0;
@@ -348,8 +383,8 @@ static dt_status build(fuser *f, int r)
     rs->dtype = fz->ops[nm - 1].out;
     rs->args = args;
     rs->fused = fz;
-    rs->nin = fz->nin;
-    for (int q = 0; q < fz->nin; q++)
+    rs->nin = fz->nin + fz->nstore;
+    for (int q = 0; q < rs->nin; q++)
         rs->in[q] = leaves[q];
     rs->work = work;
     fused_text(fz, rs->dtype, &shown, rs->text, sizeof rs->text);

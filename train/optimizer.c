@@ -1,10 +1,13 @@
 /* Optimizers (Keras semantics): elementwise ops, every result requested in the variable's
  * fixed layout, so the update runs where the variable's shards live and moves no data. Slots
- * (momentum, Adam's moments) are kept per variable, in its layout. SGD runs its few ops
- * eagerly; Adam and AdamW trace their update once per variable (its inputs the variable, the
- * gradient, both moments and the step's -lr_t) so that elementwise fusion (spmd/fuse.c) runs
- * each of the new moments and the new value as one kernel: 3 kernels a step instead of 22
- * eager ops, bitwise the same values. */
+ * (momentum, Adam's moments, RMSprop's mean square) are kept per variable, in its layout. Each
+ * optimizer with slots traces its update once per variable (inputs the variable, the gradient,
+ * the slots and, for Adam(W), the step's -lr_t; outputs the new value and slots) so that
+ * elementwise fusion (spmd/fuse.c) runs it as one kernel: one pass that reads w, g and the
+ * slots and writes the new value and slots (the new slots are results the new value's chain
+ * reads, stored in the same pass), bitwise the values of the eager ops (Adam 17 of them, AdamW
+ * 19). SGD without momentum runs its one axpby eagerly. The new value becomes the variable's
+ * (no copy); -lr_t is filled once per mesh and dtype per apply. */
 #include "train.h"
 
 #include <math.h>
@@ -102,11 +105,11 @@ dt_status dt_optimizer_set_learning_rate(dt_optimizer *o, double learning_rate)
                         "optimizer %s",
                         learning_rate, o ? "given" : "NULL");
     DT__SERIAL();
-    /* the traced Adam(W) updates hold AdamW's decay, 1 - rate * weight decay: traced again */
+    /* the traced updates hold the rate (SGD's and RMSprop's, AdamW's decay): traced again */
     if (learning_rate != o->cfg.learning_rate)
         for (int i = 0; i < o->nslots; i++) {
-            dt_function_free(o->slots[i].adam);
-            o->slots[i].adam = NULL;
+            dt_function_free(o->slots[i].update);
+            o->slots[i].update = NULL;
         }
     o->cfg.learning_rate = learning_rate;
     return DT_OK;
@@ -120,7 +123,7 @@ void dt_optimizer_free(dt_optimizer *o)
     for (int i = 0; i < o->nslots; i++) {
         dt_tensor_free(o->slots[i].m);
         dt_tensor_free(o->slots[i].v);
-        dt_function_free(o->slots[i].adam);
+        dt_function_free(o->slots[i].update);
     }
     free(o->slots);
     free(o);
@@ -193,7 +196,8 @@ static void replace(dt_tensor **slot_t, dt_tensor *next)
 
 /* Adam(W)'s update of w with gradient g, moments m and v, and nlr = -lr_t (rank 0): the new
  * value and moments. AdamW first decays w (by lr, not lr_t), then: m = b1 m + (1 - b1) g;
- * v = b2 v + (1 - b2) g^2; w - lr_t m / (sqrt v + eps). */
+ * v = b2 v + (1 - b2) g^2; w + (m / (sqrt v + eps)) (-lr_t), the products and sums rounded as
+ * axpby's (w times 1 is w exactly, so not computed). */
 static dt_status adam_ops(const dt_optimizer_config *c, const dt_tensor *w, const dt_tensor *g,
                           const dt_tensor *m, const dt_tensor *v, const dt_tensor *nlr,
                           const dt_layout *l, dt_tensor *out[3])
@@ -202,7 +206,7 @@ static dt_status adam_ops(const dt_optimizer_config *c, const dt_tensor *w, cons
     DT_TRY(dt_layout_replicated(l->mesh, 0, &sl0));
     dt_op_options so = {.layout = &sl0}, lo = {.layout = l};
     int64_t none[1] = {1};
-    dt_tensor *decayed = NULL, *u = NULL, *t = NULL, *eps = NULL, *one = NULL, *a = NULL, *b = NULL;
+    dt_tensor *decayed = NULL, *u = NULL, *t = NULL, *eps = NULL, *b = NULL;
     dt_status s = DT_OK;
     if (c->kind == DT_OPTIMIZER_ADAMW) {
         s = axpby(1.0 - c->learning_rate * c->weight_decay, w, 0, NULL, l, &decayed);
@@ -226,39 +230,97 @@ static dt_status adam_ops(const dt_optimizer_config *c, const dt_tensor *w, cons
     u = NULL;
     if (s == DT_OK)
         s = dt_binary(DT_BINARY_DIV, out[1], t, &lo, &u);
-    /* w - lr_t u as axpby(1, w, -lr_t, u) computes it, -lr_t read from nlr */
-    if (s == DT_OK)
-        s = dt_fill(w->dtype, 0, none, 1.0, &so, &one);
-    if (s == DT_OK)
-        s = dt_binary(DT_BINARY_MUL, w, one, NULL, &a);
+    /* w - lr_t u, -lr_t read from nlr */
     if (s == DT_OK)
         s = dt_binary(DT_BINARY_MUL, u, nlr, NULL, &b);
     if (s == DT_OK)
-        s = dt_binary(DT_BINARY_ADD, a, b, &lo, &out[0]);
-    dt_tensor *tmp[] = {decayed, u, t, eps, one, a, b};
+        s = dt_binary(DT_BINARY_ADD, w, b, &lo, &out[0]);
+    dt_tensor *tmp[] = {decayed, u, t, eps, b};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         dt_tensor_free(tmp[i]);
     return s;
 }
 
-/* The traced update of sl's variable (w's metadata): inputs w, g, m, v, -lr_t. */
-static dt_status adam_trace(const dt_optimizer_config *c, const dt_tensor *w, dt_function **out)
+/* SGD with momentum: m = momentum m - lr g; w + m, or nesterov w + momentum m - lr g. */
+static dt_status sgd_ops(const dt_optimizer_config *c, const dt_tensor *w, const dt_tensor *g,
+                         const dt_tensor *m, const dt_layout *l, dt_tensor *out[2])
 {
+    dt_status s = axpby(c->momentum, m, -c->learning_rate, g, l, &out[1]);
+    if (s != DT_OK || !c->nesterov)
+        return s == DT_OK ? axpby(1.0, w, 1.0, out[1], l, &out[0]) : s;
+    dt_tensor *t = NULL;
+    s = axpby(c->momentum, out[1], -c->learning_rate, g, l, &t);
+    if (s == DT_OK)
+        s = axpby(1.0, w, 1.0, t, l, &out[0]);
+    dt_tensor_free(t);
+    return s;
+}
+
+/* RMSprop: m = rho m + (1 - rho) g^2; d = lr g / sqrt(m + eps); with momentum (the slot v)
+ * v = momentum v + d, the new value w - v, else w - d. */
+static dt_status rmsprop_ops(const dt_optimizer_config *c, const dt_tensor *w, const dt_tensor *g,
+                             const dt_tensor *m, const dt_tensor *v, const dt_layout *l,
+                             dt_tensor *out[3])
+{
+    dt_layout l0;
+    DT_TRY(dt_layout_replicated(l->mesh, 0, &l0));
+    dt_op_options so = {.layout = &l0}, lo = {.layout = l};
+    int64_t none[1] = {1};
+    dt_tensor *sq = NULL, *t = NULL, *eps = NULL, *d = NULL;
+    dt_status s = dt_unary(DT_UNARY_SQUARE, g, &lo, &sq);
+    if (s == DT_OK)
+        s = axpby(c->rho, m, 1.0 - c->rho, sq, l, &out[1]);
+    if (s == DT_OK)
+        s = dt_fill(w->dtype, 0, none, c->epsilon, &so, &eps);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_ADD, out[1], eps, &lo, &t);
+    dt_tensor_free(sq);
+    sq = NULL;
+    if (s == DT_OK)
+        s = dt_unary(DT_UNARY_SQRT, t, &lo, &sq);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_DIV, g, sq, &lo, &d);
+    if (s == DT_OK && c->momentum > 0) {
+        s = axpby(c->momentum, v, c->learning_rate, d, l, &out[2]);
+        if (s == DT_OK)
+            s = axpby(1.0, w, -1.0, out[2], l, &out[0]);
+    } else if (s == DT_OK) {
+        s = axpby(1.0, w, -c->learning_rate, d, l, &out[0]);
+    }
+    dt_tensor_free(sq);
+    dt_tensor_free(t);
+    dt_tensor_free(eps);
+    dt_tensor_free(d);
+    return s;
+}
+
+/* The traced update of a variable with w's metadata, for the kinds with slots. Inputs: w, g,
+ * its slots (m, then v where it has two) and, for Adam(W), the step's -lr_t (rank 0); outputs:
+ * the new value and the new slots. */
+static dt_status update_trace(const dt_optimizer *o, const dt_tensor *w, dt_function **out)
+{
+    const dt_optimizer_config *c = &o->cfg;
     const dt_layout *l = &w->layout;
+    int ns = dt__optimizer_slot_count(o);
+    bool adam = c->kind == DT_OPTIMIZER_ADAM || c->kind == DT_OPTIMIZER_ADAMW;
     dt_layout sl0;
     DT_TRY(dt_layout_replicated(l->mesh, 0, &sl0));
     dt_function *f = NULL;
     dt_tensor *in[5] = {0}, *res[3] = {0};
     DT_TRY(dt_function_begin(&f));
     dt_status s = DT_OK;
-    for (int i = 0; i < 4 && s == DT_OK; i++)
+    for (int i = 0; i < 2 + ns && s == DT_OK; i++)
         s = dt_function_input(f, l, w->dtype, w->rank, w->shape, &in[i]);
-    if (s == DT_OK)
+    if (s == DT_OK && adam)
         s = dt_function_input(f, &sl0, w->dtype, 0, NULL, &in[4]);
-    if (s == DT_OK)
+    if (s == DT_OK && adam)
         s = adam_ops(c, in[0], in[1], in[2], in[3], in[4], l, res);
+    else if (s == DT_OK && c->kind == DT_OPTIMIZER_SGD)
+        s = sgd_ops(c, in[0], in[1], in[2], l, res);
+    else if (s == DT_OK)
+        s = rmsprop_ops(c, in[0], in[1], in[2], in[3], l, res);
     if (s == DT_OK)
-        s = dt_function_end(f, 3, res);
+        s = dt_function_end(f, 1 + ns, res);
     for (int i = 0; i < 5; i++)
         dt_tensor_free(in[i]);
     for (int i = 0; i < 3; i++)
@@ -271,106 +333,47 @@ static dt_status adam_trace(const dt_optimizer_config *c, const dt_tensor *w, dt
     return DT_OK;
 }
 
-/* Adam(W) on one variable: the new value into *next, the moments replaced. */
-static dt_status adam_update(dt_optimizer *o, slot *sl, const dt_tensor *w, const dt_tensor *g,
-                             double lr_t, dt_tensor **next)
+/* -lr_t (rank 0, replicated) on w's mesh in w's dtype: *nlr kept while they match. */
+static dt_status step_rate(const dt_tensor *w, double lr_t, dt_tensor **nlr)
 {
-    if (!sl->adam)
-        DT_TRY(adam_trace(&o->cfg, w, &sl->adam));
+    if (*nlr && (*nlr)->mesh == w->mesh && (*nlr)->dtype == w->dtype)
+        return DT_OK;
+    dt_tensor_free(*nlr);
+    *nlr = NULL;
     dt_layout sl0;
     DT_TRY(dt_layout_replicated(w->layout.mesh, 0, &sl0));
     dt_op_options so = {.layout = &sl0};
     int64_t none[1] = {1};
-    dt_tensor *nlr = NULL, *res[3] = {0};
-    DT_TRY(dt_fill(w->dtype, 0, none, -lr_t, &so, &nlr));
-    const dt_tensor *const in[5] = {w, g, sl->m, sl->v, nlr};
-    dt_status s = dt_function_run(sl->adam, 5, in, 3, res);
-    dt_tensor_free(nlr);
-    DT_TRY(s);
-    *next = res[0];
-    replace(&sl->m, res[1]);
-    replace(&sl->v, res[2]);
-    return DT_OK;
+    return dt_fill(w->dtype, 0, none, -lr_t, &so, nlr);
 }
 
-/* RMSprop: m = rho m + (1 - rho) g^2; d = lr g / sqrt(m + eps); with momentum v = momentum v
- * + d, next = w - v, else next = w - d. */
-static dt_status rmsprop(const dt_optimizer_config *c, slot *sl, const dt_tensor *w,
-                         const dt_tensor *g, const dt_layout *l, dt_tensor **next)
-{
-    dt_layout l0;
-    DT_TRY(dt_layout_replicated(l->mesh, 0, &l0));
-    dt_op_options so = {.layout = &l0}, lo = {.layout = l};
-    int64_t none[1] = {1};
-    dt_tensor *sq = NULL, *t = NULL, *eps = NULL, *d = NULL;
-    dt_status s = dt_unary(DT_UNARY_SQUARE, g, &lo, &sq);
-    if (s == DT_OK)
-        s = axpby(c->rho, sl->m, 1.0 - c->rho, sq, l, &t);
-    if (s == DT_OK) {
-        replace(&sl->m, t);
-        t = NULL;
-        s = dt_fill(w->dtype, 0, none, c->epsilon, &so, &eps);
-    }
-    if (s == DT_OK)
-        s = dt_binary(DT_BINARY_ADD, sl->m, eps, &lo, &t);
-    dt_tensor_free(sq);
-    sq = NULL;
-    if (s == DT_OK)
-        s = dt_unary(DT_UNARY_SQRT, t, &lo, &sq);
-    if (s == DT_OK)
-        s = dt_binary(DT_BINARY_DIV, g, sq, &lo, &d);
-    if (s == DT_OK && c->momentum > 0) {
-        dt_tensor *u = NULL;
-        s = axpby(c->momentum, sl->v, c->learning_rate, d, l, &u);
-        if (s == DT_OK) {
-            replace(&sl->v, u);
-            s = axpby(1.0, w, -1.0, sl->v, l, next);
-        }
-    } else if (s == DT_OK) {
-        s = axpby(1.0, w, -c->learning_rate, d, l, next);
-    }
-    dt_tensor_free(sq);
-    dt_tensor_free(t);
-    dt_tensor_free(eps);
-    dt_tensor_free(d);
-    return s;
-}
-
-/* One variable: the new value into *next. */
+/* One variable: the new value into *next; *nlr holds Adam's -lr_t from one variable to the
+ * next. SGD without momentum (no slot) runs its one axpby eagerly; the others run their traced
+ * update and replace their slots. */
 static dt_status update_one(dt_optimizer *o, dt_variable *var, const dt_tensor *g, double lr_t,
-                            dt_tensor **next)
+                            dt_tensor **nlr, dt_tensor **next)
 {
     const dt_optimizer_config *c = &o->cfg;
     const dt_tensor *w = dt_variable_value(var);
-    const dt_layout *l = dt_variable_layout(var);
-    dt_tensor *t = NULL;
-    dt_status s = DT_OK;
     *next = NULL;
     if (c->kind == DT_OPTIMIZER_SGD && c->momentum == 0)
-        return axpby(1.0, w, -c->learning_rate, g, l, next);
+        return axpby(1.0, w, -c->learning_rate, g, dt_variable_layout(var), next);
     slot *sl = NULL;
     DT_TRY(slot_of(o, var, &sl));
-    if (c->kind == DT_OPTIMIZER_SGD) {
-        /* v = momentum v - lr g; w + v, or nesterov w + momentum v - lr g */
-        s = axpby(c->momentum, sl->m, -c->learning_rate, g, l, &t);
-        if (s == DT_OK) {
-            replace(&sl->m, t);
-            t = NULL;
-            if (c->nesterov) {
-                s = axpby(c->momentum, sl->m, -c->learning_rate, g, l, &t);
-                if (s == DT_OK)
-                    s = axpby(1.0, w, 1.0, t, l, next);
-            } else {
-                s = axpby(1.0, w, 1.0, sl->m, l, next);
-            }
-        }
-    } else if (c->kind == DT_OPTIMIZER_RMSPROP) {
-        s = rmsprop(c, sl, w, g, l, next);
-    } else {
-        s = adam_update(o, sl, w, g, lr_t, next);
-    }
-    dt_tensor_free(t);
-    return s;
+    if (!sl->update)
+        DT_TRY(update_trace(o, w, &sl->update));
+    int ns = dt__optimizer_slot_count(o);
+    bool adam = c->kind == DT_OPTIMIZER_ADAM || c->kind == DT_OPTIMIZER_ADAMW;
+    if (adam)
+        DT_TRY(step_rate(w, lr_t, nlr));
+    dt_tensor *res[3] = {0};
+    const dt_tensor *const in[5] = {w, g, sl->m, sl->v, *nlr}; /* the first 2 + ns + adam */
+    DT_TRY(dt_function_run(sl->update, 2 + ns + adam, in, 1 + ns, res));
+    *next = res[0];
+    replace(&sl->m, res[1]);
+    if (ns == 2)
+        replace(&sl->v, res[2]);
+    return DT_OK;
 }
 
 dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
@@ -404,12 +407,17 @@ dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
     double t = (double)o->iterations;
     double lr_t =
         o->cfg.learning_rate * sqrt(1.0 - pow(o->cfg.beta_2, t)) / (1.0 - pow(o->cfg.beta_1, t));
-    for (int i = 0; i < n; i++) {
+    /* each new value is a fresh tensor of the variable's metadata: it becomes the value */
+    dt_tensor *nlr = NULL;
+    dt_status s = DT_OK;
+    for (int i = 0; i < n && s == DT_OK; i++) {
         dt_tensor *next;
-        DT_TRY(update_one(o, vars[i], grads[i], lr_t, &next));
-        dt_status s = dt_variable_assign(vars[i], next);
-        dt_tensor_free(next);
-        DT_TRY(s);
+        s = update_one(o, vars[i], grads[i], lr_t, &nlr, &next);
+        if (s == DT_OK)
+            s = dt__variable_adopt(vars[i], next);
+        if (s != DT_OK)
+            dt_tensor_free(next);
     }
-    return DT_OK;
+    dt_tensor_free(nlr);
+    return s;
 }

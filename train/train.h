@@ -59,8 +59,8 @@ struct dt_model {
  * in its layout; the checkpoint (train/checkpoint.c) saves and restores it. */
 typedef struct dt__opt_slot {
     const dt_variable *var;
-    dt_tensor *m, *v;  /* momentum or first moment; second moment (Adam) */
-    dt_function *adam; /* Adam(W): the update of this variable, traced at its first step */
+    dt_tensor *m, *v;    /* momentum or first moment; second moment (Adam) */
+    dt_function *update; /* the update of this variable, traced at its first step */
 } dt__opt_slot;
 
 struct dt_optimizer {

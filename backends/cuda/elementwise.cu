@@ -378,6 +378,8 @@ struct FusedArgs {
     int nd;
     int64_t ext[R];
     int64_t st[DT__FUSED_MAX_IN][R];
+    void *store[DT__FUSED_MAX_IN]; /* the values written out besides the output (fz.store) */
+    int ssz[DT__FUSED_MAX_IN];
 };
 
 /* A value of the chain is held as its storage's bits, zero-extended to 64 bits. */
@@ -488,8 +490,25 @@ HD uint64_t load_bits(const void *p, int64_t i, int size)
     }
 }
 
+HD void store_bits(void *p, int64_t i, int size, uint64_t r)
+{
+    switch (size) {
+    case 1:
+        ((uint8_t *)p)[i] = (uint8_t)r;
+        break;
+    case 2:
+        ((uint16_t *)p)[i] = (uint16_t)r;
+        break;
+    case 4:
+        ((uint32_t *)p)[i] = (uint32_t)r;
+        break;
+    default:
+        ((uint64_t *)p)[i] = r;
+    }
+}
+
 /* One thread per output element: its operands read where the plan puts them, the ops in
- * order, the last op's result stored (osz bytes). */
+ * order, the last op's result stored (osz bytes), and each value the chain writes out. */
 __global__ void fused_k(FusedArgs a, void *out, int osz, int64_t n)
 {
     const int nin = a.fz.nin, nops = a.fz.nops;
@@ -509,20 +528,9 @@ __global__ void fused_k(FusedArgs a, void *out, int osz, int64_t n)
             v[q] = a.isz[q] ? load_bits(a.in[q], off[q], a.isz[q]) : 0;
         for (int j = 0; j < nops; j++)
             v[nin + j] = fused_op(a.fz.ops[j], v);
-        uint64_t r = v[nin + nops - 1];
-        switch (osz) {
-        case 1:
-            ((uint8_t *)out)[i] = (uint8_t)r;
-            break;
-        case 2:
-            ((uint16_t *)out)[i] = (uint16_t)r;
-            break;
-        case 4:
-            ((uint32_t *)out)[i] = (uint32_t)r;
-            break;
-        default:
-            ((uint64_t *)out)[i] = r;
-        }
+        for (int e = 0; e < a.fz.nstore; e++)
+            store_bits(a.store[e], i, a.ssz[e], v[a.fz.store[e]]);
+        store_bits(out, i, osz, v[nin + nops - 1]);
     }
 }
 
@@ -715,6 +723,10 @@ dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], v
         for (int q = 0; q < fz->ops[j].nin; q++)
             if (fz->ops[j].arg[q] < nin)
                 a.isz[fz->ops[j].arg[q]] = (int)dt_dtype_size(fused_operand_dtype(&fz->ops[j], q));
+    for (int e = 0; e < fz->nstore; e++) { /* in[nin + e]: a result, packed as the output */
+        a.store[e] = const_cast<void *>(in[nin + e]);
+        a.ssz[e] = (int)dt_dtype_size(fz->ops[fz->store[e] - nin].out);
+    }
     fused_k<<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, out, (int)dt_dtype_size(ot), n);
     return launched(x, "fused", ot);
 }
