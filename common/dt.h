@@ -164,10 +164,11 @@ extern const dt__backend dt__cpu_backend;
  * to_device and to_host, the clients agree on kernels' outcome), so that the executor's device
  * paths run on machines without a GPU. */
 extern const dt__backend dt__emulated_cuda_backend;
-/* Threads of each OpenBLAS call: the cores each local CPU device has (devices of every client
- * on the host share its cores), so concurrent GEMMs of several devices do not oversubscribe
- * them; unchanged when the user set OPENBLAS_NUM_THREADS (*user). Returns the count in use. */
-int dt__cpu_blas_threads(int cores_per_device, bool *user);
+/* Threads of each OpenBLAS call: one when the devices' kernel threads split gemms (*split),
+ * else the cores each local CPU device has (devices of every client on the host share its
+ * cores), so concurrent GEMMs of several devices do not oversubscribe them; unchanged when the
+ * user set OPENBLAS_NUM_THREADS (*user). Returns the count in use. */
+int dt__cpu_blas_threads(int cores_per_device, bool *user, bool *split);
 /* Test hook of emulated GPUs: true defers the work queued on every compute stream until the
  * host waits for it (a reader, a sync, a free) or a side stream is ordered after it, as a slow
  * GPU would, and checks every device collective's ordering against the compute streams (a
@@ -301,6 +302,7 @@ typedef struct dt__runtime {
      * so that every client checks or none does) */
     bool check_collectives;
     bool blas_threads_user; /* set by OPENBLAS_NUM_THREADS */
+    bool blas_split;        /* the devices' kernel threads split gemms */
     MPI_Comm world; /* dup of MPI_COMM_WORLD, MPI_COMM_NULL for a single client without MPI */
     int client;
     int num_clients;

@@ -785,7 +785,7 @@ dt_status dt_init(const dt_init_options *opts)
         s = start_devices(DT_DEVICE_CPU, cfg.cpu_devices, &dt__cpu_backend, NULL, NULL, false);
         dt__rt.blas_threads =
             dt__cpu_blas_threads(dt__rt.cores / (host_cpu_devices > 0 ? host_cpu_devices : 1),
-                                 &dt__rt.blas_threads_user);
+                                 &dt__rt.blas_threads_user, &dt__rt.blas_split);
     }
     /* Each GPU this client takes hosts cfg.cuda_logical devices (logical GPUs), consecutive in
      * the device list; emulated GPUs are numbered by their place in the view. */
@@ -864,8 +864,9 @@ dt_status dt_devices_print(FILE *f)
             dt__rt.clients_on_host);
     fprintf(f, "  OpenBLAS: %d thread%s per GEMM (%s)\n", dt__rt.blas_threads,
             dt__rt.blas_threads == 1 ? "" : "s",
-            dt__rt.blas_threads_user ? "OPENBLAS_NUM_THREADS"
-                                     : "the host's cores over its CPU devices");
+            dt__rt.blas_split          ? "each device's kernel threads split a GEMM"
+            : dt__rt.blas_threads_user ? "OPENBLAS_NUM_THREADS"
+                                       : "the host's cores over its CPU devices");
     for (int t = 0; t < DT_DEVICE_COUNT; t++) {
         int first = dt__rt.client_first[t][dt__rt.client];
         for (int i = 0; i < dt__rt.num_devices[t]; i++) {

@@ -83,12 +83,12 @@ static void cpu_close(dt__device *d)
  * process gets the same): one when the devices' kernel threads split gemms (OpenBLAS's own
  * threads would only compete with them for the cores), else the cores of a device; a user's
  * OPENBLAS_NUM_THREADS keeps control. */
-int dt__cpu_blas_threads(int cores_per_device, bool *user)
+int dt__cpu_blas_threads(int cores_per_device, bool *user, bool *split)
 {
     int threads;
-    bool split = gemm_on_pool(user) && kernel_threads(cores_per_device, &threads) && threads > 1;
+    *split = gemm_on_pool(user) && kernel_threads(cores_per_device, &threads) && threads > 1;
     if (!*user)
-        openblas_set_num_threads(split ? 1 : cores_per_device > 1 ? cores_per_device : 1);
+        openblas_set_num_threads(*split ? 1 : cores_per_device > 1 ? cores_per_device : 1);
     return openblas_get_num_threads();
 }
 
