@@ -71,11 +71,12 @@ typedef void (*dt__cpu_gemm_call)(bool ta, bool tb, int64_t m, int64_t n, int64_
  * and OpenBLAS computes an output row the same way wherever a call's rows start, provided the
  * block starts on a multiple of its kernel's row tile (12 rows for sgemm on Haswell and Zen, 2
  * for dgemm, 16 for the AVX-512 kernels; DT__CPU_GEMM_UNIT is a multiple of all of them;
- * test_cpu_threads checks the kernels of the machine it runs on). Columns are never split: sgemm's results there depend on
- * where a call's columns start. (OpenBLAS's own threads split both, so a call on several of them
- * differs from one thread in the last bits.) Not split: below DT__CPU_GEMM_MIN multiply-adds a
- * part (about 15 us of one core's sgemm here, the order of a sleeping helper's wake-up: an
- * estimate, not tuned), fewer than two blocks of rows, a pool without gemm. */
+ * test_cpu_threads checks the kernels of the machine it runs on). Columns are never split: sgemm's
+ * results there depend on where a call's columns start. (OpenBLAS's own threads split both, so a
+ * call on several of them differs from one thread in the last bits.) Not split: below
+ * DT__CPU_GEMM_MIN multiply-adds a part (about 15 us of one core's sgemm here, the order of a
+ * sleeping helper's wake-up: an estimate, not tuned), fewer than two blocks of rows, a pool without
+ * gemm. */
 #define DT__CPU_GEMM_MIN (1 << 19)
 #define DT__CPU_GEMM_UNIT 48
 enum { DT__CPU_GEMM_BATCH, DT__CPU_GEMM_ROWS };
