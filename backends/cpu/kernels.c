@@ -147,8 +147,10 @@ static bool unary_floats(dt_dtype dt, int op, const void *x, void *y, int64_t n)
 
 /* The elementwise and reduce loops compiled twice, for the baseline x86-64 (SSE2) and for AVX2, the
  * one the CPU runs chosen when the library loads; the same IEEE operations (no contraction into
- * FMA: -ffp-contract=off), so the same results, on vectors twice as wide. */
-#if defined(__x86_64__)
+ * FMA: -ffp-contract=off), so the same results, on vectors twice as wide. Not under
+ * ThreadSanitizer: the clones' resolver runs while the dynamic loader relocates the library,
+ * before the sanitizer's runtime is up, and its instrumented code crashes there. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CPU_VECTOR_CLONES
