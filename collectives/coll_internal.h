@@ -298,6 +298,20 @@ void dt__coll_mesh_free(dt_mesh *m);
 dt_status dt__coll_init(void);
 void dt__coll_shutdown(void);
 
+/* Faults injected for tests (DTENSOR_FAULT="KIND:K[:N]": client K's N-th event of the kind,
+ * N 1 by default): "comm" a device communicator's creation fails, "enqueue" a device
+ * collective's enqueue fails, "kill" the client exits there, "post" an MPI call posting a step
+ * of a host-path collective fails. The kind asked of this client, and N in *at; DT__FAULT_NONE
+ * when none is. */
+typedef enum {
+    DT__FAULT_NONE,
+    DT__FAULT_COMM,
+    DT__FAULT_ENQUEUE,
+    DT__FAULT_KILL,
+    DT__FAULT_POST
+} dt__fault_kind;
+dt__fault_kind dt__coll_fault(int *at);
+
 /* Ledger: record a finished collective. */
 /* Record r, whose wait returns at monotonic time `end`. */
 void dt__ledger_record(const dt__coll_req *r, double end);

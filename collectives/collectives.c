@@ -91,6 +91,28 @@ static void axes_str(const dt_mesh *m, unsigned axes, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? "," : "", m->names[a]);
 }
 
+dt__fault_kind dt__coll_fault(int *at)
+{
+    static int parsed, kind, client, nth;
+    if (!parsed) {
+        parsed = 1;
+        const char *e = getenv("DTENSOR_FAULT");
+        char what[16] = "";
+        int c = -1, k = 1;
+        if (e && sscanf(e, "%15[a-z]:%d:%d", what, &c, &k) >= 2) {
+            kind = !strcmp(what, "comm")      ? DT__FAULT_COMM
+                   : !strcmp(what, "enqueue") ? DT__FAULT_ENQUEUE
+                   : !strcmp(what, "kill")    ? DT__FAULT_KILL
+                   : !strcmp(what, "post")    ? DT__FAULT_POST
+                                              : DT__FAULT_NONE;
+            client = c;
+            nth = k;
+        }
+    }
+    *at = nth;
+    return client == dt__rt.client ? (dt__fault_kind)kind : DT__FAULT_NONE;
+}
+
 /* ---- validation (pure metadata, the same verdict on every client) ------------------------- */
 
 static dt_status validate_header(const dt_mesh *m, const dt__coll *c)
@@ -316,6 +338,23 @@ static dt_status check_agreement(dt__coll_req *r, dt_status local)
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
+/* Leave a group call's MPI requests pending and the buffers they may still write to MPI: a
+ * collective can be neither cancelled nor freed while active (MPI-3), and a cancelled receive
+ * may still complete. Only a failure leaves requests live (the watchdog's, a post or a test
+ * that failed), after which the mesh's collectives are not matched across clients anyway. */
+static void abandon(dt__coll_req *r, dt__gcall *gc)
+{
+    gc->nreq = 0;
+    gc->stage = gc->hbuf = NULL;
+    r->stage = NULL;
+    gc->uses_scratch = gc->own_scratch = false;
+    if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {
+        r->mask->scratch = NULL; /* a new one next time */
+        r->mask->scratch_bytes = 0;
+        r->mask->scratch_busy = false;
+    }
+}
+
 static void req_free(dt__coll_req *r)
 {
     if (!r)
@@ -325,8 +364,8 @@ static void req_free(dt__coll_req *r)
         dt__lane_leave(gc);
         for (int q = 0; q < gc->nreq; q++)
             if (gc->req[q] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&gc->req[q]);
-                MPI_Request_free(&gc->req[q]);
+                abandon(r, gc);
+                break;
             }
         free(gc->stage);
         free(gc->hbuf);
@@ -545,20 +584,9 @@ static dt_status gave_up(dt__coll_req *r, const dt__waiter *w)
     }
     snprintf(where, sizeof where, "in %s over axes {%s} of mesh %s (%s)",
              dt__coll_kind_name(r->c.kind), axes, mesh, k ? who : "this client's groups");
-    for (int gi = 0; gi < r->num_groups; gi++) {
-        dt__gcall *gc = &r->gc[gi];
-        if (gc->done)
-            continue;
-        gc->nreq = 0; /* left pending */
-        gc->stage = gc->hbuf = NULL;
-        r->stage = NULL; /* MPI may still write the host copies: abandoned to it */
-        gc->uses_scratch = gc->own_scratch = false;
-        if (gc->acc == r->mask->scratch || gc->tmp == r->mask->scratch) {
-            r->mask->scratch = NULL; /* MPI may still write there: a new one next time */
-            r->mask->scratch_bytes = 0;
-            r->mask->scratch_busy = false;
-        }
-    }
+    for (int gi = 0; gi < r->num_groups; gi++)
+        if (!r->gc[gi].done)
+            abandon(r, &r->gc[gi]);
     return dt__gave_up(w, where, NULL);
 }
 

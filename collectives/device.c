@@ -18,9 +18,9 @@
  * 16-bit floats are summed (and multiplied) in f32 end to end, rounded once at the end, as the
  * in-client combine and the CPU do.
  *
- * DTENSOR_FAULT (tests): "comm:K[:N]" fails client K's N-th communicator creation (default the
- * first), "enqueue:K[:N]" its N-th device collective's enqueue, "kill:K[:N]" makes it exit
- * there. */
+ * DTENSOR_FAULT (tests; collectives/collectives.c parses it): "comm:K[:N]" fails client K's N-th
+ * communicator creation (default the first), "enqueue:K[:N]" its N-th device collective's
+ * enqueue, "kill:K[:N]" makes it exit there. */
 #include "coll_internal.h"
 
 #include <stdio.h>
@@ -228,38 +228,13 @@ static dt_status spanning_sets(const dt_mesh *m, struct dt__devmesh *dm)
     return s;
 }
 
-/* ---- faults (tests) -------------------------------------------------------------------------- */
-
-typedef enum { FAULT_NONE, FAULT_COMM, FAULT_ENQUEUE, FAULT_KILL } fault_kind;
-
-static fault_kind fault(int *at)
-{
-    static int parsed, kind, client, nth;
-    if (!parsed) {
-        parsed = 1;
-        const char *e = getenv("DTENSOR_FAULT");
-        char what[16] = "";
-        int c = -1, k = 1;
-        if (e && sscanf(e, "%15[a-z]:%d:%d", what, &c, &k) >= 2) {
-            kind = !strcmp(what, "comm")      ? FAULT_COMM
-                   : !strcmp(what, "enqueue") ? FAULT_ENQUEUE
-                   : !strcmp(what, "kill")    ? FAULT_KILL
-                                              : FAULT_NONE;
-            client = c;
-            nth = k;
-        }
-    }
-    *at = nth;
-    return client == dt__rt.client ? (fault_kind)kind : FAULT_NONE;
-}
-
 /* ---- opening and freeing a mesh's communicators ------------------------------------------- */
 
 static dt_status open_sets(struct dt__devmesh *dm, MPI_Comm comm)
 {
     static int opened;
     int at;
-    bool fail = fault(&at) == FAULT_COMM && ++opened == at;
+    bool fail = dt__coll_fault(&at) == DT__FAULT_COMM && ++opened == at;
     dm->parent = calloc((size_t)dm->k + 1, sizeof *dm->parent);
     if (!dm->parent)
         return dt__fail(DT_ERR_NOMEM, "device collectives: out of memory");
@@ -851,14 +826,14 @@ static dt_status dev_start(dt__coll_req *r)
     s = plan_gpus(r, m->coll->dev, c);
     int at;
     static int calls;
-    fault_kind f = fault(&at);
+    dt__fault_kind f = dt__coll_fault(&at);
     calls++;
-    if (s == DT_OK && f == FAULT_KILL && calls == at) { /* a peer dies without a word (tests) */
+    if (s == DT_OK && f == DT__FAULT_KILL && calls == at) { /* a peer dies without a word (tests) */
         fprintf(stderr, "dtensor: DTENSOR_FAULT: client %d exits in its device collective %d\n",
                 dt__rt.client, calls);
         _exit(0);
     }
-    if (s == DT_OK && f == FAULT_ENQUEUE && calls == at)
+    if (s == DT_OK && f == DT__FAULT_ENQUEUE && calls == at)
         s = dt__fail(DT_ERR_DEVICE, "%s: enqueue failed on client %d (DTENSOR_FAULT)",
                      dt__coll_kind_name(r->c.kind), dt__rt.client);
     c->queued = s == DT_OK;

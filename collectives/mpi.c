@@ -110,6 +110,15 @@ MPI_Op dt__coll_mpi_op(dt_dtype t, dt_reduce_op op)
     return user_ops_made && user_ops[t][op] != MPI_OP_NULL ? user_ops[t][op] : ops[op];
 }
 
+/* DTENSOR_FAULT="post:K:N" (tests): client K's N-th MPI call posting a collective's step (a
+ * native collective or a ring step's send) fails without being made. */
+static bool post_fault(void)
+{
+    static int posts;
+    int at;
+    return dt__coll_fault(&at) == DT__FAULT_POST && ++posts == at;
+}
+
 /* ---- ring ---------------------------------------------------------------------------------- */
 
 static dt_status ring_post(dt__coll_req *r, dt__gcall *gc)
@@ -134,11 +143,20 @@ static dt_status ring_post(dt__coll_req *r, dt__gcall *gc)
         recvbuf = gc->xout + gc->seg[b] * (int64_t)es;
     }
     int na = (int)(gc->seg[a + 1] - gc->seg[a]), nb = (int)(gc->seg[b + 1] - gc->seg[b]);
-    if (MPI_Irecv(recvbuf, nb, t, left, gc->tag, g->comm, &gc->req[0]) != MPI_SUCCESS ||
-        MPI_Isend(sendbuf, na, t, right, gc->tag, g->comm, &gc->req[1]) != MPI_SUCCESS)
-        return dt__fail(DT_ERR_COMM, "%s: ring step %d of group %d failed",
-                        dt__coll_kind_name(r->c.kind), s, g->id);
+    /* both counted from here, so that a receive posted before a failed send is left to MPI */
+    gc->req[0] = gc->req[1] = MPI_REQUEST_NULL;
     gc->nreq = 2;
+    if (MPI_Irecv(recvbuf, nb, t, left, gc->tag, g->comm, &gc->req[0]) != MPI_SUCCESS) {
+        gc->req[0] = MPI_REQUEST_NULL;
+        return dt__fail(DT_ERR_COMM, "%s: ring step %d of group %d: the receive failed",
+                        dt__coll_kind_name(r->c.kind), s, g->id);
+    }
+    if (post_fault() ||
+        MPI_Isend(sendbuf, na, t, right, gc->tag, g->comm, &gc->req[1]) != MPI_SUCCESS) {
+        gc->req[1] = MPI_REQUEST_NULL;
+        return dt__fail(DT_ERR_COMM, "%s: ring step %d of group %d: the send failed",
+                        dt__coll_kind_name(r->c.kind), s, g->id);
+    }
     return DT_OK;
 }
 
@@ -241,6 +259,9 @@ static dt_status post_native(dt__coll_req *r, dt__gcall *gc)
     MPI_Request *q = &gc->req[0];
     bool even = !gc->cnt && k == 1 && nc == r->mask->size;
     int n = (int)r->c.count, e = MPI_SUCCESS;
+    if (post_fault())
+        return dt__fail(DT_ERR_COMM, "%s: MPI call for group %d failed (DTENSOR_FAULT)",
+                        dt__coll_kind_name(r->c.kind), g->id);
     switch (r->c.kind) {
     case DT__COLL_ALL_REDUCE: {
         const void *in = gc->xin == gc->xout ? MPI_IN_PLACE : (const void *)gc->xin;
