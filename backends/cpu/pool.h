@@ -74,7 +74,11 @@ typedef void (*dt__cpu_gemm_call)(bool ta, bool tb, int64_t m, int64_t n, int64_
  * split: sgemm's results there depend on where a call's columns start. (OpenBLAS's own threads
  * split both, so a call on several of them differs from one thread in the last bits.) Not split:
  * below DT__CPU_GEMM_MIN multiply-adds a part, fewer than two tiles of rows and one batch entry,
- * a pool without gemm. */
+ * a pool without gemm. DT__CPU_GEMM_MIN: a part is then at least about 15 us of one core's
+ * sgemm here; splitting a call's rows pays in compute from well below that (benchmarks/bench_gemm:
+ * the largest part's CPU time 0.5-0.6 of one call's from 2^18 multiply-adds a part), so what
+ * bounds it is the dispatch: under a microsecond to a helper still polling, tens of microseconds
+ * to one asleep, which a part of this size repays. */
 #define DT__CPU_GEMM_MIN (1 << 19)
 enum { DT__CPU_GEMM_BATCH, DT__CPU_GEMM_ROWS };
 typedef struct {
