@@ -3,7 +3,8 @@
  * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
  * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
  * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention, FUSED
- * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; OpenBLAS on one thread). */
+ * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; rows cut evenly on the
+ * kernel's row tile; OpenBLAS on one thread). */
 #include "../../backends/cpu/pool.h"
 #include "dt.h"
 
