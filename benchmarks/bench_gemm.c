@@ -78,12 +78,12 @@ static double run(int method, const dt__kargs *k, const float *a, const float *b
     if (method == BLOCKS48 && s.axis == DT__CPU_GEMM_ROWS)
         s.tile = 48;
     if (method == ROWS || method == BATCH) {
-        int parts = method == ROWS ? (int)(k->m / s.tile < 2 ? k->m / s.tile : 2)
+        int tile = dt__cpu_gemm_tile(4);
+        int parts = method == ROWS ? (int)(k->m / tile < 2 ? k->m / tile : 2)
                                    : (int)(k->batch < 2 ? k->batch : 2);
-        s = parts < 2 ? (dt__cpu_gemm_split){1, DT__CPU_GEMM_BATCH, 1, k->batch}
-            : method == ROWS
-                ? (dt__cpu_gemm_split){parts, DT__CPU_GEMM_ROWS, dt__cpu_gemm_tile(4), parts}
-                : (dt__cpu_gemm_split){parts, DT__CPU_GEMM_BATCH, 1, k->batch};
+        s = parts < 2        ? (dt__cpu_gemm_split){1, DT__CPU_GEMM_BATCH, 1, k->batch}
+            : method == ROWS ? (dt__cpu_gemm_split){parts, DT__CPU_GEMM_ROWS, tile, parts}
+                             : (dt__cpu_gemm_split){parts, DT__CPU_GEMM_BATCH, 1, k->batch};
     }
     if (method == BLAS1 || method == BLAS2)
         s = (dt__cpu_gemm_split){1, DT__CPU_GEMM_BATCH, 1, k->batch};
