@@ -7,6 +7,7 @@
 #include "pool.h"
 #include "spin.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -198,10 +199,99 @@ int dt__cpu_parts(const dt__kctx *x, int64_t work, int64_t n)
     return parts < 2 ? 1 : (int)parts;
 }
 
-dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, int64_t batch, int64_t m, int64_t n,
-                                     int64_t kk)
+/* ---- gemm's row tile ---------------------------------------------------------------------- */
+
+/* OpenBLAS's cores whose gemm row tiles were measured (every cut of a call's rows against one
+ * call, bit for bit, OpenBLAS 0.3.21; its Zen target runs the Haswell kernels). */
+static const struct {
+    const char *core;
+    int tile_s, tile_d;
+} known_tiles[] = {{"Haswell", 12, 2}, {"Zen", 12, 2}};
+
+static int gemm_tiles[2] = {DT__CPU_GEMM_TILE_ANY, DT__CPU_GEMM_TILE_ANY}; /* sgemm, dgemm */
+static pthread_once_t gemm_tiles_once = PTHREAD_ONCE_INIT;
+
+/* Whether every output row of op(A) op(B) (m x n, kk, transposes ta and tb; elements of esz
+ * bytes, deterministic values) comes out the same from one call and from calls on rows cut at
+ * each multiple of tile. Under 2^18 multiply-adds for the tiles in the table, a size OpenBLAS
+ * runs on one thread whatever its thread count. */
+static bool tile_holds(size_t esz, int tile, bool ta, bool tb)
 {
-    dt__cpu_gemm_split one = {1, DT__CPU_GEMM_BATCH, batch};
+    enum { n = 37, kk = 131 };
+    int64_t m = 3 * tile + 5, lda = ta ? m : kk, ldb = tb ? kk : n;
+    /* A [m * kk] then B [kk * n] in a, C of one call in c, of the cut calls after it */
+    unsigned char *a = malloc(esz * (size_t)((m + n) * kk)), *c = malloc(esz * (size_t)(2 * m * n));
+    bool same = false;
+    if (a && c) {
+        uint64_t r = 0x9e3779b97f4a7c15u;
+        for (int64_t i = 0; i < (m + n) * kk; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            double v = (double)(r >> 11) * 0x1p-50 - 4.0; /* [-4, 4), bits past f32's */
+            if (esz == 4)
+                ((float *)a)[i] = (float)v;
+            else
+                ((double *)a)[i] = v;
+        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int64_t r0 = 0, r1; r0 < m; r0 = r1) {
+                r1 = pass == 0 ? m : r0 + tile < m ? r0 + tile : m;
+                size_t ao = (size_t)(ta ? r0 : r0 * lda), bo = (size_t)(m * kk),
+                       co = (size_t)((pass * m + r0) * n);
+                CBLAS_TRANSPOSE ot = ta ? CblasTrans : CblasNoTrans,
+                                tt = tb ? CblasTrans : CblasNoTrans;
+                if (esz == 4)
+                    cblas_sgemm(CblasRowMajor, ot, tt, (blasint)(r1 - r0), n, kk, 1,
+                                (float *)a + ao, (blasint)lda, (float *)a + bo, (blasint)ldb, 0,
+                                (float *)c + co, n);
+                else
+                    cblas_dgemm(CblasRowMajor, ot, tt, (blasint)(r1 - r0), n, kk, 1,
+                                (double *)a + ao, (blasint)lda, (double *)a + bo, (blasint)ldb, 0,
+                                (double *)c + co, n);
+            }
+        same = !memcmp(c, c + esz * (size_t)(m * n), esz * (size_t)(m * n));
+    }
+    free(a);
+    free(c);
+    return same;
+}
+
+static void find_gemm_tiles(void)
+{
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof known_tiles / sizeof known_tiles[0]; i++)
+        if (!strcmp(core, known_tiles[i].core)) {
+            int tiles[2] = {known_tiles[i].tile_s, known_tiles[i].tile_d};
+            for (int d = 0; d < 2; d++) {
+                bool holds = true;
+                for (int t = 0; t < 4 && holds; t++)
+                    holds = tile_holds(d ? 8 : 4, tiles[d], t & 1, t >> 1);
+                if (holds)
+                    gemm_tiles[d] = tiles[d];
+            }
+        }
+}
+
+int dt__cpu_gemm_tile(size_t esz)
+{
+    pthread_once(&gemm_tiles_once, find_gemm_tiles);
+    return gemm_tiles[esz == 8];
+}
+
+/* ---- gemm's split ------------------------------------------------------------------------- */
+
+int64_t dt__cpu_gemm_row_cut(const dt__cpu_gemm_split *s, int64_t m, int64_t i)
+{
+    if (i >= s->parts)
+        return m;
+    /* i / parts of the rows, to the nearest multiple of the tile */
+    int64_t per = (int64_t)s->parts * s->tile;
+    return (i * m + per / 2) / per * s->tile;
+}
+
+dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, size_t esz, int64_t batch, int64_t m,
+                                     int64_t n, int64_t kk)
+{
+    dt__cpu_gemm_split one = {1, DT__CPU_GEMM_BATCH, 1, batch};
     if (!x->pool || !x->pool->gemm)
         return one;
     double work = (double)batch * (double)m * (double)n * (double)kk;
@@ -209,10 +299,21 @@ dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, int64_t batch, int64_t m
                                                            : x->pool->threads;
     if (parts < 2)
         return one;
-    if (batch >= parts)
-        return (dt__cpu_gemm_split){parts, DT__CPU_GEMM_BATCH, batch};
-    dt__cpu_gemm_split s = {parts, DT__CPU_GEMM_ROWS, m / DT__CPU_GEMM_UNIT};
-    if (s.units < parts)
-        s.parts = (int)s.units;
-    return s.parts < 2 ? one : s;
+    /* batch entries: the largest part has ceil(batch / parts) entries of m rows */
+    int bparts = batch < parts ? (int)batch : parts;
+    dt__cpu_gemm_split b = {bparts, DT__CPU_GEMM_BATCH, 1, batch};
+    int64_t b_rows = (batch + bparts - 1) / bparts * m;
+    /* rows: at most one part a tile; the largest part's rows in each of the batch entries */
+    int tile = dt__cpu_gemm_tile(esz);
+    int rparts = m / tile < parts ? (int)(m / tile) : parts;
+    dt__cpu_gemm_split r = {rparts, DT__CPU_GEMM_ROWS, tile, rparts};
+    int64_t r_rows = 0;
+    for (int i = 0; i < rparts; i++) {
+        int64_t rows = dt__cpu_gemm_row_cut(&r, m, i + 1) - dt__cpu_gemm_row_cut(&r, m, i);
+        r_rows = rows > r_rows ? rows : r_rows;
+    }
+    r_rows *= batch;
+    if (bparts >= 2 && (rparts < 2 || b_rows <= r_rows))
+        return b;
+    return rparts >= 2 ? r : one;
 }

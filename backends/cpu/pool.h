@@ -64,33 +64,47 @@ void dt__cpu_split_norm(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
 typedef void (*dt__cpu_gemm_call)(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const void *A,
                                   int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc);
 
-/* How a gemm splits: `parts` contiguous ranges of `units` (parts 1: one call a batch entry on
- * the caller): batch entries when there are at least as many as parts, else blocks of
- * DT__CPU_GEMM_UNIT rows of the output in every entry (the last block takes the remainder).
- * Results are bit for bit those of one single-threaded call: each batch entry is its own call,
- * and OpenBLAS computes an output row the same way wherever a call's rows start, provided the
- * block starts on a multiple of its kernel's row tile (12 rows for sgemm on Haswell and Zen, 2
- * for dgemm, 16 for the AVX-512 kernels; DT__CPU_GEMM_UNIT is a multiple of all of them;
- * test_cpu_threads checks the kernels of the machine it runs on). Columns are never split: sgemm's
- * results there depend on where a call's columns start. (OpenBLAS's own threads split both, so a
- * call on several of them differs from one thread in the last bits.) Not split: below
- * DT__CPU_GEMM_MIN multiply-adds a part (about 15 us of one core's sgemm here, the order of a
- * sleeping helper's wake-up: an estimate, not tuned), fewer than two blocks of rows, a pool without
- * gemm. */
+/* How a gemm splits: `parts` ranges of `units` (parts 1: one call a batch entry on the caller):
+ * batch entries (units = batch), or the output's rows in every entry (units = parts, one part a
+ * unit) cut on multiples of `tile` rows as evenly as the tile allows (512 rows on a 12-row tile
+ * in two parts: 252 and 260), whichever leaves the largest part the fewer rows (batch entries on
+ * a tie). Results are bit for bit those of one single-threaded call: each batch entry is its own
+ * call, and OpenBLAS computes an output row the same way wherever a call's rows start, provided
+ * the part starts on a multiple of its kernel's row tile (dt__cpu_gemm_tile). Columns are never
+ * split: sgemm's results there depend on where a call's columns start. (OpenBLAS's own threads
+ * split both, so a call on several of them differs from one thread in the last bits.) Not split:
+ * below DT__CPU_GEMM_MIN multiply-adds a part, fewer than two tiles of rows and one batch entry,
+ * a pool without gemm. DT__CPU_GEMM_MIN: a part is then at least about 15 us of one core's
+ * sgemm here; splitting a call's rows pays in compute from well below that (benchmarks/bench_gemm:
+ * the largest part's CPU time 0.5-0.6 of one call's from 2^18 multiply-adds a part), so what
+ * bounds it is the dispatch: under a microsecond to a helper still polling, tens of microseconds
+ * to one asleep, which a part of this size repays. */
 #define DT__CPU_GEMM_MIN (1 << 19)
-#define DT__CPU_GEMM_UNIT 48
 enum { DT__CPU_GEMM_BATCH, DT__CPU_GEMM_ROWS };
 typedef struct {
-    int parts, axis;
+    int parts, axis, tile;
     int64_t units;
 } dt__cpu_gemm_split;
-dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, int64_t batch, int64_t m, int64_t n,
-                                     int64_t kk);
+dt__cpu_gemm_split dt__cpu_gemm_plan(const dt__kctx *x, size_t esz, int64_t batch, int64_t m,
+                                     int64_t n, int64_t kk);
+
+/* The row tile of the OpenBLAS gemm kernel in use for elements of esz bytes (4: sgemm, 8:
+ * dgemm): the cores measured (Haswell and Zen: 12 rows for sgemm, 2 for dgemm) from
+ * openblas_get_corename(), confirmed once a process by a probe (a small gemm of each transpose
+ * cut on the tile against one call, bit for bit); DT__CPU_GEMM_TILE_ANY for other cores or a
+ * failed probe (a multiple of every tile measured: 1 to 12 rows on OpenBLAS's x86-64 cores). */
+#define DT__CPU_GEMM_TILE_ANY 48
+int dt__cpu_gemm_tile(size_t esz);
+/* The first output row of rows part i (0 .. s->parts; part s->parts: m) of a split by rows. */
+int64_t dt__cpu_gemm_row_cut(const dt__cpu_gemm_split *s, int64_t m, int64_t i);
 
 /* k's gemm (batch, m, n, k, ta, tb, a_at, lda, the batch strides; C at c_at, batch entries
  * m * n apart) by `call` on elements of esz bytes, split as dt__cpu_gemm_plan says. */
 void dt__cpu_gemm(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
                   const void *A, const void *B, void *C);
+/* The same, split as s says (at most x's pool's threads). */
+void dt__cpu_gemm_as(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
+                     const void *A, const void *B, void *C, dt__cpu_gemm_split s);
 
 /* Converts n contiguous elements (the 16-bit floats' widening and rounding). */
 typedef void (*dt__cpu_convert_fn)(const void *src, void *dst, int64_t n);

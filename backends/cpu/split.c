@@ -188,8 +188,7 @@ typedef struct {
     int64_t a_stride, b_stride; /* elements between batch entries; 0 repeats the operand */
 } gemm_job;
 
-/* Units [lo, hi) of the split: batch entries, or blocks of rows (the last block to the end)
- * in every batch entry. */
+/* Units [lo, hi) of the split: batch entries, or parts of the rows in every batch entry. */
 static void gemm_range(void *arg, int64_t lo, int64_t hi)
 {
     const gemm_job *j = arg;
@@ -198,8 +197,8 @@ static void gemm_range(void *arg, int64_t lo, int64_t hi)
         b0 = lo;
         b1 = hi;
     } else {
-        r0 = lo * DT__CPU_GEMM_UNIT;
-        r1 = hi == j->s.units ? j->m : hi * DT__CPU_GEMM_UNIT;
+        r0 = dt__cpu_gemm_row_cut(&j->s, j->m, lo);
+        r1 = dt__cpu_gemm_row_cut(&j->s, j->m, hi);
     }
     size_t e = j->esz;
     for (int64_t b = b0; b < b1; b++) {
@@ -214,6 +213,13 @@ static void gemm_range(void *arg, int64_t lo, int64_t hi)
 void dt__cpu_gemm(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
                   const void *A, const void *B, void *C)
 {
+    dt__cpu_gemm_as(x, k, call, esz, A, B, C,
+                    dt__cpu_gemm_plan(x, esz, k->batch, k->m, k->n, k->k));
+}
+
+void dt__cpu_gemm_as(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call, size_t esz,
+                     const void *A, const void *B, void *C, dt__cpu_gemm_split s)
+{
     int64_t m = k->m, n = k->n, kk = k->k;
     unsigned char *c = (unsigned char *)C + (size_t)k->c_at * esz;
     if (m == 0 || n == 0 || k->batch == 0)
@@ -223,7 +229,7 @@ void dt__cpu_gemm(const dt__kctx *x, const dt__kargs *k, dt__cpu_gemm_call call,
         return;
     }
     gemm_job j = {.call = call,
-                  .s = dt__cpu_gemm_plan(x, k->batch, m, n, kk),
+                  .s = s,
                   .esz = esz,
                   .ta = k->ta,
                   .tb = k->tb,

@@ -3,7 +3,8 @@
  * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
  * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
  * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention, FUSED
- * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; OpenBLAS on one thread). */
+ * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; rows cut evenly on the
+ * kernel's row tile; OpenBLAS on one thread). */
 #include "../../backends/cpu/pool.h"
 #include "dt.h"
 
@@ -439,35 +440,92 @@ Test(cpu_threads, fused_chain)
 
 /* ---- gemm -------------------------------------------------------------------------------- */
 
+/* The row tiles: on the cores measured, sgemm's kernel computes rows in groups of 12 and
+ * dgemm's in 2 (every cut of a call's rows tried, OpenBLAS 0.3.21); elsewhere the fallback. */
+Test(cpu_threads, gemm_tile)
+{
+    const char *core = openblas_get_corename();
+    bool known = !strcmp(core, "Haswell") || !strcmp(core, "Zen");
+    cr_assert_eq(dt__cpu_gemm_tile(4), known ? 12 : DT__CPU_GEMM_TILE_ANY, "%s", core);
+    cr_assert_eq(dt__cpu_gemm_tile(8), known ? 2 : DT__CPU_GEMM_TILE_ANY, "%s", core);
+}
+
+/* The cuts of a split by rows: on multiples of the tile, each the multiple nearest i / parts of
+ * the rows, the last part to the end. */
+static void check_cuts(dt__cpu_gemm_split s, int64_t m)
+{
+    cr_assert_eq(s.axis, DT__CPU_GEMM_ROWS);
+    cr_assert_eq(s.units, s.parts);
+    cr_assert_eq(dt__cpu_gemm_row_cut(&s, m, 0), 0);
+    cr_assert_eq(dt__cpu_gemm_row_cut(&s, m, s.parts), m);
+    for (int i = 1; i <= s.parts; i++) {
+        int64_t cut = dt__cpu_gemm_row_cut(&s, m, i);
+        cr_assert_gt(cut, dt__cpu_gemm_row_cut(&s, m, i - 1), "m %ld: part %d of %d is empty",
+                     (long)m, i - 1, s.parts);
+        if (i < s.parts) /* |cut - i m / parts| <= tile / 2, times 2 parts */
+            cr_assert(cut % s.tile == 0 && llabs(2 * s.parts * cut - 2 * i * m) <= s.parts * s.tile,
+                      "m %ld, part %d of %d: row %ld, not the tile's multiple nearest %g", (long)m,
+                      i, s.parts, (long)cut, (double)m * i / s.parts);
+    }
+}
+
 Test(cpu_threads, gemm_plan)
 {
     dt__kctx two = {.type = "CPU", .cores = 2, .pool = pools[0]};
     dt__kctx four = {.type = "CPU", .cores = 4, .pool = pools[2]};
-    int64_t rows = 2 * DT__CPU_GEMM_UNIT, kk = (2 * DT__CPU_GEMM_MIN + rows * 64 - 1) / (rows * 64);
+    int t = dt__cpu_gemm_tile(4);
+    int64_t rows = 2 * t, kk = (2 * DT__CPU_GEMM_MIN + rows * 64 - 1) / (rows * 64);
     /* below 2 parts' multiply-adds: one call */
-    cr_assert_eq(dt__cpu_gemm_plan(&two, 1, rows, 64, kk - 1).parts, 1);
-    dt__cpu_gemm_split s = dt__cpu_gemm_plan(&two, 1, rows, 64, kk);
-    cr_assert(s.parts == 2 && s.axis == DT__CPU_GEMM_ROWS && s.units == 2, "%d %d %ld", s.parts,
-              s.axis, (long)s.units);
-    /* at most the pool's threads, at most the blocks of rows (more columns do not help) */
-    s = dt__cpu_gemm_plan(&four, 1, 5 * DT__CPU_GEMM_UNIT, 1000, 1000);
-    cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_ROWS && s.units == 5);
-    s = dt__cpu_gemm_plan(&four, 1, 3 * DT__CPU_GEMM_UNIT - 1, 100000, 1000);
-    cr_assert(s.parts == 2 && s.units == 2);
-    cr_assert_eq(dt__cpu_gemm_plan(&four, 1, 2 * DT__CPU_GEMM_UNIT - 1, 100000, 1000).parts, 1);
-    cr_assert_eq(dt__cpu_gemm_plan(&four, 1, 1, 100000, 1000).parts, 1);
-    /* batch entries when there are as many as parts, else rows within each */
-    s = dt__cpu_gemm_plan(&four, 4, 512, 512, 64);
+    cr_assert_eq(dt__cpu_gemm_plan(&two, 4, 1, rows, 64, kk - 1).parts, 1);
+    dt__cpu_gemm_split s = dt__cpu_gemm_plan(&two, 4, 1, rows, 64, kk);
+    cr_assert(s.parts == 2 && s.tile == t, "%d %d", s.parts, s.tile);
+    check_cuts(s, rows);
+    cr_assert_eq(dt__cpu_gemm_row_cut(&s, rows, 1), t);
+    /* at most the pool's threads, at most a part a tile (more columns do not help) */
+    s = dt__cpu_gemm_plan(&four, 4, 1, 5 * t, 1000, 1000);
+    cr_assert_eq(s.parts, 4);
+    check_cuts(s, 5 * t);
+    s = dt__cpu_gemm_plan(&four, 4, 1, 3 * t - 1, 100000, 1000);
+    cr_assert_eq(s.parts, 2);
+    check_cuts(s, 3 * t - 1);
+    cr_assert_eq(dt__cpu_gemm_plan(&four, 4, 1, 2 * t - 1, 100000, 1000).parts, 1);
+    cr_assert_eq(dt__cpu_gemm_plan(&four, 4, 1, 1, 100000, 1000).parts, 1);
+    /* balanced on the tile: GPT-2's 512 rows (4 x 128 tokens) in halves as near 256 as the tile
+     * allows (252 and 260 on 12 rows; 240 and 272 in the blocks of 48 before) */
+    for (int64_t m = 2 * t; m < 40 * t; m += 7) {
+        for (int i = 0; i < 3; i++) {
+            dt__kctx x = {.type = "CPU", .cores = i + 2, .pool = pools[i]};
+            s = dt__cpu_gemm_plan(&x, 4, 1, m, 4096, 4096);
+            cr_assert_eq(s.parts, m / t < i + 2 ? m / t : i + 2);
+            check_cuts(s, m);
+        }
+    }
+    s = dt__cpu_gemm_plan(&two, 4, 1, 512, 768, 768);
+    cr_assert_eq(dt__cpu_gemm_row_cut(&s, 512, 1), (256 + t / 2) / t * t);
+    s = dt__cpu_gemm_plan(&two, 8, 1, 512, 768, 768); /* dgemm's tile */
+    cr_assert(s.tile == dt__cpu_gemm_tile(8) && s.parts == 2);
+    check_cuts(s, 512);
+    /* batch entries, unless rows leave the largest part fewer rows */
+    s = dt__cpu_gemm_plan(&four, 4, 4, 512, 512, 64);
     cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_BATCH && s.units == 4);
-    s = dt__cpu_gemm_plan(&four, 3, 512, 512, 64);
-    cr_assert(s.parts == 4 && s.axis == DT__CPU_GEMM_ROWS && s.units == 512 / DT__CPU_GEMM_UNIT);
+    s = dt__cpu_gemm_plan(&two, 4, 4, 512, 512, 64);
+    cr_assert(s.parts == 2 && s.axis == DT__CPU_GEMM_BATCH && s.units == 4);
+    s = dt__cpu_gemm_plan(&four, 4, 3, 512, 512, 64); /* 1 entry of 512 rows, or 3 x 128 */
+    cr_assert_eq(s.parts, 4);
+    check_cuts(s, 512);
+    s = dt__cpu_gemm_plan(&four, 4, 5, 512, 512, 64); /* 2 entries, or 5 x 128 */
+    check_cuts(s, 512);
+    s = dt__cpu_gemm_plan(&two, 4, 3, 512, 512, 64); /* 2 entries, or 3 x 256 */
+    check_cuts(s, 512);
+    s = dt__cpu_gemm_plan(&two, 4, 3, 1, 4096, 4096); /* one row: entries */
+    cr_assert(s.parts == 2 && s.axis == DT__CPU_GEMM_BATCH && s.units == 3);
     /* no pool, or a pool that leaves gemm to OpenBLAS */
     dt__kctx none = {.type = "CPU", .cores = 1};
-    cr_assert_eq(dt__cpu_gemm_plan(&none, 1, 1000, 1000, 1000).parts, 1);
+    cr_assert_eq(dt__cpu_gemm_plan(&none, 4, 1, 1000, 1000, 1000).parts, 1);
     dt__cpu_pool *blas;
     cr_assert_eq(dt__cpu_pool_open(2, false, false, &blas), DT_OK);
     dt__kctx own = {.type = "CPU", .cores = 2, .pool = blas};
-    cr_assert_eq(dt__cpu_gemm_plan(&own, 1, 1000, 1000, 1000).parts, 1);
+    cr_assert_eq(dt__cpu_gemm_plan(&own, 4, 1, 1000, 1000, 1000).parts, 1);
     dt__cpu_pool_close(blas);
 }
 
@@ -502,7 +560,8 @@ static void check_gemm(dt_dtype dt, const dt__kargs *k, const void *const in[], 
     cr_assert_eq(dt__cpu_kernels[DT__K_GEMM][dt](&one, k, in, ref), DT_OK);
     for (int i = 0; i < 3; i++) {
         dt__kctx many = {.type = "CPU", .cores = i + 2, .pool = pools[i]};
-        dt__cpu_gemm_split s = dt__cpu_gemm_plan(&many, k->batch, k->m, k->n, k->k);
+        dt__cpu_gemm_split s =
+            dt__cpu_gemm_plan(&many, dt == DT_DTYPE_F64 ? 8 : 4, k->batch, k->m, k->n, k->k);
         memset(got, 0x5a, out_bytes);
         cr_assert_eq(dt__cpu_kernels[DT__K_GEMM][dt](&many, k, in, got), DT_OK);
         size_t at = 0;
@@ -568,10 +627,95 @@ Test(cpu_threads, gemm_shapes)
 
 Test(cpu_threads, gemm_batched_and_blocks)
 {
-    gemm_case(5, 67, 71, 73, false, false, false, true);   /* batch entries */
+    gemm_case(4, 67, 71, 73, false, false, false, true);   /* batch entries */
+    gemm_case(5, 67, 71, 73, false, false, false, true);   /* rows: 5 x 36 rows, not 3 x 67 */
     gemm_case(2, 131, 257, 61, false, false, false, true); /* fewer entries than parts: rows */
     gemm_case(3, 97, 89, 83, true, false, false, true);    /* A repeated over the batch */
     gemm_case(3, 97, 89, 83, false, true, false, true);    /* B repeated */
     gemm_case(1, 263, 131, 47, false, false, true, true);  /* a block of a wider A, C at c_at */
     gemm_case(2, 129, 67, 71, false, false, true, true);
+}
+
+/* GPT-2's 512 rows cut as evenly as the tile allows (on 12 rows: 252 | 260 on 2 threads,
+ * 168 | 168 | 176 on 3, 132 | 120 | 132 | 128 on 4), and batches split by rows */
+Test(cpu_threads, gemm_balanced_rows)
+{
+    gemm_case(1, 512, 67, 97, false, false, false, true);
+    gemm_case(1, 301, 29, 211, false, false, true, true);
+    gemm_case(3, 512, 37, 41, false, false, false, true);
+    gemm_case(5, 100, 43, 61, false, true, false, true);
+}
+
+static void call_s(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const void *A, int64_t lda,
+                   const void *B, int64_t ldb, void *C, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (blasint)m, (blasint)n, (blasint)kk, 1, A, (blasint)lda, B, (blasint)ldb, 0, C,
+                (blasint)ldc);
+}
+
+static void call_d(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const void *A, int64_t lda,
+                   const void *B, int64_t ldb, void *C, int64_t ldc)
+{
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (blasint)m, (blasint)n, (blasint)kk, 1, A, (blasint)lda, B, (blasint)ldb, 0, C,
+                (blasint)ldc);
+}
+
+/* Whether op(A) op(B) of k (f32 or f64) split by rows on `tile` into `parts` on the 4-thread
+ * pool equals one call, byte for byte. */
+static bool split_equals_one(dt_dtype dt, const dt__kargs *k, int tile, int parts)
+{
+    size_t esz = dt_dtype_size(dt), bytes = (size_t)(k->m * k->n) * esz;
+    dt__cpu_gemm_call call = dt == DT_DTYPE_F32 ? call_s : call_d;
+    void *a = random_of(dt, k->m * k->k), *b = random_of(dt, k->k * k->n);
+    unsigned char *ref = malloc(bytes), *got = malloc(bytes);
+    dt__kctx one = {.type = "CPU", .cores = 1};
+    dt__kctx four = {.type = "CPU", .cores = 4, .pool = pools[2]};
+    dt__cpu_gemm_as(&one, k, call, esz, a, b, ref,
+                    (dt__cpu_gemm_split){1, DT__CPU_GEMM_BATCH, 1, 1});
+    dt__cpu_gemm_as(&four, k, call, esz, a, b, got,
+                    (dt__cpu_gemm_split){parts, DT__CPU_GEMM_ROWS, tile, parts});
+    bool same = !memcmp(ref, got, bytes);
+    free(a);
+    free(b);
+    free(ref);
+    free(got);
+    return same;
+}
+
+/* Every cut on a multiple of the kernel's tile, in 2 to 4 parts, gives one call's bytes (sgemm,
+ * dgemm, each transpose); a tile of 4 rows on a kernel of 12 does not (the tests above would
+ * catch a wrong tile). */
+Test(cpu_threads, gemm_tile_cuts)
+{
+    for (int d = 0; d < 2; d++) {
+        dt_dtype dt = d ? DT_DTYPE_F64 : DT_DTYPE_F32;
+        int tile = dt__cpu_gemm_tile(d ? 8 : 4);
+        for (int t = 0; t < 4; t++) {
+            dt__kargs k;
+            memset(&k, 0, sizeof k);
+            k.batch = 1;
+            k.n = 53;
+            k.k = 301;
+            k.ta = t & 1;
+            k.tb = t >> 1;
+            /* each count of tiles a part can get: cuts at every multiple of the tile */
+            for (k.m = 2 * tile; k.m <= 9 * tile + 5; k.m += tile / 2 + 1)
+                for (int parts = 2; parts <= 4 && parts * tile <= k.m; parts++)
+                    cr_assert(split_equals_one(dt, &k, tile, parts),
+                              "%s, ta %d tb %d, %ld rows in %d parts on a tile of %d",
+                              dt_dtype_name(dt), k.ta, k.tb, (long)k.m, parts, tile);
+        }
+    }
+    if (dt__cpu_gemm_tile(4) != 12)
+        cr_skip_test("sgemm's tile here is %d, not 12", dt__cpu_gemm_tile(4));
+    dt__kargs k;
+    memset(&k, 0, sizeof k);
+    k.batch = 1;
+    k.m = 100; /* cut at 52 on a tile of 4 */
+    k.n = 53;
+    k.k = 301;
+    cr_assert(!split_equals_one(DT_DTYPE_F32, &k, 4, 2),
+              "sgemm cut at row 52 equals one call: the test cannot see a wrong tile");
 }
