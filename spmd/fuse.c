@@ -263,7 +263,7 @@ static size_t expr_text(const dt__fused *fz, const dt__kargs *k, const int *uses
     }
     int j = v - fz->nin;
     const dt__fused_op *o = &fz->ops[j];
-    if (uses[v] > 1 && j != fz->nops - 1) {
+    if (uses[v] > 1 && (j != fz->nops - 1 || fz->reduce)) { /* a reduced value if stored */
         snprintf(tmp, sizeof tmp, "t%d", j);
         return put(buf, size, n, "%s", tmp);
     }
@@ -313,7 +313,7 @@ static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, 
     size_t n =
         (size_t)snprintf(buf, size, "fused %s local %s, %d kernels: ", dt_dtype_name(dtype),
                          dt__shape_str(sh, sizeof sh, k->rank, k->shape), fz->nops + fz->reduce);
-    for (int j = 0; j < fz->nops - 1; j++) {
+    for (int j = 0; j < fz->nops - !fz->reduce; j++) {
         int v = fz->nin + j;
         if (uses[v] < 2)
             continue;
