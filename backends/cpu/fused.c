@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BLOCK = 4096, SMALL = 256 };
+enum { BLOCK = 4096, SMALL = 256, ROWS = 8 };
 
 /* The dtype operand q of op o is read in. */
 static dt_dtype operand_dtype(const dt__fused_op *o, int q)
@@ -152,8 +152,8 @@ static const void *chain_block(const fused_job *f, chain_state *c, int64_t r, in
         }
         if (c->stored[j] >= 0)
             c->at[j] = (unsigned char *)f->in[nin + c->stored[j]] + e0 * dt_dtype_size(o->out);
-        else if (j == nops - 1 && last)
-            c->at[j] = last;
+        else if (j == nops - 1)
+            c->at[j] = last ? last : c->buf[j];
         c->fn[j](f->x, &c->ka[j], ins, c->at[j]);
     }
     return c->at[nops - 1];
@@ -183,38 +183,54 @@ static void fused_items(void *arg, int64_t lo, int64_t hi)
     ((op) == DT_REDUCE_MAX   ? ((v) > (a) || isnan((double)(v)) ? (v) : (a)) \
      : (op) == DT_REDUCE_MIN ? ((v) < (a) || isnan((double)(v)) ? (v) : (a)) \
                              : (a) + (v))
-#define DEFINE_ACC(NAME, S, C)                                                            \
-    static void acc_##NAME(int op, const void *vals, int64_t m, void *running, bool one)  \
-    {                                                                                     \
-        const S *v = vals;                                                                \
-        C *acc = running;                                                                 \
-        if (one) {                                                                        \
-            C a = *acc;                                                                   \
-            for (int64_t i = 0; i < m; i++)                                               \
-                a = REDUCE_STEP(op, a, LD_##NAME(v[i]));                                  \
-            *acc = a;                                                                     \
-        } else if (op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN) {                         \
-            for (int64_t i = 0; i < m; i++)                                               \
-                acc[i] = acc[i] + LD_##NAME(v[i]);                                        \
-        } else {                                                                          \
-            for (int64_t i = 0; i < m; i++)                                               \
-                acc[i] = REDUCE_STEP(op, acc[i], LD_##NAME(v[i]));                        \
-        }                                                                                 \
-    }                                                                                     \
-    static void init_##NAME(int op, void *running, int64_t n)                             \
-    {                                                                                     \
-        C *acc = running, v = op == DT_REDUCE_MAX   ? (C)-INFINITY                        \
-                              : op == DT_REDUCE_MIN ? (C)INFINITY                         \
-                                                    : (C)0;                               \
-        for (int64_t i = 0; i < n; i++)                                                   \
-            acc[i] = v;                                                                   \
-    }                                                                                     \
-    static void finish_##NAME(double scale, const void *running, void *out, int64_t n)    \
-    {                                                                                     \
-        const C *acc = running;                                                           \
-        S *o = out;                                                                       \
-        for (int64_t i = 0; i < n; i++)                                                   \
-            o[i] = scale != 1.0 ? STD_##NAME((double)acc[i] * scale) : ST_##NAME(acc[i]); \
+#define DEFINE_ACC(NAME, S, C)                                                                  \
+    static void acc_##NAME(int op, const void *vals, int64_t m, void *running, bool one)        \
+    {                                                                                           \
+        const S *v = vals;                                                                      \
+        C *acc = running;                                                                       \
+        if (one) {                                                                              \
+            C a = *acc;                                                                         \
+            for (int64_t i = 0; i < m; i++)                                                     \
+                a = REDUCE_STEP(op, a, LD_##NAME(v[i]));                                        \
+            *acc = a;                                                                           \
+        } else if (op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN) {                               \
+            for (int64_t i = 0; i < m; i++)                                                     \
+                acc[i] = acc[i] + LD_##NAME(v[i]);                                              \
+        } else {                                                                                \
+            for (int64_t i = 0; i < m; i++)                                                     \
+                acc[i] = REDUCE_STEP(op, acc[i], LD_##NAME(v[i]));                              \
+        }                                                                                       \
+    }                                                                                           \
+    static void rows_##NAME(int op, const void *const vals[], int nb, int64_t m, void *running) \
+    {                                                                                           \
+        C *acc = running, a[ROWS];                                                              \
+        for (int b = 0; b < nb; b++)                                                            \
+            a[b] = acc[b];                                                                      \
+        if (nb == ROWS && (op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN))                        \
+            for (int64_t i = 0; i < m; i++)                                                     \
+                for (int b = 0; b < ROWS; b++)                                                  \
+                    a[b] = a[b] + LD_##NAME(((const S *)vals[b])[i]);                           \
+        else                                                                                    \
+            for (int64_t i = 0; i < m; i++)                                                     \
+                for (int b = 0; b < nb; b++)                                                    \
+                    a[b] = REDUCE_STEP(op, a[b], LD_##NAME(((const S *)vals[b])[i]));           \
+        for (int b = 0; b < nb; b++)                                                            \
+            acc[b] = a[b];                                                                      \
+    }                                                                                           \
+    static void init_##NAME(int op, void *running, int64_t n)                                   \
+    {                                                                                           \
+        C *acc = running, v = op == DT_REDUCE_MAX   ? (C)-INFINITY                              \
+                              : op == DT_REDUCE_MIN ? (C)INFINITY                               \
+                                                    : (C)0;                                     \
+        for (int64_t i = 0; i < n; i++)                                                         \
+            acc[i] = v;                                                                         \
+    }                                                                                           \
+    static void finish_##NAME(double scale, const void *running, void *out, int64_t n)          \
+    {                                                                                           \
+        const C *acc = running;                                                                 \
+        S *o = out;                                                                             \
+        for (int64_t i = 0; i < n; i++)                                                         \
+            o[i] = scale != 1.0 ? STD_##NAME((double)acc[i] * scale) : ST_##NAME(acc[i]);       \
     }
 DEFINE_ACC(f32, float, float)
 DEFINE_ACC(f64, double, double)
@@ -222,6 +238,7 @@ DEFINE_ACC(bf16, uint16_t, float)
 DEFINE_ACC(f16, uint16_t, float)
 
 typedef void (*acc_fn)(int op, const void *vals, int64_t m, void *running, bool one);
+typedef void (*rows_fn)(int op, const void *const vals[], int nb, int64_t m, void *running);
 
 /* The chain's elements e .. e + len - 1 (flat, in the chain's shape) added to their outputs'
  * running values, a block of a row at a time. */
@@ -250,8 +267,30 @@ static void reduce_range(const fused_job *f, chain_state *c, acc_fn add, size_t 
 typedef struct {
     fused_job *f;
     acc_fn add;
+    rows_fn add_rows;
     size_t csz;
 } reduce_job;
+
+/* Rows q .. q + nb - 1 (nb <= ROWS) of a reduction over the last axes, advanced together a
+ * block at a time (the REDUCE kernel's 8 rows: independent chains of additions, which the CPU
+ * overlaps), each row still in input order; each row's block of values in bufs[b]. The rows
+ * start on multiples of the merged row, so their blocks fall at the same places. */
+static void reduce_rows(const fused_job *f, chain_state *c, const reduce_job *rj,
+                        unsigned char *const bufs[], int64_t q, int nb)
+{
+    for (int64_t at = 0; at < f->per_row;) {
+        int64_t m = f->row - at % f->row;
+        m = m < f->blk ? m : f->blk;
+        m = m < f->per_row - at ? m : f->per_row - at;
+        const void *v[ROWS];
+        for (int b = 0; b < nb; b++) {
+            int64_t e = (q + b) * f->per_row + at;
+            v[b] = chain_block(f, c, e / f->row, e % f->row, m, bufs[b]);
+        }
+        rj->add_rows(f->fz->rop, v, nb, m, (unsigned char *)f->acc + (size_t)q * rj->csz);
+        at += m;
+    }
+}
 
 /* Units [lo, hi): rows of [outer, per_row, inner] (inner 1), rows and column chunks, or (one
  * unit) the whole chain. */
@@ -262,6 +301,17 @@ static void reduce_items(void *arg, int64_t lo, int64_t hi)
     _Alignas(64) unsigned char small[DT__FUSED_MAX_OPS][SMALL * 8];
     chain_state c;
     chain_init(f, &c, small);
+    size_t vb = value_bytes(f->fz, f->fz->nops - 1, f->blk);
+    unsigned char *rows = f->inner == 1 && hi - lo > 1 ? aligned_alloc(64, ROWS * vb) : NULL;
+    if (rows) {
+        unsigned char *bufs[ROWS];
+        for (int b = 0; b < ROWS; b++)
+            bufs[b] = rows + (size_t)b * vb;
+        for (int64_t q = lo; q < hi; q += ROWS)
+            reduce_rows(f, &c, rj, bufs, q, hi - q < ROWS ? (int)(hi - q) : ROWS);
+        free(rows);
+        return;
+    }
     for (int64_t u = lo; u < hi; u++) {
         int64_t q = u / f->nchunk, j0 = u % f->nchunk * f->chunk;
         int64_t m = f->inner - j0 < f->chunk ? f->inner - j0 : f->chunk;
@@ -284,21 +334,23 @@ static dt_status fused_reduce(const dt__kctx *x, const dt__kargs *k, fused_job *
     for (int i = 0; i < k->rank; i++)
         no *= k->mask & (1u << i) ? 1 : k->shape[i];
     acc_fn add;
+    rows_fn add_rows;
     void (*init)(int, void *, int64_t);
     void (*finish)(double, const void *, void *, int64_t);
     size_t csz = sizeof(float);
     switch (fz->ops[fz->nops - 1].out) {
     case DT_DTYPE_F32:
-        add = acc_f32, init = init_f32, finish = finish_f32;
+        add = acc_f32, add_rows = rows_f32, init = init_f32, finish = finish_f32;
         break;
     case DT_DTYPE_F64:
-        add = acc_f64, init = init_f64, finish = finish_f64, csz = sizeof(double);
+        add = acc_f64, add_rows = rows_f64, init = init_f64, finish = finish_f64;
+        csz = sizeof(double);
         break;
     case DT_DTYPE_BF16:
-        add = acc_bf16, init = init_bf16, finish = finish_bf16;
+        add = acc_bf16, add_rows = rows_bf16, init = init_bf16, finish = finish_bf16;
         break;
     case DT_DTYPE_F16:
-        add = acc_f16, init = init_f16, finish = finish_f16;
+        add = acc_f16, add_rows = rows_f16, init = init_f16, finish = finish_f16;
         break;
     default:
         return dt__fail(DT_ERR_UNSUPPORTED, "fused reduction of %s",
@@ -328,7 +380,7 @@ static dt_status fused_reduce(const dt__kctx *x, const dt__kargs *k, fused_job *
             f->part = 0;
         }
     }
-    reduce_job rj = {f, add, csz};
+    reduce_job rj = {f, add, add_rows, csz};
     dt__cpu_pool_run(x->pool, units, parts, reduce_items, &rj);
     finish(k->a, f->acc, out, no);
     free(f->mem);
