@@ -6,7 +6,14 @@
  *   - residual:   x + (y + b) * 0.5 (a projection's bias, a scale, the residual add),
  *   - cast_chain: cast(gelu(cast(x, f32) + b), bf16) on a bf16 x (a bf16 activation through f32),
  *   - adamw:      dt_optimizer_apply of AdamW on an f32 [rows, cols] variable (its traced update:
- *                 3 fused kernels, or 21 unfused).
+ *                 3 fused kernels, or 21 unfused);
+ * and chains ending in a reduction (one kernel fused, never writing the chain's value; per
+ * element of x):
+ *   - sum_square: sum(square(x)) over both axes (a global norm's sum of squares: one ordered
+ *                 running value),
+ *   - row_sum:    sum(x * y) over the last axis (a layer norm's gradient sums, the loss's
+ *                 one-hot product),
+ *   - col_sum:    sum(x * y) over the first axis (a norm's gamma gradient: chunks of columns).
  * Run as one process; the mesh is every local device, rows sharded:
  *
  *   DTENSOR_CPU_DEVICES=1 build/benchmarks/bench_fusion [rows] [cols] [reps]  (1024 3072 21)
@@ -65,6 +72,32 @@ static dt_tensor *cast_chain(dt_tensor *const in[])
     return y;
 }
 
+static dt_tensor *sum_square(dt_tensor *const in[])
+{
+    dt_tensor *s, *y;
+    BENCH_CHECK(dt_unary(DT_UNARY_SQUARE, in[0], NULL, &s));
+    BENCH_CHECK(dt_reduce(DT_REDUCE_SUM, keep(s), 2, (int[]){0, 1}, false, NULL, &y));
+    return y;
+}
+
+static dt_tensor *product_sum(dt_tensor *const in[], int axis)
+{
+    dt_tensor *m, *y;
+    BENCH_CHECK(dt_binary(DT_BINARY_MUL, in[0], in[1], NULL, &m));
+    BENCH_CHECK(dt_reduce(DT_REDUCE_SUM, keep(m), 1, &axis, true, NULL, &y));
+    return y;
+}
+
+static dt_tensor *row_sum(dt_tensor *const in[])
+{
+    return product_sum(in, 1);
+}
+
+static dt_tensor *col_sum(dt_tensor *const in[])
+{
+    return product_sum(in, 0);
+}
+
 typedef struct chain {
     const char *name;
     dt_tensor *(*build)(dt_tensor *const in[]);
@@ -117,9 +150,10 @@ int main(int argc, char **argv)
     BENCH_CHECK(dt_layout_parse(mesh, "rows,unsharded", &l2));
     BENCH_CHECK(dt_layout_replicated(mesh, 1, &l1));
     const int64_t shape[2] = {rows, cols};
-    const chain chains[] = {{"bias_gelu", bias_gelu, DT_DTYPE_F32},
-                            {"residual", residual, DT_DTYPE_F32},
-                            {"cast_chain", cast_chain, DT_DTYPE_BF16}};
+    const chain chains[] = {
+        {"bias_gelu", bias_gelu, DT_DTYPE_F32},    {"residual", residual, DT_DTYPE_F32},
+        {"cast_chain", cast_chain, DT_DTYPE_BF16}, {"sum_square", sum_square, DT_DTYPE_F32},
+        {"row_sum", row_sum, DT_DTYPE_F32},        {"col_sum", col_sum, DT_DTYPE_F32}};
     printf("chain,devices,rows,cols,unfused_ns_per_element,fused_ns_per_element,ratio\n");
     for (size_t c = 0; c < sizeof chains / sizeof *chains; c++) {
         dt_tensor *in[3];

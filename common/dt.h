@@ -128,6 +128,8 @@ typedef struct dt__backend {
     dt_status (*sync)(dt__device *d);
     /* Local kernels by (kernel, dtype); NULL when the backend has none. */
     const dt__kernel_fn (*kernels)[DT_DTYPE_COUNT];
+    /* Its FUSED entry takes chains that end in a reduction (dt__fused.reduce). */
+    bool fused_reduce;
     /* Run kernel fn of the table on d, or queue it (emulated streams); NULL: the executor
      * calls fn itself with d's kernel context. */
     dt_status (*launch)(dt__device *d, dt__kernel_fn fn, const dt__kargs *k, const void *const in[],

@@ -74,7 +74,11 @@ typedef struct dt__block {
  * except a FILL marked `scalar`: one element its readers broadcast. A chain may have results
  * besides its output (Adam's moments beside the new value): in[nin + e], e < nstore, is then no
  * operand but a buffer of the output's shape (packed, in the value's `out` dtype) that the
- * kernel writes value store[e] into, in the same pass; nin + nstore <= DT__FUSED_MAX_IN. */
+ * kernel writes value store[e] into, in the same pass; nin + nstore <= DT__FUSED_MAX_IN.
+ * A chain may end in a reduction (`reduce`, on backends that say `fused_reduce`): the ops'
+ * shape is then k->shape, and the output is the last op's value reduced over the axes k->mask
+ * by `rop` (sum, mean, max or min) and scaled by k->a, as the REDUCE kernel computes it (each
+ * output's inputs in input order); that value is never written, unless stored. */
 #define DT__FUSED_MAX_OPS 24
 #define DT__FUSED_MAX_IN 8
 
@@ -93,6 +97,8 @@ typedef struct dt__fused_op {
 typedef struct dt__fused {
     int nin, nops;
     int nstore, store[DT__FUSED_MAX_IN]; /* values also written out: in[nin + e] gets store[e] */
+    bool reduce;                         /* the chain feeds a reduction by rop */
+    int rop;
     dt__fused_op ops[DT__FUSED_MAX_OPS];
 } dt__fused;
 

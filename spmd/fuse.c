@@ -24,7 +24,12 @@
  *   - the merged group keeps within DT__FUSED_MAX_OPS ops and DT__FUSED_MAX_IN operands and
  *     stored results together.
  * Groups grow until nothing changes (a value read twice inside one chain joins once both
- * readers have). The fused step takes C's place; the other members are removed. */
+ * readers have). Then a group whose result t only a reduction R reads (sum, mean, max or min of
+ * a float, on a backend whose FUSED entry takes reductions) ends in R, on the same conditions
+ * with t of R's input shape on every device: the fused step evaluates the chain and reduces
+ * it, t never written (unless it is a program output: then stored). The local reduction of a
+ * sharded axis is what fuses; its collective stays. The fused step takes C's (or R's) place;
+ * the other members are removed. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -193,6 +198,51 @@ static bool can_merge(fuser *f, int P, int C)
     return true;
 }
 
+/* Whether kernel step st is a reduction a fused chain can end in. */
+static bool fusable_reduce(const dt__step *st)
+{
+    if (st->kind != DT__STEP_KERNEL || st->kernel != DT__K_REDUCE || st->nlocal < 1)
+        return false;
+    const dt__backend *be = dt__backend_of(st->mesh->type);
+    int op = st->args[0].op;
+    bool fl = st->dtype == DT_DTYPE_F32 || st->dtype == DT_DTYPE_F64 ||
+              st->dtype == DT_DTYPE_BF16 || st->dtype == DT_DTYPE_F16;
+    return fl && be && be->fused_reduce &&
+           (op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN || op == DT_REDUCE_MAX ||
+            op == DT_REDUCE_MIN);
+}
+
+/* Can the group ending at P end in the reduction R, which reads t, P's result? */
+static bool can_merge_reduce(const fuser *f, int P, int R)
+{
+    const dt__program *p = f->p;
+    const dt__step *ps = &p->steps[P], *rs = &p->steps[R];
+    int t = ps->out;
+    const dt__slot *sl = &p->slots[t];
+    if (sl->input >= 0 || f->nwrite[t] != 1 || ps->mesh != rs->mesh || ps->kernel == DT__K_FILL ||
+        out_dtype(ps) != rs->dtype)
+        return false;
+    for (int j = P + 1; j < p->nsteps; j++)
+        if (j != R && reads(&p->steps[j], t))
+            return false;
+    for (int d = 0; d < rs->nlocal; d++)
+        if (ps->args[d].rank != rs->args[d].rank ||
+            !same_shape(rs->args[d].rank, ps->args[d].shape, rs->args[d].in_shape[0]))
+            return false;
+    if (merged_leaves(f, P, P) + group_stores(f, P) + (sl->output >= 0) > DT__FUSED_MAX_IN)
+        return false;
+    for (int i = group_first(f, P); i <= P; i++) {
+        if (f->root[i] != P)
+            continue;
+        const dt__step *st = &p->steps[i];
+        for (int q = 0; q < st->nin; q++)
+            for (int j = i + 1; j <= R; j++)
+                if (f->root[j] != P && p->steps[j].out == st->in[q])
+                    return false;
+    }
+    return true;
+}
+
 /* The name of an op's value for the printed chain: its expression, written in place when one
  * reader uses it (else named tN and written once before). */
 static size_t put(char *buf, size_t size, size_t n, const char *fmt, const char *s)
@@ -213,7 +263,7 @@ static size_t expr_text(const dt__fused *fz, const dt__kargs *k, const int *uses
     }
     int j = v - fz->nin;
     const dt__fused_op *o = &fz->ops[j];
-    if (uses[v] > 1 && j != fz->nops - 1) {
+    if (uses[v] > 1 && (j != fz->nops - 1 || fz->reduce)) { /* a reduced value if stored */
         snprintf(tmp, sizeof tmp, "t%d", j);
         return put(buf, size, n, "%s", tmp);
     }
@@ -244,7 +294,8 @@ static size_t expr_text(const dt__fused *fz, const dt__kargs *k, const int *uses
 
 /* The printed line: "fused f32 local [8,16,256], 3 kernels: gelu(add(x0, x1[1,1,256]))", with
  * values read more than once or written out named first ("t2 = ...; ", "t3 = ... -> x4; " for
- * the value written to the step's slot x4). */
+ * the value written to the step's slot x4); a chain ending in a reduction wraps it and names
+ * the reduced shape: "sum(square(x0)) -> [1,1]". */
 static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, char *buf,
                        size_t size)
 {
@@ -259,9 +310,10 @@ static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, 
         uses[fz->store[e]] += 2; /* named */
     }
     char sh[DT__SHAPE_STR_MAX];
-    size_t n = (size_t)snprintf(buf, size, "fused %s local %s, %d kernels: ", dt_dtype_name(dtype),
-                                dt__shape_str(sh, sizeof sh, k->rank, k->shape), fz->nops);
-    for (int j = 0; j < fz->nops - 1; j++) {
+    size_t n =
+        (size_t)snprintf(buf, size, "fused %s local %s, %d kernels: ", dt_dtype_name(dtype),
+                         dt__shape_str(sh, sizeof sh, k->rank, k->shape), fz->nops + fz->reduce);
+    for (int j = 0; j < fz->nops - !fz->reduce; j++) {
         int v = fz->nin + j;
         if (uses[v] < 2)
             continue;
@@ -278,13 +330,21 @@ static void fused_text(const dt__fused *fz, dt_dtype dtype, const dt__kargs *k, 
         }
         n = put(buf, size, n, "%s", "; ");
     }
-    expr_text(fz, k, uses, fz->nin + fz->nops - 1, buf, size, n);
+    if (fz->reduce)
+        n = put(buf, size, n, "%s(", dt_reduce_op_name((dt_reduce_op)fz->rop));
+    n = expr_text(fz, k, uses, fz->nin + fz->nops - 1, buf, size, n);
+    if (fz->reduce) {
+        int64_t rs[DT_MAX_RANK];
+        for (int i = 0; i < k->rank; i++)
+            rs[i] = k->mask & (1u << i) ? 1 : k->shape[i];
+        n = put(buf, size, n, ") -> %s", dt__shape_str(sh, sizeof sh, k->rank, rs));
+    }
     if (size > 4 && strlen(buf) == size - 1)
         memcpy(buf + size - 4, "...", 4);
 }
 
-/* Replace the group ending at r (2 or more steps) by one FUSED step at r; the other members
- * are marked for removal (root -2). */
+/* Replace the group ending at r (2 or more steps; r may be a reduction ending it) by one FUSED
+ * step at r; the other members are marked for removal (root -2). */
 static dt_status build(fuser *f, int r)
 {
     dt__program *p = f->p;
@@ -303,6 +363,8 @@ static dt_status build(fuser *f, int r)
     for (int i = 0; i <= r; i++)
         if (f->root[i] == r)
             members[nm++] = i;
+    bool red = rs->kernel == DT__K_REDUCE;
+    int nops = nm - red; /* the ops: the members but a reduction */
     /* operands first (in the order first read), then one value per member */
     for (int m = 0; m < nm; m++) {
         const dt__step *st = &p->steps[members[m]];
@@ -317,8 +379,8 @@ static dt_status build(fuser *f, int r)
             fz->nin++;
         }
     }
-    double work = 0;
-    for (int m = 0; m < nm; m++) {
+    double work = red ? rs->work : 0;
+    for (int m = 0; m < nops; m++) {
         const dt__step *st = &p->steps[members[m]];
         const dt__kargs *k = &st->args[0];
         dt__fused_op *o = &fz->ops[m];
@@ -340,13 +402,18 @@ static dt_status build(fuser *f, int r)
             leaves[fz->nin + fz->nstore++] = st->out;
         }
     }
-    fz->nops = nm;
+    fz->nops = nops;
+    fz->reduce = red;
+    fz->rop = red ? rs->args[0].op : 0;
     /* each device: the output's shape, each operand's as it is read, aligned to the output */
     for (int d = 0; d < nl; d++) {
         dt__kargs *k = &args[d];
         const dt__kargs *ro = &rs->args[d];
         k->rank = ro->rank;
-        memcpy(k->shape, ro->shape, sizeof k->shape);
+        /* a reduction: the chain's shape, its reduced axes and scale */
+        memcpy(k->shape, red ? ro->in_shape[0] : ro->shape, sizeof k->shape);
+        k->mask = red ? ro->mask : 0;
+        k->a = red ? ro->a : 0;
         memcpy(k->offset, ro->offset, sizeof k->offset);
         memcpy(k->gshape, ro->gshape, sizeof k->gshape);
         k->fused = fz;
@@ -358,8 +425,8 @@ static dt_status build(fuser *f, int r)
             for (int i = 0; i < k->rank; i++)
                 k->in_shape[q][i] = i < off ? 1 : s[i - off];
         }
-        for (int e = 0; e < fz->nstore; e++) /* the results written out: the output's shape */
-            memcpy(k->in_shape[fz->nin + e], ro->shape, sizeof k->in_shape[0]);
+        for (int e = 0; e < fz->nstore; e++) /* the results written out: the chain's shape */
+            memcpy(k->in_shape[fz->nin + e], k->shape, sizeof k->in_shape[0]);
     }
     /* the printed line from the device with the most elements */
     int busiest = 0;
@@ -380,7 +447,7 @@ static dt_status build(fuser *f, int r)
             f->root[members[m]] = -2;
     }
     rs->kernel = DT__K_FUSED;
-    rs->dtype = fz->ops[nm - 1].out;
+    rs->dtype = red ? rs->dtype : fz->ops[nops - 1].out;
     rs->args = args;
     rs->fused = fz;
     rs->nin = fz->nin + fz->nstore;
@@ -434,6 +501,19 @@ void dt__program_fuse(dt__program *p)
                 }
             }
         }
+    }
+    /* chains that only a reduction reads end in it */
+    for (int r = 0; r < n; r++) {
+        const dt__step *rs = &p->steps[r];
+        if (!fusable_reduce(rs))
+            continue;
+        int t = rs->in[0], w = f.nwrite[t] == 1 ? f.writer[t] : -1;
+        if (w < 0 || w >= r || f.root[w] != w || !can_merge_reduce(&f, w, r))
+            continue;
+        for (int j = 0; j <= w; j++)
+            if (f.root[j] == w)
+                f.root[j] = r;
+        f.root[r] = r;
     }
     for (int r = 0; r < n; r++)
         if (f.root[r] == r && group_ops(&f, r) > 1 && build(&f, r) != DT_OK)

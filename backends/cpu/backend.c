@@ -119,5 +119,6 @@ const dt__backend dt__cpu_backend = {
     .to_host = cpu_copy,
     .copy = cpu_copy,
     .kernels = dt__cpu_kernels,
+    .fused_reduce = true,
     .gemm_math = dt__cpu_gemm_math,
 };

@@ -553,6 +553,7 @@ const dt__backend dt__emulated_cuda_backend = {
     .sync = emu_sync,
     .launch = emu_launch,
     .kernels = dt__cpu_kernels,
+    .fused_reduce = true,
     .dev = &emu_dev_ops,
     .gemm_math = dt__cpu_gemm_math,
 };

@@ -256,7 +256,8 @@ CPU_VECTOR_CLONES static void T_FN(binary)(const dt__kargs *k, const void *const
 }
 /* out has in's rank with reduced axes (k->mask) of extent 1. Each output adds its inputs
  * in input order, in C; the 16-bit floats accumulate in f32 per output (output-major)
- * and round once. */
+ * and round once. k->lda (a run of reduced axes followed by kept ones): the input's stride
+ * between reduced elements when the kept columns are a chunk of wider rows (0: packed). */
 CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const in[], void *out)
 {
     const S *x = in[0];
@@ -268,7 +269,7 @@ CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const
              : k->op == DT_REDUCE_PROD ? (C)1
                                        : (C)0;
     int64_t rows, per_row, inner;
-    if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1) {
+    if (row_view(r, k->in_shape[0], k->mask, &rows, &per_row, &inner) && inner == 1 && !k->lda) {
         /* rows reduced over their contiguous last axes: the running values in registers
          * (accumulating in memory chains every element through one address, many times
          * slower), ROW_BLOCK rows at a time so that their independent chains overlap; each
@@ -303,10 +304,11 @@ CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const
          * over B and T): a block of up to REDUCE_BLOCK running values along the kept inner
          * axes, the inputs added in input order as below (the same result, bit for bit), a
          * loop the compiler vectorizes */
+        int64_t ld = k->lda ? k->lda : inner;
         for (int64_t q = 0; q < rows; q++)
             for (int64_t j0 = 0; j0 < inner; j0 += REDUCE_BLOCK) {
                 int64_t m = inner - j0 < REDUCE_BLOCK ? inner - j0 : REDUCE_BLOCK;
-                const S *xs = x + q * per_row * inner + j0;
+                const S *xs = x + q * per_row * ld + j0;
                 S *os = o + q * inner + j0;
                 C acc[REDUCE_BLOCK];
                 for (int64_t j = 0; j < m; j++)
@@ -314,11 +316,11 @@ CPU_VECTOR_CLONES static void T_FN(reduce)(const dt__kargs *k, const void *const
                 if (k->op == DT_REDUCE_SUM || k->op == DT_REDUCE_MEAN)
                     for (int64_t p = 0; p < per_row; p++)
                         for (int64_t j = 0; j < m; j++)
-                            acc[j] = DT__ADD(acc[j], T_LD(xs[p * inner + j]));
+                            acc[j] = DT__ADD(acc[j], T_LD(xs[p * ld + j]));
                 else
                     for (int64_t p = 0; p < per_row; p++)
                         for (int64_t j = 0; j < m; j++)
-                            acc[j] = T_FN(reduce_one)(k->op, acc[j], T_LD(xs[p * inner + j]));
+                            acc[j] = T_FN(reduce_one)(k->op, acc[j], T_LD(xs[p * ld + j]));
                 for (int64_t j = 0; j < m; j++)
                     os[j] = k->a != 1.0 ? T_STD((double)acc[j] * k->a) : T_ST(acc[j]);
             }

@@ -49,9 +49,16 @@ void dt__cpu_rows(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *v, int64_
 /* The row kernels' splits (fn: the kernel's loop; ss, cs: the sizes of its storage and compute
  * types): reductions over a contiguous run of axes by their kept leading rows, softmax's steps
  * by the rows around its axes, norms by the rows before the last axis. Other views run fn on
- * one thread. */
+ * one thread. A reduction whose kept rows are fewer than the threads also splits the kept
+ * columns after its run (the kernel reads a chunk with the row's stride, k->lda). */
 void dt__cpu_split_reduce(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
                           const void *const in[], void *out, size_t ss);
+/* A reduction's split over columns: the chunk of `inner` kept columns after its reduced run
+ * that a unit takes (a multiple of DT__CPU_COLUMNS; `inner` itself: columns not split) when
+ * its `rows` (kept rows before the run) are fewer than the threads `work` may use. Each output
+ * is still one unit's, summed in input order. */
+#define DT__CPU_COLUMNS 64
+int64_t dt__cpu_column_chunk(const dt__kctx *x, int64_t work, int64_t rows, int64_t inner);
 void dt__cpu_split_softmax(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
                            const void *const in[], void *out, size_t ss, size_t cs);
 void dt__cpu_split_norm(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,

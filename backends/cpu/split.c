@@ -92,7 +92,42 @@ void dt__cpu_elementwise(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
     dt__cpu_rows(x, fn, &v, n, nin, step, (size_t)(n / lead) * osz, in, out);
 }
 
-/* Reductions over a contiguous run of axes: split over the kept leading rows, each output
+int64_t dt__cpu_column_chunk(const dt__kctx *x, int64_t work, int64_t rows, int64_t inner)
+{
+    int most = dt__cpu_parts(x, work, rows * inner);
+    if (inner < 2 || rows >= most)
+        return inner;
+    int64_t want = (most + rows - 1) / rows, c = (inner + want - 1) / want;
+    c = (c + DT__CPU_COLUMNS - 1) / DT__CPU_COLUMNS * DT__CPU_COLUMNS;
+    return c < inner ? c : inner;
+}
+
+typedef struct {
+    dt__cpu_loop fn;
+    const dt__kargs *v; /* [1, per_row, inner] reduced over axis 1 */
+    int64_t per_row, inner, chunk, nchunk;
+    const unsigned char *in;
+    unsigned char *out;
+    size_t sz;
+} columns_job;
+
+/* Units [lo, hi): (row, chunk of columns), each the kernel on the chunk's columns of the row,
+ * read with the row's stride between reduced elements (k->lda). */
+static void columns_range(void *arg, int64_t lo, int64_t hi)
+{
+    const columns_job *j = arg;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t q = u / j->nchunk, j0 = u % j->nchunk * j->chunk;
+        dt__kargs k = *j->v;
+        k.shape[2] = k.in_shape[0][2] = j->inner - j0 < j->chunk ? j->inner - j0 : j->chunk;
+        k.lda = k.shape[2] < j->inner ? j->inner : 0;
+        const void *in[1] = {j->in + (size_t)((q * j->per_row) * j->inner + j0) * j->sz};
+        j->fn(&k, in, j->out + (size_t)(q * j->inner + j0) * j->sz);
+    }
+}
+
+/* Reductions over a contiguous run of axes: split over the kept leading rows, and when they
+ * are fewer than the threads, over chunks of the kept columns after the run too; each output
  * still summed alone in input order. */
 void dt__cpu_split_reduce(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k,
                           const void *const in[], void *out, size_t sz)
@@ -110,8 +145,18 @@ void dt__cpu_split_reduce(const dt__kctx *x, dt__cpu_loop fn, const dt__kargs *k
     v.shape[1] = 1;
     v.in_shape[0][1] = per_row;
     v.shape[2] = v.in_shape[0][2] = inner;
+    int64_t work = rows * per_row * inner;
+    int64_t chunk = dt__cpu_column_chunk(x, work, rows, inner);
+    if (chunk < inner) {
+        columns_job j = {fn,    &v,  per_row, inner, chunk, (inner + chunk - 1) / chunk,
+                         in[0], out, sz};
+        v.shape[0] = v.in_shape[0][0] = 1;
+        int64_t units = rows * j.nchunk;
+        dt__cpu_pool_run(x->pool, units, dt__cpu_parts(x, work, units), columns_range, &j);
+        return;
+    }
     size_t step[1] = {(size_t)(per_row * inner) * sz};
-    dt__cpu_rows(x, fn, &v, rows * per_row * inner, 1, step, (size_t)inner * sz, in, out);
+    dt__cpu_rows(x, fn, &v, work, 1, step, (size_t)inner * sz, in, out);
 }
 
 /* Softmax's steps (common/kernels.h) over rows: x [outer, n, inner], its maximum m and sum s

@@ -684,10 +684,15 @@ dt_status where(const dt__kctx *x, const dt__kargs *k, const void *const in[], v
     return launched(x, "where", Ty<S>::dt);
 }
 
-/* The chain of k->fused (any table dtype: the ops carry their own). */
+/* The chain of k->fused (any table dtype: the ops carry their own). A chain ending in a
+ * reduction is refused: the backend does not say fused_reduce, so the fuser leaves reductions
+ * their own kernel here. */
 dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
 {
     const dt__fused *fz = k->fused;
+    if (fz->reduce)
+        return dt__fail(DT_ERR_UNSUPPORTED, "CUDA:%d (GPU %d): a fused chain ending in a reduction",
+                        x->index, x->ordinal);
     int nin = fz->nin, rank = k->rank;
     dt_dtype ot = fz->ops[fz->nops - 1].out;
     int64_t n = elems(rank, k->shape);

@@ -2,9 +2,10 @@
  * on one thread: every output byte identical, with pools of 2, 3 and 4 threads, on sizes
  * around the split threshold (DT__CPU_PARALLEL_MIN element-steps a thread) and uneven ranges,
  * for each kernel that splits: unary, binary (whole and broadcast operands, comparisons, bf16),
- * cast, where, reduce (rows and blocked columns), softmax's steps, the norms, attention, FUSED
- * and gemm (f32, f64, bf16, f16; every transpose; batched; odd sizes; rows cut evenly on the
- * kernel's row tile; OpenBLAS on one thread). */
+ * cast, where, reduce (rows, blocked columns, chunks of columns), softmax's steps, the norms,
+ * attention, FUSED (and FUSED ending in a reduction) and gemm (f32, f64, bf16, f16; every
+ * transpose; batched; odd sizes; rows cut evenly on the kernel's row tile; OpenBLAS on one
+ * thread). */
 #include "../../backends/cpu/pool.h"
 #include "dt.h"
 
@@ -718,4 +719,81 @@ Test(cpu_threads, gemm_tile_cuts)
     k.k = 301;
     cr_assert(!split_equals_one(DT_DTYPE_F32, &k, 4, 2),
               "sgemm cut at row 52 equals one call: the test cannot see a wrong tile");
+}
+
+/* ---- reductions split by columns, and chains ending in one ------------------------------- */
+
+static const dt_dtype float_types[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_F16};
+
+/* Leading axes reduced with fewer kept rows than threads ([1, 600, n] -> [1, 1, n], the
+ * gradient of a bias or of a norm's gamma): chunks of the kept columns, the last one narrow
+ * (129 columns: chunks of 64, 64 and 1). */
+Test(cpu_threads, reduce_columns)
+{
+    static const int ops[] = {DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    static const int64_t cols[] = {700, 129};
+    for (int t = 0; t < 4; t++)
+        for (int c = 0; c < 2; c++)
+            for (int o = 0; o < 4; o++) {
+                dt_dtype dt = float_types[t];
+                int64_t shape[3] = {1, 600, cols[c]};
+                dt__kargs k = kargs_of(3, shape);
+                k.op = ops[o];
+                k.mask = 2u;
+                k.shape[1] = 1;
+                k.a = ops[o] == DT_REDUCE_MEAN ? 1.0 / 600 : 1.0;
+                void *x = random_of(dt, 600 * cols[c]);
+                const void *in[1] = {x};
+                check("reduce columns", DT__K_REDUCE, dt, &k, in,
+                      (size_t)cols[c] * dt_dtype_size(dt), 600 * cols[c], cols[c]);
+                free(x);
+            }
+}
+
+/* A chain ending in a reduction: square(a - b) (b a row broadcast) reduced over the last axis
+ * (rows), over the leading axis (columns, split in chunks) and over both (one running value: not
+ * split, so compared on one pool here), in every float dtype. */
+Test(cpu_threads, fused_reduce)
+{
+    for (int t = 0; t < 4; t++) {
+        dt_dtype dt = float_types[t];
+        dt__fused fz = {.nin = 2, .nops = 2, .reduce = true, .rop = DT_REDUCE_SUM};
+        fz.ops[0] = (dt__fused_op){.kernel = DT__K_BINARY,
+                                   .dtype = dt,
+                                   .out = dt,
+                                   .op = DT_BINARY_SUB,
+                                   .nin = 2,
+                                   .arg = {0, 1}};
+        fz.ops[1] = (dt__fused_op){.kernel = DT__K_UNARY,
+                                   .dtype = dt,
+                                   .out = dt,
+                                   .op = DT_UNARY_SQUARE,
+                                   .nin = 1,
+                                   .arg = {2}};
+        int64_t shape[2] = {300, 700}, all = 300 * 700;
+        void *a = random_of(dt, all), *b = random_of(dt, 700);
+        const void *in[2] = {a, b};
+        size_t sz = dt_dtype_size(dt);
+        for (int v = 0; v < 3; v++) {
+            dt__kargs k = kargs_of(2, shape);
+            k.in_shape[1][0] = 1;
+            k.fused = &fz;
+            k.mask = v == 0 ? 2u : v == 1 ? 1u : 3u;
+            fz.rop = v == 1 ? DT_REDUCE_MAX : DT_REDUCE_SUM;
+            if (v < 2) {
+                check(v ? "fused max columns" : "fused sum rows", DT__K_FUSED, dt, &k, in,
+                      (size_t)(v ? 700 : 300) * sz, all * 3, v ? 700 : 300);
+                continue;
+            }
+            /* the full reduction: the same on a pool as on one thread (one range) */
+            dt__kctx one = {.type = "CPU", .cores = 1};
+            dt__kctx many = {.type = "CPU", .cores = 4, .pool = pools[2]};
+            uint64_t r1 = 0, r4 = 0;
+            cr_assert_eq(dt__cpu_kernels[DT__K_FUSED][dt](&one, &k, in, &r1), DT_OK);
+            cr_assert_eq(dt__cpu_kernels[DT__K_FUSED][dt](&many, &k, in, &r4), DT_OK);
+            cr_expect_eq(r1, r4, "full fused sum %s on 4 threads", dt_dtype_name(dt));
+        }
+        free(a);
+        free(b);
+    }
 }

@@ -324,6 +324,85 @@ static dt_status reshape_between(dt_tensor *const in[], dt_tensor **out)
 
 static const dt_dtype floats[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_F16};
 
+/* ---- chains ending in a reduction ------------------------------------------------------------ */
+
+/* op over `axes` of f(x, y): f is square(x - y) (sub), x * y (mul) or x + y (add) */
+static dt_status reduced(int f, dt_reduce_op op, int naxes, const int *axes, dt_tensor *const in[],
+                         dt_tensor **out)
+{
+    dt_tensor *t = NULL, *u = NULL;
+    dt_binary_op b = f == 0 ? DT_BINARY_SUB : f == 1 ? DT_BINARY_MUL : DT_BINARY_ADD;
+    dt_status s = dt_binary(b, in[0], in[1], NULL, &t);
+    if (s == DT_OK && f == 0)
+        s = dt_unary(DT_UNARY_SQUARE, t, NULL, &u);
+    if (s == DT_OK)
+        s = dt_reduce(op, u ? u : t, naxes, axes, false, NULL, out);
+    dt_tensor_free(t);
+    dt_tensor_free(u);
+    return s;
+}
+
+/* the clip's sum(square(x)) over every axis */
+static dt_status sum_square_all(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *t = NULL;
+    dt_status s = dt_unary(DT_UNARY_SQUARE, in[0], NULL, &t);
+    if (s == DT_OK)
+        s = dt_reduce(DT_REDUCE_SUM, t, 3, (int[]){0, 1, 2}, false, NULL, out);
+    dt_tensor_free(t);
+    return s;
+}
+
+/* a norm's variance: mean over the last axis of square(x - y), y a row */
+static dt_status mean_last(dt_tensor *const in[], dt_tensor **out)
+{
+    return reduced(0, DT_REDUCE_MEAN, 1, (int[]){2}, in, out);
+}
+
+/* a bias's or gamma's gradient: sum over the leading axes of x * y */
+static dt_status sum_leading(dt_tensor *const in[], dt_tensor **out)
+{
+    return reduced(1, DT_REDUCE_SUM, 2, (int[]){0, 1}, in, out);
+}
+
+/* max over the leading axis, min over the first and last (not a run of axes) of x + y */
+static dt_status max_first(dt_tensor *const in[], dt_tensor **out)
+{
+    return reduced(2, DT_REDUCE_MAX, 1, (int[]){0}, in, out);
+}
+
+static dt_status min_outer(dt_tensor *const in[], dt_tensor **out)
+{
+    return reduced(2, DT_REDUCE_MIN, 2, (int[]){0, 2}, in, out);
+}
+
+/* CUDA's FUSED entry leaves reductions out: there a chain's reduction stays its own kernel. */
+static int reduce_kernels(int n)
+{
+    const dt__backend *be = dt__backend_of(FUSION_DEVICE);
+    return be && be->fused_reduce ? n : 1;
+}
+
+/* The reductions in every float dtype: x3 a layout of [5, 6, 20], x1 of [20], xr another of
+ * [5, 6, 20]. */
+static void reduce_chains(const char *x3, const char *x1, const char *xr)
+{
+    for (size_t t = 0; t < sizeof floats / sizeof *floats; t++) {
+        dt_dtype dt = floats[t];
+        chain all = {"sum_square_all", sum_square_all, 1, {dt}, {3}, {{5, 6, 20}}, {x3}};
+        free(check_chain(&all, reduce_kernels(2), NULL));
+        chain ml = {"mean_last", mean_last, 2, {dt, dt}, {3, 1}, {{5, 6, 20}, {20}}, {x3, x1}};
+        free(check_chain(&ml, reduce_kernels(3), NULL));
+        chain sl = {"sum_leading", sum_leading, 2, {dt, dt}, {3, 3}, {{5, 6, 20}, {5, 6, 20}},
+                    {x3, xr}};
+        free(check_chain(&sl, reduce_kernels(2), NULL));
+        chain mf = {"max_first", max_first, 2, {dt, dt}, {3, 1}, {{5, 6, 20}, {20}}, {x3, x1}};
+        free(check_chain(&mf, reduce_kernels(2), NULL));
+        chain mo = {"min_outer", min_outer, 2, {dt, dt}, {3, 1}, {{5, 6, 20}, {20}}, {x3, x1}};
+        free(check_chain(&mo, reduce_kernels(2), NULL));
+    }
+}
+
 /* The float chains in every float dtype on the mesh started, in the layouts given: x3 for
  * [5, 6, 20] tensors, x1 for [20] vectors (broadcast along the last axis), xr for the other
  * rank-3 operand of a residual. */
@@ -410,6 +489,7 @@ Test(fusion, one_device)
 {
     start(1, "x=1");
     float_chains("unsharded,unsharded,unsharded", "unsharded", "unsharded,unsharded,unsharded");
+    reduce_chains("unsharded,unsharded,unsharded", "unsharded", "unsharded,unsharded,unsharded");
     integer_chain("unsharded,unsharded,unsharded", "unsharded");
     reshape_chain("unsharded,unsharded,unsharded");
     exact_chain("unsharded,unsharded,unsharded", "unsharded,unsharded,unsharded");
@@ -422,6 +502,7 @@ Test(fusion, four_devices)
 {
     start(4, "x=2,y=2");
     float_chains("x,unsharded,y", "y", "unsharded,y,unsharded");
+    reduce_chains("x,unsharded,y", "y", "unsharded,y,unsharded");
     integer_chain("x,unsharded,y", "unsharded");
     reshape_chain("x,unsharded,unsharded");
     exact_chain("x,y,unsharded", "x,y,unsharded");
@@ -434,6 +515,8 @@ Test(fusion, eight_devices_uneven)
     start(8, "x=2,y=4");
     float_chains("y,x,unsharded", "unsharded", "y,x,unsharded");
     float_chains("unsharded,unsharded,x", "x", "unsharded,y,x");
+    reduce_chains("y,x,unsharded", "unsharded", "y,x,unsharded");
+    reduce_chains("unsharded,unsharded,x", "x", "unsharded,y,x");
     integer_chain("y,unsharded,x", "x");
     reshape_chain("y,unsharded,unsharded");
     exact_chain("y,x,unsharded", "unsharded,unsharded,y");
@@ -665,6 +748,173 @@ Test(fusion, stored_results)
         for (int l = 0; l < 3; l++)
             for (int e = 0; e < 2; e++)
                 check_moments(floats[d], layouts[l], e);
+    stop();
+}
+
+/* ---- reductions: a stored chain, the order of the sums ------------------------------------ */
+
+/* out[0] = square(x - y) (y a row), out[1] = its sum over the last axis: the chain's value is a
+ * program output, so the fused step stores it beside the reduction. */
+static dt_status stored_sum(dt_tensor *const in[], dt_tensor *out[])
+{
+    dt_tensor *t = NULL;
+    dt_status s = dt_binary(DT_BINARY_SUB, in[0], in[1], NULL, &t);
+    if (s == DT_OK)
+        s = dt_unary(DT_UNARY_SQUARE, t, NULL, &out[0]);
+    if (s == DT_OK)
+        s = dt_reduce(DT_REDUCE_SUM, out[0], 1, (int[]){2}, true, NULL, &out[1]);
+    dt_tensor_free(t);
+    return s;
+}
+
+Test(fusion, stored_reduction)
+{
+    start(4, "x=2,y=2");
+    const char *lx[] = {"unsharded,unsharded,unsharded", "x,y,unsharded", "x,unsharded,y"};
+    const char *ly[] = {"unsharded", "unsharded", "y"};
+    for (size_t d = 0; d < sizeof floats / sizeof *floats; d++)
+        for (int l = 0; l < 3; l++) {
+            dt_dtype dt = floats[d];
+            chain c = {"stored_sum", NULL, 2, {dt, dt}, {3, 1}, {{5, 6, 20}, {20}}, {lx[l], ly[l]}};
+            dt_tensor *in[2] = {input(&c, 0), input(&c, 1)}, *res[3][2] = {{0}};
+            cr_assert_eq(stored_sum(in, res[0]), DT_OK, "%s", dt_last_error());
+            char *text[2] = {0};
+            for (int k = 0; k < 2; k++) {
+                if (k)
+                    setenv("DTENSOR_FUSION", "0", 1);
+                dt_function *f = NULL;
+                dt_tensor *x[2] = {0}, *y[2] = {0};
+                cr_assert_eq(dt_function_begin(&f), DT_OK, "%s", dt_last_error());
+                for (int i = 0; i < 2; i++) {
+                    dt_layout li = L(c.layout[i]);
+                    cr_assert_eq(dt_function_input(f, &li, dt, c.rank[i], c.shape[i], &x[i]), DT_OK,
+                                 "%s", dt_last_error());
+                }
+                cr_assert_eq(stored_sum(x, y), DT_OK, "%s", dt_last_error());
+                cr_assert_eq(dt_function_end(f, 2, y), DT_OK, "%s", dt_last_error());
+                unsetenv("DTENSOR_FUSION");
+                for (int i = 0; i < 2; i++) {
+                    dt_tensor_free(x[i]);
+                    dt_tensor_free(y[i]);
+                }
+                text[k] = program_text(f);
+                cr_assert_eq(dt_function_run(f, 2, (const dt_tensor *const *)in, 2, res[1 + k]),
+                             DT_OK, "%s", dt_last_error());
+                dt_function_free(f);
+            }
+            if (reduce_kernels(2) == 2)
+                cr_expect(strstr(text[0], "3 kernels: t1 = square(sub(x0, x1[1,1,") != NULL &&
+                              strstr(text[0], " -> x2; sum(t1) -> [") != NULL,
+                          "%s %s:\n%s", dt_dtype_name(dt), lx[l], text[0]);
+            for (int o = 0; o < 2; o++) {
+                size_t b[3];
+                void *h[3];
+                for (int k = 0; k < 3; k++)
+                    h[k] = read_all(res[k][o], &b[k]);
+                cr_assert(b[1] == b[0] && b[2] == b[0]);
+                cr_expect(memcmp(h[1], h[0], b[0]) == 0 && memcmp(h[2], h[0], b[0]) == 0,
+                          "%s %s: result %d differs from eager:\n%s", dt_dtype_name(dt), lx[l], o,
+                          text[0]);
+                for (int k = 0; k < 3; k++) {
+                    free(h[k]);
+                    dt_tensor_free(res[k][o]);
+                }
+            }
+            dt_tensor_free(in[0]);
+            dt_tensor_free(in[1]);
+            free(text[0]);
+            free(text[1]);
+        }
+    stop();
+}
+
+/* The order of the sums, against a sequential fold computed here: x * y (y ones) summed over
+ * the leading axes, over the last and over all, in f32, with values 1e8, 1, -1e8, 1 in turn, so
+ * that any other order (pairwise, reversed, a partial sum a thread) gives another result. One
+ * device with every core: the reductions split over its threads. */
+static dt_status sum_axes(dt_tensor *const in[], int naxes, const int *axes, dt_tensor **out)
+{
+    dt_tensor *t = NULL;
+    dt_status s = dt_binary(DT_BINARY_MUL, in[0], in[1], NULL, &t);
+    if (s == DT_OK)
+        s = dt_reduce(DT_REDUCE_SUM, t, naxes, axes, true, NULL, out);
+    dt_tensor_free(t);
+    return s;
+}
+static dt_status sum_lead(dt_tensor *const in[], dt_tensor **out)
+{
+    return sum_axes(in, 2, (int[]){0, 1}, out);
+}
+static dt_status sum_last(dt_tensor *const in[], dt_tensor **out)
+{
+    return sum_axes(in, 1, (int[]){2}, out);
+}
+static dt_status sum_every(dt_tensor *const in[], dt_tensor **out)
+{
+    return sum_axes(in, 3, (int[]){0, 1, 2}, out);
+}
+
+Test(fusion, reduction_order)
+{
+    start(1, "x=1");
+    enum { A = 16, B = 32, N = 70 };
+    static const float turn[4] = {1e8f, 1, -1e8f, 1};
+    float *x = malloc(sizeof(float) * A * B * N), ones[N], lead[N] = {0}, last[A * B] = {0},
+          all = 0;
+    for (int i = 0; i < A * B; i++)
+        for (int j = 0; j < N; j++)
+            x[i * N + j] = turn[(i + j * 3) % 4];
+    for (int j = 0; j < N; j++)
+        ones[j] = 1;
+    for (int i = 0; i < A * B; i++)
+        for (int j = 0; j < N; j++) {
+            lead[j] += x[i * N + j];
+            last[i] += x[i * N + j];
+            all += x[i * N + j];
+        }
+    dt_layout l3 = L("unsharded,unsharded,unsharded"), l1 = L("unsharded");
+    dt_tensor *in[2] = {0};
+    cr_assert_eq(dt_tensor_from_host(&l3, DT_DTYPE_F32, 3, (int64_t[]){A, B, N}, x,
+                                     sizeof(float) * A * B * N, &in[0]),
+                 DT_OK, "%s", dt_last_error());
+    cr_assert_eq(
+        dt_tensor_from_host(&l1, DT_DTYPE_F32, 1, (int64_t[]){N}, ones, sizeof ones, &in[1]), DT_OK,
+        "%s", dt_last_error());
+    const chain_fn fns[3] = {sum_lead, sum_last, sum_every};
+    const float *want[3] = {lead, last, &all};
+    const int count[3] = {N, A * B, 1};
+    for (int v = 0; v < 3; v++) {
+        dt_tensor *e = NULL;
+        cr_assert_eq(fns[v](in, &e), DT_OK, "%s", dt_last_error());
+        size_t be;
+        float *he = read_all(e, &be);
+        cr_assert_eq(be, sizeof(float) * (size_t)count[v]);
+        cr_expect(memcmp(he, want[v], be) == 0, "reduction %d: eager %g, sequential %g", v,
+                  (double)he[0], (double)want[v][0]);
+        chain c = {"sum_order",
+                   fns[v],
+                   2,
+                   {DT_DTYPE_F32, DT_DTYPE_F32},
+                   {3, 1},
+                   {{A, B, N}, {N}},
+                   {"unsharded,unsharded,unsharded", "unsharded"}};
+        for (int k = 0; k < 2; k++) {
+            char *text;
+            dt_function *f = trace(&c, k == 0, &text);
+            size_t bt;
+            float *ht = run_traced(f, &c, in, &bt);
+            cr_expect(memcmp(ht, want[v], be) == 0, "reduction %d, %s: %g, sequential %g:\n%s", v,
+                      k ? "unfused" : "fused", (double)ht[0], (double)want[v][0], text);
+            free(ht);
+            free(text);
+            dt_function_free(f);
+        }
+        free(he);
+        dt_tensor_free(e);
+    }
+    dt_tensor_free(in[0]);
+    dt_tensor_free(in[1]);
+    free(x);
     stop();
 }
 
