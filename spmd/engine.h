@@ -37,7 +37,8 @@
     X(ARG_REDUCE, arg_reduce)     \
     X(CUMSUM, cumsum)             \
     X(ATTENTION, attention)       \
-    DT__OP_LIST_SHAPE(X)
+    DT__OP_LIST_SHAPE(X)          \
+    DT__OP_LIST_LOSS(X)
 
 /* The shape and index ops (gather, unsorted_segment_sum, one_hot, einsum, stack, pad, tile,
  * broadcast_to, expand_dims, squeeze). */
@@ -52,6 +53,9 @@
     X(BROADCAST_TO, broadcast_to) \
     X(EXPAND_DIMS, expand_dims)   \
     X(SQUEEZE, squeeze)
+
+/* Fused losses (sparse softmax cross-entropy). */
+#define DT__OP_LIST_LOSS(X) X(SPARSE_XENT, sparse_xent)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -561,6 +565,12 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
  * it). Collective when eager, as every op. */
 dt_status dt__attention_grad(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                              const dt_tensor *dy, int causal, double scale, dt_tensor **out);
+
+/* The gradient of dt_sparse_softmax_cross_entropy_with_logits(labels, logits) for dy (of the
+ * loss's shape): d logits, of the logits' shape (the op in its gradient mode). Collective when
+ * eager, as every op. */
+dt_status dt__sparse_xent_grad(const dt_tensor *labels, const dt_tensor *logits,
+                               const dt_tensor *dy, dt_tensor **out);
 
 /* The graph of an ended function (NULL when it was not ended successfully); read by the
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */

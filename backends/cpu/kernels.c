@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "unary.h"
 #include "vmath.h"
+#include "xent.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -963,4 +964,8 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_GATHER] = {ALL(gather)},
     [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
     [DT__K_ONE_HOT] = {ALL(one_hot)},
+    [DT__K_XENT] = {[DT_DTYPE_F32] = dt__cpu_xent_f32,
+                    [DT_DTYPE_F64] = dt__cpu_xent_f64,
+                    [DT_DTYPE_BF16] = dt__cpu_xent_bf16,
+                    [DT_DTYPE_F16] = dt__cpu_xent_f16},
 };
