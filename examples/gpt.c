@@ -219,24 +219,16 @@ static dt_tensor *forward(const dt_mesh *m, dt_tensor *const p[], const dt_tenso
         CHECK(dt_matmul(keep(t), b[B_W2], &to_seq, &u));
         x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, keep(u), b[B_B2]));
     }
-    /* logits [B, T, V] with the vocabulary on model (the embedding, tied), in f32: log sum exp
-     * and the target's logit reduce across the vocabulary shards ([B, T] statistics only) */
+    /* logits [B, T, V] with the vocabulary on model (the embedding, tied), in f32; the fused
+     * cross-entropy reduces [B, T] statistics across the vocabulary shards */
     dt_tensor *logits = einsum("btd,vd->btv", whole(m, norm(x, p, P_LNF_G)), p[P_WTE]);
     if (dtype != DT_DTYPE_F32) {
         CHECK(dt_cast(logits, DT_DTYPE_F32, NULL, &t));
         logits = keep(t);
     }
-    dt_tensor *lse, *hot, *picked, *loss;
-    CHECK(dt_logsumexp(logits, 1, (int[]){-1}, 0, NULL, &lse));
-    /* the targets' one-hot rows split over the vocabulary as the logits are: each shard
-     * makes only its columns */
-    dt_layout vl;
-    CHECK(dt_layout_parse(m, "batch,unsharded,model", &vl));
-    CHECK(dt_one_hot(tgt, V, 1, 0, -1, DT_DTYPE_F32, &(dt_op_options){.layout = &vl}, &hot));
-    CHECK(dt_reduce(DT_REDUCE_SUM, op2(DT_BINARY_MUL, keep(hot), logits), 1, (int[]){-1}, 0, NULL,
-                    &picked));
-    CHECK(dt_reduce(DT_REDUCE_MEAN, op2(DT_BINARY_SUB, keep(lse), keep(picked)), 0, NULL, 0, NULL,
-                    &loss));
+    dt_tensor *loss;
+    CHECK(dt_sparse_softmax_cross_entropy_with_logits(tgt, logits, NULL, &t));
+    CHECK(dt_reduce(DT_REDUCE_MEAN, keep(t), 0, NULL, 0, NULL, &loss));
     return keep(loss);
 }
 
