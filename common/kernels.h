@@ -136,7 +136,10 @@ typedef struct dt__kargs {
     dt_dtype to;   /* arg_reduce: the index dtype written (i32 or i64) */
     /* gather, segment_sum, one_hot: nidx indices (dtype `from`: i32, i64, u8 or i8) select
      * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
-     * an index outside the range selects nothing (gather writes zeros) */
+     * an index outside the range selects nothing (gather writes zeros). segment_sum with
+     * mode DT__SEGMENT_INTO: in[2] is a base of the output's shape; a selected row is base's
+     * plus its sum (formed from 0 in index order, rounded to the dtype, then added once), an
+     * unselected row is base's */
     int64_t nidx, lo, rows, inner;
     const dt__fused *fused; /* FUSED: the chain (host memory, the step's) */
 } dt__kargs;
@@ -206,6 +209,7 @@ enum {
     DT__ATTN_FORWARD = 0,
     DT__ATTN_GRAD,
     DT__ATTN_CAUSAL = 16,
+    DT__SEGMENT_INTO = 1,
 };
 /* XENT, sparse softmax cross-entropy (floating logits x; rows: k->nidx rows of k->inner local
  * classes, the global classes [k->lo, k->lo + k->inner); labels: one index per row of dtype

@@ -364,3 +364,123 @@ Test(sparse_xent, passes_split_over_threads)
         free(y);
     }
 }
+
+/* ---- a tied embedding's gradient: a gather's and a dense gradient of one table --------------- */
+
+enum { TV = 37, TD = 6, TB = 12 };
+
+/* loss = sum(gather(t1, ids) h) + sum(einsum("bd,vd->bv", h, t2) w): gradients of t1 (the
+ * gather's: a segment sum of h) and t2 (dense, w^T h); tied: t1 and t2 the same input. */
+static dt_function *head_gradient(const dt_layout *lt, const dt_layout *li, const dt_layout *lb,
+                                  bool tied)
+{
+    dt_function *f = NULL, *g = NULL;
+    dt_tensor *t1, *t2 = NULL, *ids, *h, *w, *e, *p, *s1, *z, *q, *s2, *o;
+    cr_assert_eq(dt_function_begin(&f), DT_OK);
+    cr_assert_eq(dt_function_input(f, lt, DT_DTYPE_F32, 2, (int64_t[]){TV, TD}, &t1), DT_OK);
+    if (!tied)
+        cr_assert_eq(dt_function_input(f, lt, DT_DTYPE_F32, 2, (int64_t[]){TV, TD}, &t2), DT_OK);
+    cr_assert_eq(dt_function_input(f, li, DT_DTYPE_I32, 1, (int64_t[]){TB}, &ids), DT_OK);
+    cr_assert_eq(dt_function_input(f, lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TD}, &h), DT_OK);
+    cr_assert_eq(dt_function_input(f, lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TV}, &w), DT_OK);
+    cr_assert_eq(dt_gather(t1, ids, NULL, &e), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_binary(DT_BINARY_MUL, e, h, NULL, &p), DT_OK);
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, p, 0, NULL, 0, NULL, &s1), DT_OK);
+    const dt_tensor *ops[2] = {h, tied ? t1 : t2};
+    cr_assert_eq(dt_einsum("bd,vd->bv", 2, ops, NULL, &z), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_binary(DT_BINARY_MUL, z, w, NULL, &q), DT_OK);
+    cr_assert_eq(dt_reduce(DT_REDUCE_SUM, q, 0, NULL, 0, NULL, &s2), DT_OK);
+    cr_assert_eq(dt_binary(DT_BINARY_ADD, s1, s2, NULL, &o), DT_OK);
+    cr_assert_eq(dt_function_end(f, 1, &o), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_function_gradient(f, 0, tied ? 1 : 2, (int[]){0, 1}, &g), DT_OK, "%s",
+                 dt_last_error());
+    dt_tensor *ts[] = {t1, t2, ids, h, w, e, p, s1, z, q, s2, o};
+    for (int i = 0; i < 12; i++)
+        dt_tensor_free(ts[i]);
+    dt_function_free(f);
+    return g;
+}
+
+/* On mesh m with the table, the ids and the batch operands laid out as given: the tied
+ * gradient against a double reference (segment sum of h plus w^T h) and, where the ids are not
+ * split (no partial sums to all-reduce), bitwise against the separate gradients added. */
+static void check_tied(const dt_mesh *m, const char *st, const char *si, const char *sb,
+                       bool bitwise)
+{
+    dt_layout lt, li, lb;
+    cr_assert_eq(dt_layout_parse(m, st, &lt), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_layout_parse(m, si, &li), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_layout_parse(m, sb, &lb), DT_OK, "%s", dt_last_error());
+    double t[TV * TD], h[TB * TD], w[TB * TV], ref[TV * TD] = {0}, got[TV * TD], old[TV * TD];
+    int32_t ids[TB];
+    for (int i = 0; i < TV * TD; i++)
+        t[i] = logit_at(i, 1) / 4;
+    for (int i = 0; i < TB * TD; i++)
+        h[i] = logit_at(i, 2) / 3;
+    for (int i = 0; i < TB * TV; i++)
+        w[i] = logit_at(i, 3) / 5;
+    for (int b = 0; b < TB; b++) /* rows 0, 12, 23, 24, 35 twice, one id outside */
+        ids[b] = b == 7 ? TV + 3 : (int32_t)((b * 6) % 36 + (b % 2 ? 5 : 0)) % TV;
+    for (int b = 0; b < TB; b++)
+        for (int v = 0; v < TV; v++)
+            for (int d = 0; d < TD; d++) {
+                double x = (float)h[b * TD + d], y = (float)w[b * TV + v];
+                ref[v * TD + d] += x * y;
+            }
+    for (int b = 0; b < TB; b++)
+        if (ids[b] >= 0 && ids[b] < TV)
+            for (int d = 0; d < TD; d++)
+                ref[ids[b] * TD + d] += (float)h[b * TD + d];
+    dt_tensor *tt = floats(&lt, DT_DTYPE_F32, 2, (int64_t[]){TV, TD}, t, TV * TD);
+    dt_tensor *ti = labels_of(&li, 1, (int64_t[]){TB}, ids, TB);
+    dt_tensor *th = floats(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TD}, h, TB * TD);
+    dt_tensor *tw = floats(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TV}, w, TB * TV);
+    dt_function *tied = head_gradient(&lt, &li, &lb, true),
+                *apart = head_gradient(&lt, &li, &lb, false);
+    dt_tensor *r1[2] = {0}, *r2[3] = {0}, *sum = NULL;
+    cr_assert_eq(dt_function_run(tied, 4, (const dt_tensor *[]){tt, ti, th, tw}, 2, r1), DT_OK,
+                 "%s", dt_last_error());
+    cr_assert_eq(dt_function_run(apart, 5, (const dt_tensor *[]){tt, tt, ti, th, tw}, 3, r2), DT_OK,
+                 "%s", dt_last_error());
+    cr_expect(dt_layout_equal(dt_tensor_layout(r1[1]), &lt), "%s: not in the table's layout", st);
+    read_back(r1[1], got, TV * TD);
+    double e = worst(got, ref, TV * TD);
+    cr_expect(e <= 2e-6, "%s / %s / %s: tied gradient off by %g", st, si, sb, e);
+    if (bitwise) {
+        cr_assert_eq(dt_binary(DT_BINARY_ADD, r2[2], r2[1], NULL, &sum), DT_OK, "%s",
+                     dt_last_error());
+        read_back(sum, old, TV * TD);
+        int same = 0;
+        for (int i = 0; i < TV * TD; i++)
+            same += memcmp(&got[i], &old[i], sizeof got[i]) == 0;
+        cr_expect_eq(same, TV * TD, "%s / %s / %s: %d of %d elements bitwise as the sum", st, si,
+                     sb, same, TV * TD);
+    }
+    for (int i = 0; i < 2; i++)
+        dt_tensor_free(r1[i]);
+    for (int i = 0; i < 3; i++)
+        dt_tensor_free(r2[i]);
+    dt_tensor *ts[] = {sum, tt, ti, th, tw};
+    for (int i = 0; i < 5; i++)
+        dt_tensor_free(ts[i]);
+    dt_function_free(tied);
+    dt_function_free(apart);
+}
+
+Test(sparse_xent, tied_embedding_gradient)
+{
+    dt_mesh *m = setup(1, "x=1");
+    check_tied(m, "unsharded,unsharded", "unsharded", "unsharded,unsharded", true);
+    teardown(m);
+    m = setup(4, "x=4");
+    /* the vocabulary split (37 rows: uneven), ids replicated */
+    check_tied(m, "x,unsharded", "unsharded", "unsharded,unsharded", true);
+    /* the batch split: each device's sums pending over x, all-reduced */
+    check_tied(m, "unsharded,unsharded", "x", "x,unsharded", false);
+    check_tied(m, "x,unsharded", "x", "x,unsharded", false);
+    teardown(m);
+    m = setup(4, "b=2,v=2");
+    check_tied(m, "v,unsharded", "b", "b,unsharded", false);
+    check_tied(m, "v,unsharded", "unsharded", "unsharded,unsharded", true);
+    teardown(m);
+}
