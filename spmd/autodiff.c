@@ -212,8 +212,9 @@ static const struct dt__tape_seg *noted_sum(const dt__tape *a, const dt_tensor *
 }
 
 /* Add g to v's gradient. Where one of the two is a noted segment sum (a gather's gradient) and
- * the other another gradient of the same table, the sum's rows are added into the other (one
- * op, bitwise the same values): the segment sum itself, unused, is never computed. */
+ * the other another gradient of the same table (its dtype and shape), the sum's rows are added
+ * into the other (one op, bitwise the same values): the segment sum itself, unused, is never
+ * computed. */
 static dt_status accumulate(dt__tape *a, int v, dt_tensor *g)
 {
     if (!g)
@@ -228,7 +229,9 @@ static dt_status accumulate(dt__tape *a, int v, dt_tensor *g)
         base = a->grad[v];
     else
         seg = noted_sum(a, a->grad[v]);
-    if (seg)
+    bool same = seg && base->dtype == seg->sum->dtype && base->rank == seg->sum->rank &&
+                !memcmp(base->shape, seg->sum->shape, sizeof(int64_t) * (size_t)base->rank);
+    if (same)
         return dt__tape_keep(
             a, dt__segment_sum_into(seg->data, seg->ids, seg->rows, base, &a->grad[v]),
             &a->grad[v]);
