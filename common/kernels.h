@@ -37,13 +37,17 @@ dt_status dt__fail(dt_status s, const char *fmt, ...) __attribute__((format(prin
     X(ARG_REDUCE, arg_reduce)         \
     X(ATTENTION, attention)           \
     X(FUSED, fused)                   \
-    DT__KERNEL_LIST_SHAPE(X)
+    DT__KERNEL_LIST_SHAPE(X)          \
+    DT__KERNEL_LIST_LOSS(X)
 
 /* Index kernels (spmd/ops/gather.c, segment_sum.c, one_hot.c). */
 #define DT__KERNEL_LIST_SHAPE(X) \
     X(GATHER, gather)            \
     X(SEGMENT_SUM, segment_sum)  \
     X(ONE_HOT, one_hot)
+
+/* The fused loss kernels (spmd/ops/sparse_xent.c). */
+#define DT__KERNEL_LIST_LOSS(X) X(XENT, xent)
 
 typedef enum dt__kernel {
 #define DT__KERNEL_ENUM(NAME, name) DT__K_##NAME,
@@ -138,7 +142,10 @@ typedef struct dt__kargs {
     dt_dtype to;   /* arg_reduce: the index dtype written (i32 or i64) */
     /* gather, segment_sum, one_hot: nidx indices (dtype `from`: i32, i64, u8 or i8) select
      * rows of the local range [lo, lo + rows) of a global axis, `inner` elements per row;
-     * an index outside the range selects nothing (gather writes zeros) */
+     * an index outside the range selects nothing (gather writes zeros). segment_sum with
+     * mode DT__SEGMENT_INTO: in[2] is a base of the output's shape; a selected row is base's
+     * plus its sum (formed from 0 in index order, rounded to the dtype, then added once), an
+     * unselected row is base's */
     int64_t nidx, lo, rows, inner;
     const dt__fused *fused; /* FUSED: the chain (host memory, the step's) */
 } dt__kargs;
@@ -208,6 +215,30 @@ enum {
     DT__ATTN_FORWARD = 0,
     DT__ATTN_GRAD,
     DT__ATTN_CAUSAL = 16,
+    DT__SEGMENT_INTO = 1,
+};
+/* XENT, sparse softmax cross-entropy (floating logits x; rows: k->nidx rows of k->inner local
+ * classes, the global classes [k->lo, k->lo + k->inner); labels: one index per row of dtype
+ * k->from; statistics in acc, as SOFTMAX's; sh(m) = m where finite, else 0):
+ *   STATS        in x, labels               out per row 4 values: m_local (the row's maximum,
+ *                NaN skipped), sum exp(x - sh(m_local)), x[label] where the label is local
+ *                (else 0), 1 where it is (else 0); one pass over x
+ *   MAX          in stats                   out m: each row's m_local
+ *   COMBINE      in stats, m (the maximum over every shard)
+ *                                           out per row 3 values: the sum of exp rescaled to
+ *                sh(m), x[label], the ownership flag (summed over the shards: 1 for a label
+ *                in [0, C))
+ *   LOSS         in m, combined             out sh(m) + log(sum) - x[label] (x's dtype), NaN
+ *                where the flag is not 1
+ *   GRAD         in x, labels, m, combined, dy (one per row, x's dtype)
+ *                                           out dx = (exp(x - sh(m) - log sum) - [j == label])
+ *                dy, x's shape (NaN rows where the flag is not 1); one pass over x */
+enum {
+    DT__XENT_STATS,
+    DT__XENT_MAX,
+    DT__XENT_COMBINE,
+    DT__XENT_LOSS,
+    DT__XENT_GRAD,
 };
 /* The kernel's mode without its flags. */
 #define DT__MODE_KIND(m) ((m)&15u)

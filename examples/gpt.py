@@ -67,9 +67,7 @@ def forward(p, tok, tgt, causal):
         x = x + (dtensor.matmul(m, p[f"h{l}.w2"]) + p[f"h{l}.b2"])
     logits = dtensor.einsum("btd,vd->btv",
                             dtensor.nn.layer_norm(x, p["lnf.gamma"], p["lnf.beta"]), p["wte"])
-    lse = dtensor.reduce_logsumexp(logits, axis=-1)
-    picked = dtensor.reduce_sum(dtensor.one_hot(tgt, V) * logits, axis=-1)
-    return dtensor.reduce_mean(lse - picked)
+    return dtensor.reduce_mean(dtensor.nn.sparse_softmax_cross_entropy_with_logits(tgt, logits))
 
 
 def batch_of(step, nxt):

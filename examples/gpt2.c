@@ -322,23 +322,17 @@ static dt_tensor *forward(const run *r, dt_tensor *const p[], const dt_tensor *t
         CHECK(dt_matmul(keep(t), use(r, p, b + B_W2), &(dt_op_options){.layout = &seq}, &u));
         x = op2(DT_BINARY_ADD, x, op2(DT_BINARY_ADD, keep(u), use(r, p, b + B_B2)));
     }
-    /* logits [B, T, Vpad] with the vocabulary on "model" (the tied embedding), in f32: log sum
-     * exp and the target's logit reduce across the vocabulary shards */
+    /* logits [B, T, Vpad] with the vocabulary on "model" (the tied embedding), in f32; the
+     * fused cross-entropy reduces its per-row statistics across the vocabulary shards */
     dt_tensor *logits =
         einsum("btd,vd->btv", whole(m, norm(r, x, p, P_LNF_G)), use(r, p, P_WTE), NULL);
     if (cfg.dtype != DT_DTYPE_F32) {
         CHECK(dt_cast(logits, DT_DTYPE_F32, NULL, &t));
         logits = keep(t);
     }
-    dt_tensor *lse, *hot, *picked, *loss;
-    CHECK(dt_logsumexp(logits, 1, (int[]){-1}, 0, NULL, &lse));
-    dt_layout vl;
-    CHECK(dt_layout_parse(m, "batch,unsharded,model", &vl));
-    CHECK(dt_one_hot(tgt, cfg.vpad, 1, 0, -1, DT_DTYPE_F32, &(dt_op_options){.layout = &vl}, &hot));
-    CHECK(dt_reduce(DT_REDUCE_SUM, op2(DT_BINARY_MUL, keep(hot), logits), 1, (int[]){-1}, 0, NULL,
-                    &picked));
-    CHECK(dt_reduce(DT_REDUCE_MEAN, op2(DT_BINARY_SUB, keep(lse), keep(picked)), 0, NULL, 0, NULL,
-                    &loss));
+    dt_tensor *loss;
+    CHECK(dt_sparse_softmax_cross_entropy_with_logits(tgt, logits, NULL, &t));
+    CHECK(dt_reduce(DT_REDUCE_MEAN, keep(t), 0, NULL, 0, NULL, &loss));
     return keep(loss);
 }
 

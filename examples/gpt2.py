@@ -162,12 +162,8 @@ class Model:
         logits = dtensor.einsum("btd,vd->btv", self.whole(self.norm(x, "ln_f")), self.use("wte"))
         if cfg.np_dtype != np.float32:
             logits = dtensor.cast(logits, np.float32)
-        lse = dtensor.reduce_logsumexp(logits, axis=-1)
-        hot = dtensor.call_with_layout(dtensor.one_hot,
-                                       dtensor.Layout(["batch", U, "model"], self.mesh), tgt,
-                                       cfg.vpad, 1.0, 0.0, -1, np.float32)
-        picked = dtensor.reduce_sum(hot * logits, axis=-1)
-        return dtensor.reduce_mean(lse - picked)
+        return dtensor.reduce_mean(
+            dtensor.nn.sparse_softmax_cross_entropy_with_logits(tgt, logits))
 
 
 def clip_by_global_norm(clip):

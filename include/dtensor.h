@@ -676,6 +676,18 @@ dt_status dt_log_softmax(const dt_tensor *x, int axis, const dt_op_options *opts
  * shards a reduced axis. */
 dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int keepdims,
                        const dt_op_options *opts, dt_tensor **out);
+/* tf.nn.sparse_softmax_cross_entropy_with_logits: the loss of each row of logits [..., C]
+ * (f32, f64, bf16, f16) for labels [...] (i32 or i64, the logits' shape without the last
+ * axis), logsumexp(logits) - logits[label], [...] in the logits' dtype (the 16-bit floats
+ * computed in f32 and rounded once). One fused pass over the logits; its gradient
+ * (softmax(logits) - onehot(labels)) dy is one more op of two passes, with no one-hot tensor;
+ * none flows to the labels. Any sharding of the leading axes; a class axis sharded over a mesh
+ * axis costs one all-reduce MAX and one all-reduce SUM of per-row statistics, never a gather of
+ * the logits. A label outside [0, C) gives a NaN loss for its row (and NaN gradients), eager or
+ * traced, as TensorFlow's GPU kernel. */
+dt_status dt_sparse_softmax_cross_entropy_with_logits(const dt_tensor *labels,
+                                                      const dt_tensor *logits,
+                                                      const dt_op_options *opts, dt_tensor **out);
 
 /* torch.nn.functional.scaled_dot_product_attention without dropout: y = softmax(scale q k^T)
  * v, causal (query i sees keys 0..i) or not, for q, k, v of one shape and floating dtype

@@ -26,6 +26,12 @@ struct dt__tape {
     dt_tensor **grad;  /* accumulated gradient of v, or NULL */
     dt_tensor **again; /* v recomputed for the backward pass (a recompute node's), or NULL */
     int *producer;     /* the node computing v, or -1 for an input */
+    /* segment sums noted by dt__tape_segment_sum: sums[i] = segsum(data[i], ids[i], rows[i]) */
+    struct dt__tape_seg {
+        dt_tensor *sum, *data, *ids;
+        int64_t rows;
+    } * segs;
+    int nsegs, cap_segs;
 };
 
 /* Record the tensor a call just made (`t` points at its out-parameter; read after the call). */
@@ -146,6 +152,22 @@ dt_status dt__tape_broadcast_to(dt__tape *a, dt_tensor *dy_keep, const dt_tensor
     return dt__tape_keep(a, dt__call(DT__OP_BROADCAST_TO, &at, 2, in, NULL, out), out);
 }
 
+dt_status dt__tape_segment_sum(dt__tape *a, dt_tensor *data, dt_tensor *ids, int64_t n,
+                               dt_tensor **out)
+{
+    DT_TRY(dt__tape_keep(a, dt_unsorted_segment_sum(data, ids, n, NULL, out), out));
+    if (a->nsegs == a->cap_segs) {
+        int cap = a->cap_segs ? 2 * a->cap_segs : 8;
+        struct dt__tape_seg *m = realloc(a->segs, (size_t)cap * sizeof *m);
+        if (!m)
+            return dt__fail(DT_ERR_NOMEM, "gradient: out of memory");
+        a->segs = m;
+        a->cap_segs = cap;
+    }
+    a->segs[a->nsegs++] = (struct dt__tape_seg){*out, data, ids, n};
+    return DT_OK;
+}
+
 /* ---- the pass ------------------------------------------------------------------------------ */
 
 /* Replay node i of the forward graph into the new function on the operands `ins`. */
@@ -180,6 +202,19 @@ static dt_status backward_read(dt__tape *a, const dt__graph *g, int v, dt_tensor
     return DT_OK;
 }
 
+/* The noted segment sum that t is, or NULL. */
+static const struct dt__tape_seg *noted_sum(const dt__tape *a, const dt_tensor *t)
+{
+    for (int i = 0; i < a->nsegs; i++)
+        if (a->segs[i].sum == t)
+            return &a->segs[i];
+    return NULL;
+}
+
+/* Add g to v's gradient. Where one of the two is a noted segment sum (a gather's gradient) and
+ * the other another gradient of the same table (its dtype and shape), the sum's rows are added
+ * into the other (one op, bitwise the same values): the segment sum itself, unused, is never
+ * computed. */
 static dt_status accumulate(dt__tape *a, int v, dt_tensor *g)
 {
     if (!g)
@@ -188,6 +223,18 @@ static dt_status accumulate(dt__tape *a, int v, dt_tensor *g)
         a->grad[v] = g;
         return DT_OK;
     }
+    const struct dt__tape_seg *seg = noted_sum(a, g);
+    dt_tensor *base = g;
+    if (seg)
+        base = a->grad[v];
+    else
+        seg = noted_sum(a, a->grad[v]);
+    bool same = seg && base->dtype == seg->sum->dtype && base->rank == seg->sum->rank &&
+                !memcmp(base->shape, seg->sum->shape, sizeof(int64_t) * (size_t)base->rank);
+    if (same)
+        return dt__tape_keep(
+            a, dt__segment_sum_into(seg->data, seg->ids, seg->rows, base, &a->grad[v]),
+            &a->grad[v]);
     return dt__tape_binary(a, DT_BINARY_ADD, a->grad[v], g, &a->grad[v]);
 }
 
@@ -318,6 +365,7 @@ done:
     for (int i = 0; i < a.nown; i++)
         dt_tensor_free(a.own[i]);
     free(a.own);
+    free(a.segs);
     free(a.val);
     free(a.grad);
     free(a.again);

@@ -37,7 +37,8 @@
     X(ARG_REDUCE, arg_reduce)     \
     X(CUMSUM, cumsum)             \
     X(ATTENTION, attention)       \
-    DT__OP_LIST_SHAPE(X)
+    DT__OP_LIST_SHAPE(X)          \
+    DT__OP_LIST_LOSS(X)
 
 /* The shape and index ops (gather, unsorted_segment_sum, one_hot, einsum, stack, pad, tile,
  * broadcast_to, expand_dims, squeeze). */
@@ -52,6 +53,9 @@
     X(BROADCAST_TO, broadcast_to) \
     X(EXPAND_DIMS, expand_dims)   \
     X(SQUEEZE, squeeze)
+
+/* Fused losses (sparse softmax cross-entropy). */
+#define DT__OP_LIST_LOSS(X) X(SPARSE_XENT, sparse_xent)
 
 typedef enum dt__op {
 #define DT__OP_ENUM(NAME, name) DT__OP_##NAME,
@@ -395,6 +399,11 @@ dt_status dt__tape_sum_to(dt__tape *a, dt_tensor *dy, int rank, const int64_t sh
 /* The gradient of operand x from g (of a broadcast result): summed to x's shape, in x's dtype;
  * NULL for an integer or bool x. */
 dt_status dt__tape_grad_of(dt__tape *a, dt_tensor *g, const dt_tensor *x, dt_tensor **out);
+/* dt_unsorted_segment_sum(data, ids, n), noted by the pass: where it meets another gradient of
+ * the same value, the pass adds data's rows into that gradient (dt__segment_sum_into) instead
+ * of adding the two (a gather's gradient: no [n, ...] zeros and dense add). */
+dt_status dt__tape_segment_sum(dt__tape *a, dt_tensor *data, dt_tensor *ids, int64_t n,
+                               dt_tensor **out);
 /* dy_keep (x's shape with some extents 1) broadcast to x's shape, sharded as x turns out to be. */
 dt_status dt__tape_broadcast_to(dt__tape *a, dt_tensor *dy_keep, const dt_tensor *x,
                                 dt_tensor **out);
@@ -561,6 +570,18 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
  * it). Collective when eager, as every op. */
 dt_status dt__attention_grad(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                              const dt_tensor *dy, int causal, double scale, dt_tensor **out);
+
+/* The gradient of dt_sparse_softmax_cross_entropy_with_logits(labels, logits) for dy (of the
+ * loss's shape): d logits, of the logits' shape (the op in its gradient mode). Collective when
+ * eager, as every op. */
+dt_status dt__sparse_xent_grad(const dt_tensor *labels, const dt_tensor *logits,
+                               const dt_tensor *dy, dt_tensor **out);
+
+/* base + dt_unsorted_segment_sum(data, segment_ids, num_segments), as one op that adds the
+ * segment sums into base's selected rows (spmd/ops/segment_sum.c; bitwise the sum and the
+ * add). Collective when eager, as every op. */
+dt_status dt__segment_sum_into(const dt_tensor *data, const dt_tensor *segment_ids,
+                               int64_t num_segments, const dt_tensor *base, dt_tensor **out);
 
 /* The graph of an ended function (NULL when it was not ended successfully); read by the
  * autodiff pass (spmd/autodiff.c), which replays it into a new function. */

@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "unary.h"
 #include "vmath.h"
+#include "xent.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -794,9 +795,100 @@ GEMM_HALF(f16)
     }
 CPU_DTYPES(DEFINE_INDEX_KERNELS)
 
+/* segment_sum into a base (mode DT__SEGMENT_INTO, common/kernels.h): out = base, then each
+ * selected row's sum (from 0 over its data rows in index order, SEG_COLS columns at a time,
+ * rounded to S) added to it once: bitwise base + the segment sum, touching only the selected
+ * rows besides the copy. The data rows of one output row are chained (next[i]: the next index
+ * of the same row), or found by a scan where that memory is not to be had. */
+enum { SEG_COLS = 256 };
+static int64_t seg_row(const dt__kargs *k, const void *ids, int64_t i)
+{
+    int64_t r = dt__index_at(k->from, ids, i) - k->lo;
+    return r >= 0 && r < k->rows ? r : -1;
+}
+/* next[i] = the next index after i selecting the same row (-1: none); false without memory */
+static bool seg_chain(const dt__kargs *k, const void *ids, int64_t *next)
+{
+    int64_t *last = malloc(((size_t)k->rows + 1) * sizeof *last);
+    if (!last)
+        return false;
+    for (int64_t r = 0; r < k->rows; r++)
+        last[r] = -1;
+    for (int64_t i = k->nidx - 1; i >= 0; i--) {
+        int64_t r = seg_row(k, ids, i);
+        next[i] = r < 0 ? -1 : last[r];
+        if (r >= 0)
+            last[r] = i;
+    }
+    free(last);
+    return true;
+}
+/* the first index selecting row r is i (no earlier one) */
+static bool seg_first(const dt__kargs *k, const void *ids, const int64_t *next, int64_t i,
+                      int64_t r, const bool *seen)
+{
+    if (next)
+        return !seen[i];
+    for (int64_t j = 0; j < i; j++)
+        if (seg_row(k, ids, j) == r)
+            return false;
+    return true;
+}
+#define DEFINE_SEGMENT_INTO(NAME, S, C)                                                           \
+    static void segment_into_##NAME(const dt__kargs *k, const void *const in[], void *out)        \
+    {                                                                                             \
+        const S *x = in[0], *b = in[2];                                                           \
+        S *o = out;                                                                               \
+        int64_t w = k->inner;                                                                     \
+        if (k->rows * w > 0)                                                                      \
+            memcpy(o, b, (size_t)(k->rows * w) * sizeof(S));                                      \
+        int64_t *next = malloc(((size_t)k->nidx + 1) * sizeof *next);                             \
+        bool *seen = calloc((size_t)k->nidx + 1, sizeof *seen);                                   \
+        if (next && (!seen || !seg_chain(k, in[1], next))) {                                      \
+            free(next);                                                                           \
+            next = NULL;                                                                          \
+        }                                                                                         \
+        C acc[SEG_COLS];                                                                          \
+        for (int64_t i = 0; i < k->nidx; i++) {                                                   \
+            int64_t r = seg_row(k, in[1], i);                                                     \
+            if (r < 0 || !seg_first(k, in[1], next, i, r, seen))                                  \
+                continue;                                                                         \
+            for (int64_t c0 = 0; c0 < w; c0 += SEG_COLS) {                                        \
+                int64_t cw = w - c0 < SEG_COLS ? w - c0 : SEG_COLS;                               \
+                for (int64_t q = 0; q < cw; q++)                                                  \
+                    acc[q] = (C)0;                                                                \
+                for (int64_t j = i; j >= 0; j = next ? next[j] : j + 1 < k->nidx ? j + 1 : -1) {  \
+                    if (!next && seg_row(k, in[1], j) != r)                                       \
+                        continue;                                                                 \
+                    if (next)                                                                     \
+                        seen[j] = true;                                                           \
+                    for (int64_t q = 0; q < cw; q++)                                              \
+                        acc[q] = DT__ADD(acc[q], (C)LD_##NAME(x[j * w + c0 + q]));                \
+                }                                                                                 \
+                S *row = o + r * w + c0;                                                          \
+                for (int64_t q = 0; q < cw; q++)                                                  \
+                    row[q] = ST_##NAME(DT__ADD(LD_##NAME(row[q]), LD_##NAME(ST_##NAME(acc[q])))); \
+            }                                                                                     \
+        }                                                                                         \
+        free(next);                                                                               \
+        free(seen);                                                                               \
+    }
+DEFINE_SEGMENT_INTO(f32, float, float)
+DEFINE_SEGMENT_INTO(f64, double, double)
+DEFINE_SEGMENT_INTO(i32, int32_t, int32_t)
+DEFINE_SEGMENT_INTO(i64, int64_t, int64_t)
+DEFINE_SEGMENT_INTO(bf16, uint16_t, float)
+DEFINE_SEGMENT_INTO(f16, uint16_t, float)
+DEFINE_SEGMENT_INTO(u8, uint8_t, uint8_t)
+DEFINE_SEGMENT_INTO(i8, int8_t, int8_t)
+
 #define DEFINE_SEGMENT_SUM(NAME, S, C)                                                       \
     static void segment_sum_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
     {                                                                                        \
+        if (k->mode == DT__SEGMENT_INTO) {                                                   \
+            segment_into_##NAME(k, in, out);                                                 \
+            return;                                                                          \
+        }                                                                                    \
         const S *x = in[0];                                                                  \
         S *o = out;                                                                          \
         int64_t no = k->rows * k->inner, w = k->inner;                                       \
@@ -963,4 +1055,8 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_GATHER] = {ALL(gather)},
     [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
     [DT__K_ONE_HOT] = {ALL(one_hot)},
+    [DT__K_XENT] = {[DT_DTYPE_F32] = dt__cpu_xent_f32,
+                    [DT_DTYPE_F64] = dt__cpu_xent_f64,
+                    [DT_DTYPE_BF16] = dt__cpu_xent_bf16,
+                    [DT_DTYPE_F16] = dt__cpu_xent_f16},
 };

@@ -575,6 +575,8 @@ DT__CUDA_ENTRY(select_fill)
 DT__CUDA_ENTRY(gather)
 DT__CUDA_ENTRY(segment_sum)
 DT__CUDA_ENTRY(one_hot)
+/* xent.cu: sparse softmax cross-entropy */
+DT__CUDA_ENTRY(xent)
 #undef DT__CUDA_ENTRY
 /* elementwise.cu: the FUSED chain, one entry for every dtype (each op carries its own) */
 dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out);

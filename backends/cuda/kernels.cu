@@ -291,6 +291,7 @@ extern "C" {
 #define ROW_GATHER ALL(gather)
 #define ROW_SEGMENT_SUM NUMERIC(segment_sum)
 #define ROW_ONE_HOT ALL(one_hot)
+#define ROW_XENT FLOATS(xent)
 #define ROW(NAME, name) ROW_##NAME,
 
 const dt__kernel_fn dt__cuda_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {DT__KERNEL_LIST(ROW)};

@@ -196,7 +196,7 @@ __global__ void one_hot_k(const void *ids, dt_dtype it, B *o, int64_t n, int64_t
 template <typename S>
 __global__ void __launch_bounds__(256)
     segment_sum_k(const S *x, const void *ids, dt_dtype it, S *o, int64_t nidx, int64_t inner,
-                  int64_t lo, int64_t rows)
+                  int64_t lo, int64_t rows, const S *base)
 {
     using C = Cof<S>;
     __shared__ int64_t hits[256];
@@ -206,8 +206,9 @@ __global__ void __launch_bounds__(256)
         for (int64_t c0 = 0; c0 < inner; c0 += 256) {
             int64_t c = c0 + t;
             C acc = 0;
-            for (int64_t base = 0; base < nidx; base += 256) {
-                int64_t i = base + t;
+            bool any = false;
+            for (int64_t at = 0; at < nidx; at += 256) {
+                int64_t i = at + t;
                 bool hit = i < nidx && dt__index_at(it, ids, i) - lo == r;
                 unsigned mask = __ballot_sync(0xffffffffu, hit);
                 if (lane == 0)
@@ -222,11 +223,17 @@ __global__ void __launch_bounds__(256)
                 if (hit)
                     hits[warp_at[warp] + __popc(mask & ((1u << lane) - 1u))] = i;
                 __syncthreads();
+                any = any || warp_at[8] > 0;
                 for (int h = 0; h < warp_at[8] && c < inner; h++)
                     acc = wadd(acc, Ty<S>::ld(x[hits[h] * inner + c]));
                 __syncthreads();
             }
-            if (c < inner)
+            /* into a base: base + the sum rounded to S where selected, else base's own */
+            if (c < inner && base)
+                o[r * inner + c] =
+                    any ? Ty<S>::st(wadd(Ty<S>::ld(base[r * inner + c]), Ty<S>::ld(Ty<S>::st(acc))))
+                        : base[r * inner + c];
+            else if (c < inner)
                 o[r * inner + c] = Ty<S>::st(acc);
         }
 }
@@ -343,7 +350,8 @@ dt_status segment_sum(const dt__kctx *x, const dt__kargs *k, const void *const i
     if (k->rows <= 0 || k->inner <= 0)
         return DT_OK;
     segment_sum_k<S><<<blocks_for(k->rows, 1), 256, 0, stream_of(x)>>>(
-        (const S *)in[0], in[1], k->from, (S *)out, k->nidx, k->inner, k->lo, k->rows);
+        (const S *)in[0], in[1], k->from, (S *)out, k->nidx, k->inner, k->lo, k->rows,
+        k->mode == DT__SEGMENT_INTO ? (const S *)in[2] : nullptr);
     return launched(x, "segment_sum", Ty<S>::dt);
 }
 

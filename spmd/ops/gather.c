@@ -181,14 +181,14 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
 
 /* The table's gradient: dy's rows added at the ids (requested in the table's layout by the
  * pass's final relayout, so with V split each device adds only the rows its shard owns); the
- * ids are integers: nothing flows. */
+ * ids are integers: nothing flows. Noted by the pass: where another gradient of the table
+ * meets it (a tied embedding's output projection), dy's rows are added into that one. */
 static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
                      dt_tensor *dy, dt_tensor *dx[])
 {
     (void)n;
     (void)y;
-    return dt__tape_keep(a, dt_unsorted_segment_sum(dy, x[1], x[0]->shape[0], NULL, &dx[0]),
-                         &dx[0]);
+    return dt__tape_segment_sum(a, dy, x[1], x[0]->shape[0], &dx[0]);
 }
 
 const dt__op_def dt__op_gather = {.name = "gather",

@@ -15,7 +15,16 @@
  *
  * The expansion assigns a mesh axis (or none) to N, to each ids axis and to each d axis, all
  * distinct; the cheapest by the alpha-beta model wins (e.g. ids and N on the same mesh axis:
- * data gathered over it, or a local sum of every segment then a reduce-scatter). */
+ * data gathered over it, or a local sum of every segment then a reduce-scatter).
+ *
+ * With a third operand `base` of the result's shape and dtype (dt__segment_sum_into: the
+ * autodiff's accumulation of a gather's gradient into another gradient of the same table), the
+ * result is base with the segment sums added at the rows the ids select: each row's sum is
+ * formed from 0 in index order, then added to base's row once, so the result is bitwise
+ * base + unsorted_segment_sum(...) (an unselected row is base's own, where the addition would
+ * have turned a -0 into +0). base is laid out as the sum is computed (partial over the mesh axes
+ * splitting the ids: its first member keeps base, the others zeros, and the all-reduce then sums
+ * base and the devices' sums in its order); no [N, d...] tensor of zeros is made and added. */
 #include "../engine.h"
 
 #include <string.h>
@@ -47,12 +56,25 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     out->shape[0] = N;
     for (int i = ids->rank; i < x->rank; i++)
         out->shape[1 + i - ids->rank] = x->shape[i];
+    if (n->nin == 3) {
+        const dt__val *b = in[2];
+        bool same = b->dtype == out->dtype && b->rank == out->rank;
+        for (int i = 0; same && i < out->rank; i++)
+            same = b->shape[i] == out->shape[i];
+        if (!same) {
+            char sb[DT__SHAPE_STR_MAX], so[DT__SHAPE_STR_MAX];
+            return dt__fail(
+                DT_ERR_SHAPE, "unsorted_segment_sum: base %s%s, the sum %s%s",
+                dt_dtype_name(b->dtype), dt__shape_str(sb, sizeof sb, b->rank, b->shape),
+                dt_dtype_name(out->dtype), dt__shape_str(so, sizeof so, out->rank, out->shape));
+        }
+    }
     return DT_OK;
 }
 
 /* Slots: 0 = N, 1..r = the ids' axes, r+1..r+k = data's trailing axes. */
 typedef struct ssearch {
-    const dt__dist *x, *ids;
+    const dt__dist *x, *ids, *base; /* base: NULL, or the sum's starting value */
     const dt_layout *want;
     int r, k;
     int64_t yshape[DT_MAX_RANK];
@@ -95,13 +117,16 @@ static double cost(void *ctx, const int ax[])
     double es = (double)dt_dtype_size(x->dtype);
     double adds = (double)dt__max_local_elems(&L.x, x->rank, x->shape) * es * DT__BETA_LOCAL +
                   (double)dt__max_local_elems(&L.y, 1 + S->k, S->yshape) * es * DT__BETA_LOCAL;
-    return dt__relayout_cost(&x->layout, &L.x, x->dtype, x->rank, x->shape) +
+    double base =
+        S->base ? dt__relayout_cost(&S->base->layout, &L.y, x->dtype, 1 + S->k, S->yshape) : 0;
+    return base + dt__relayout_cost(&x->layout, &L.x, x->dtype, x->rank, x->shape) +
            dt__relayout_cost(&ids->layout, &L.ids, ids->dtype, ids->rank, ids->shape) +
            dt__relayout_cost(&L.y, &L.final, x->dtype, 1 + S->k, S->yshape) + adds;
 }
 
 typedef struct segment_ctx {
     const dt__dist *x, *ids, *y;
+    bool into; /* a base operand follows */
 } segment_ctx;
 
 static void args(void *ctx, int d, dt__kargs *k)
@@ -118,12 +143,17 @@ static void args(void *ctx, int d, dt__kargs *k)
     k->inner = dt__num_elements(c->x->rank - c->ids->rank, xl + c->ids->rank);
     k->lo = yo[0];
     k->rows = yl[0];
+    k->mode = c->into ? DT__SEGMENT_INTO : 0u;
 }
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
-    ssearch S = {.x = &in[0], .ids = &in[1], .want = want, .r = in[1].rank};
+    ssearch S = {.x = &in[0],
+                 .ids = &in[1],
+                 .base = n->nin == 3 ? &in[2] : NULL,
+                 .want = want,
+                 .r = in[1].rank};
     S.k = in[0].rank - S.r;
     S.yshape[0] = n->attrs.depth;
     for (int j = 0; j < S.k; j++)
@@ -152,30 +182,36 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     }
     slayouts L;
     layouts_of(&S, best, &L);
-    dt__dist x, ids, y;
+    dt__dist x, ids, y, base;
     DT_TRY(dt__relayout_emit(p, "unsorted_segment_sum", &in[0], &L.x, &x));
     DT_TRY(dt__relayout_emit(p, "unsorted_segment_sum", &in[1], &L.ids, &ids));
+    int ins[3] = {x.slot, ids.slot, -1};
+    if (S.base) { /* base_local: y's shard (partial as y: base on each group's first member) */
+        DT_TRY(dt__relayout_emit(p, "unsorted_segment_sum", S.base, &L.y, &base));
+        ins[2] = base.slot;
+    }
     /* y_local: (N shard, d_local...), partial over the mesh axes splitting the ids */
     DT_TRY(dt__slot_new(p, &L.y, x.dtype, 1 + S.k, S.yshape, &y));
-    segment_ctx c = {.x = &x, .ids = &ids, .y = &y};
-    int ins[2] = {x.slot, ids.slot};
-    DT_TRY(dt__emit_kernel(p, "unsorted_segment_sum", DT__K_SEGMENT_SUM, x.dtype, 2, ins, y.slot,
-                           L.y.mesh, args, &c));
+    segment_ctx c = {.x = &x, .ids = &ids, .y = &y, .into = S.base != NULL};
+    DT_TRY(dt__emit_kernel(p, "unsorted_segment_sum", DT__K_SEGMENT_SUM, x.dtype, n->nin, ins,
+                           y.slot, L.y.mesh, args, &c));
     return dt__relayout_emit(p, "unsorted_segment_sum", &y, &L.final, out);
 }
 
-/* Each data row's gradient is dy's row of its segment (zeros for an id outside the segments). */
+/* Each data row's gradient is dy's row of its segment (zeros for an id outside the segments);
+ * a base's is dy. */
 static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
                      dt_tensor *dy, dt_tensor *dx[])
 {
-    (void)n;
     (void)y;
+    if (n->nin == 3)
+        dx[2] = dy;
     return dt__tape_keep(a, dt_gather(dy, x[1], NULL, &dx[0]), &dx[0]);
 }
 
 const dt__op_def dt__op_segment_sum = {.name = "unsorted_segment_sum",
                                        .min_inputs = 2,
-                                       .max_inputs = 2,
+                                       .max_inputs = 3,
                                        .infer = infer,
                                        .expand = expand,
                                        .vjp = vjp};
@@ -188,4 +224,14 @@ dt_status dt_unsorted_segment_sum(const dt_tensor *data, const dt_tensor *segmen
     a.depth = num_segments;
     const dt_tensor *in[2] = {data, segment_ids};
     return dt__call(DT__OP_SEGMENT_SUM, &a, 2, in, opts, out);
+}
+
+dt_status dt__segment_sum_into(const dt_tensor *data, const dt_tensor *segment_ids,
+                               int64_t num_segments, const dt_tensor *base, dt_tensor **out)
+{
+    dt__attrs a;
+    memset(&a, 0, sizeof a);
+    a.depth = num_segments;
+    const dt_tensor *in[3] = {data, segment_ids, base};
+    return dt__call(DT__OP_SEGMENT_SUM, &a, 3, in, NULL, out);
 }

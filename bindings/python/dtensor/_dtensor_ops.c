@@ -169,6 +169,11 @@ static dt_status run_one_hot(const apply_args *a, const dt_op_options *o, dt_ten
                       t);
 }
 
+static dt_status run_sparse_xent(const apply_args *a, const dt_op_options *o, dt_tensor **t)
+{
+    return dt_sparse_softmax_cross_entropy_with_logits(a->ts[0], a->ts[1], o, t);
+}
+
 static dt_status run_einsum(const apply_args *a, const dt_op_options *o, dt_tensor **t)
 {
     return dt_einsum(a->str, (int)a->n, a->ts, o, t);
@@ -251,6 +256,7 @@ static const apply_op apply_ops[] = {
     {"arg_reduce", 1, 1, INT_LIST, run_arg_reduce},
     {"cumsum", 1, 1, 0, run_cumsum},
     {"attention", 3, 3, 0, run_attention},
+    {"sparse_xent", 2, 2, 0, run_sparse_xent},
     /* shape and index ops */
     {"gather", 2, 2, 0, run_gather},
     {"unsorted_segment_sum", 2, 2, WIDE_FIRST_INT, run_unsorted_segment_sum},

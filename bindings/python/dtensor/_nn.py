@@ -9,7 +9,8 @@ import numpy as np
 
 from . import errors
 from ._tensor import DTensor, _number
-from ._ops import _as_dtensor, _as_tensor, _symbolic_aware, cast, identity, ones_like, zeros_like
+from ._dtypes import int8, int32, uint8
+from ._ops import _apply, _as_dtensor, _as_tensor, _symbolic_aware, cast, identity, ones_like, zeros_like
 from ._math_ops import (abs, add, argmax, argmin, concat, cos, cumsum, divide, equal, erf, exp,
                         floordiv, floormod, gelu, greater, greater_equal, layer_norm, less,
                         less_equal, log, log_softmax, logical_and, logical_not, logical_or,
@@ -78,14 +79,18 @@ def softmax_cross_entropy_with_logits(labels, logits, axis=-1):
 
 
 def sparse_softmax_cross_entropy_with_logits(labels, logits):
-    """tf.nn.sparse_softmax_cross_entropy_with_logits: the same with integer class labels."""
+    """tf.nn.sparse_softmax_cross_entropy_with_logits: the same with integer class labels, one
+    fused op (its gradient one pass over the logits, no one-hot tensor; a class axis sharded
+    over a mesh axis costs two small all-reduces). A label outside [0, classes) gives NaN for
+    its row, as TensorFlow's GPU kernel."""
     logits = _as_tensor(logits, "sparse_softmax_cross_entropy_with_logits: logits")
     if logits.ndim < 1:
         raise ValueError("sparse_softmax_cross_entropy_with_logits: logits must have a class "
                          "axis (rank >= 1)")
     ids = _int_dtensor(labels, logits, "sparse_softmax_cross_entropy_with_logits: labels")
-    onehot = one_hot(ids, logits.shape[-1], dtype=logits.dtype)
-    return -reduce_sum(onehot * log_softmax(logits, axis=-1), axis=-1)
+    if ids.dtype in (uint8, int8):
+        ids = cast(ids, int32)
+    return _apply("sparse_xent", [ids, logits])
 
 
 # ---- convolution, pooling and batch statistics (tf.nn) ------------------------------------------
