@@ -14,8 +14,9 @@
  * clipvalue is a min and a max of g, clipnorm a scale computed in the update from g's own sum
  * of squares (one more read of g), global_clipnorm a scale read as one more rank-0 input. That
  * scale comes from one traced function over every gradient of the apply (cached per list of
- * variables): per gradient a square and a sum (local per shard, the partial sums reduced over
- * the mesh), their total, its square root (the global norm) and c / max(norm, c). */
+ * variables): per gradient a square and a local sum per shard (the rank-0 sums all-reduced in
+ * one bucketed collective), their total, its square root (the global norm) and
+ * c / max(norm, c). */
 #include "train.h"
 
 #include <math.h>
@@ -606,7 +607,8 @@ static dt_status norm_trace(dt_optimizer *o, int n, dt_variable *const vars[])
         const dt_tensor *w = dt_variable_value(vars[i]);
         s = dt_function_input(f, &w->layout, w->dtype, w->rank, w->shape, &g[i]);
     }
-    /* the partial sums are added where they are (one all-reduce of the total) */
+    /* each gradient's local sum of squares, all-reduced as a rank-0 tensor: the expansion
+     * buckets those all-reduces into one collective of n elements */
     for (int i = 0; i < n && s == DT_OK; i++) {
         s = sum_squares(g[i], &ss);
         if (s == DT_OK && ss->dtype != acc) {
