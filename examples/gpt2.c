@@ -16,7 +16,7 @@
  * (uint16 GPT-2 token ids, nanoGPT's train.bin) or --text FILE (its bytes as tokens).
  *
  *   gpt2 [--preset one|one-unfused|data|fsdp|tensor|2d] [--steps N] [--warmup N] [options]
- *        train, print each step's loss and, at the end, one CSV line:
+ *        train, print each step's loss and gradient norm and, at the end, one CSV line:
  *        preset,devices,clients,tokens_per_second,peak_rss_mib,state_bytes,peak_bytes,
  *        hidden_share,losses... (hidden_share: of the timed steps' communication on client 0,
  *        the share hidden behind its compute, from the ledger: dt_ledger_overlap_get)
@@ -613,14 +613,17 @@ static void train(run *r, const dt_mesh *all, bool print)
                 r->peak_bytes = peak;
         }
         dt_tensor *copy;
-        float loss;
+        float loss, norm; /* the gradients' global norm (before clipping), f32 */
         CHECK(dt_copy_to_mesh(res[0], &everywhere, NULL, &copy));
         CHECK(dt_tensor_read(copy, &loss, sizeof loss));
+        dt_tensor_free(copy);
+        CHECK(dt_copy_to_mesh(dt_optimizer_last_global_norm(opt), &everywhere, NULL, &copy));
+        CHECK(dt_tensor_read(copy, &norm, sizeof norm));
         dt_tensor_free(copy);
         dt_tensor_free(res[0]);
         r->losses[step] = loss;
         if (print && dt_client_id() == 0)
-            printf("%s step %3d loss %.9g\n", r->name, step, loss);
+            printf("%s step %3d loss %.9g grad norm %.6g\n", r->name, step, loss, norm);
         dt_tensor_free(ttok);
         dt_tensor_free(ttgt);
     }
