@@ -7,9 +7,11 @@ The model: learned token and position embeddings, pre-layer-norm blocks (causal 
 through scaled_dot_product_attention, an MLP with tanh GELU), a final layer norm, the output
 projection tied to the token embedding, the mean cross-entropy in f32. AdamW (betas 0.9, 0.95,
 weight decay 0.1 on the matrices and embeddings, none on biases and norms) after clipping the
-gradients to a global norm. dtensor's Adam is Keras's (epsilon added to sqrt(v) before the bias
-correction of the step size); PyTorch's adds it after, so its epsilon is set each step to
-epsilon / sqrt(1 - beta_2^t), which makes the two updates the same.
+gradients to a global norm (clip_grad_norm_'s max_norm / (norm + 1e-6), at most 1; dtensor's
+is Keras's global_clipnorm, c / max(norm, c): about 1e-6 / norm relative apart). dtensor's Adam
+is Keras's (epsilon added to sqrt(v) before the bias correction of the step size); PyTorch's
+adds it after, so its epsilon is set each step to epsilon / sqrt(1 - beta_2^t), which makes the
+two updates the same.
 
     python gpt2_torch.py --init ckpt.h5 --mode eager|compile|ddp|fsdp|tp [model flags]
         [--device cpu|cuda] [--dtype f32|bf16]

@@ -16,7 +16,7 @@
  * (uint16 GPT-2 token ids, nanoGPT's train.bin) or --text FILE (its bytes as tokens).
  *
  *   gpt2 [--preset one|one-unfused|data|fsdp|tensor|2d] [--steps N] [--warmup N] [options]
- *        train, print each step's loss and, at the end, one CSV line:
+ *        train, print each step's loss and gradient norm and, at the end, one CSV line:
  *        preset,devices,clients,tokens_per_second,peak_rss_mib,state_bytes,peak_bytes,
  *        hidden_share,losses... (hidden_share: of the timed steps' communication on client 0,
  *        the share hidden behind its compute, from the ledger: dt_ledger_overlap_get)
@@ -234,7 +234,7 @@ typedef struct run {
     dt_mesh *mesh;
     dt_layout *stored, *used;
     dt_variable **vars;
-    dt_function *grad, *clip;
+    dt_function *grad;
     dt_tensor *causal;
     size_t state_bytes; /* in use on the busiest device with parameters, slots and gradients */
     size_t peak_bytes;  /* the most in use during a step on the busiest device */
@@ -336,43 +336,6 @@ static dt_tensor *forward(const run *r, dt_tensor *const p[], const dt_tensor *t
     return keep(loss);
 }
 
-/* Gradients clipped to a global norm (as torch.nn.utils.clip_grad_norm_): the norm over every
- * gradient, then each scaled by min(1, clip / (norm + 1e-6)) in its own layout; output 0 is
- * the norm. One traced function, run after the gradient's. */
-static void make_clip(run *r)
-{
-    int n = NPARAMS;
-    dt_tensor **g = calloc((size_t)n, sizeof *g), **out = calloc((size_t)n + 1, sizeof *out);
-    if (!g || !out)
-        exit(1);
-    CHECK(dt_function_begin(&r->clip));
-    for (int i = 0; i < n; i++)
-        CHECK(dt_function_input(r->clip, &r->stored[i], cfg.dtype, params[i].rank, params[i].shape,
-                                &g[i]));
-    dt_tensor *sum = NULL, *t;
-    for (int i = 0; i < n; i++) {
-        CHECK(dt_unary(DT_UNARY_SQUARE, g[i], NULL, &t));
-        CHECK(dt_reduce(DT_REDUCE_SUM, keep(t), 0, NULL, 0, NULL, &t));
-        sum = sum ? op2(DT_BINARY_ADD, sum, keep(t)) : keep(t);
-    }
-    CHECK(dt_unary(DT_UNARY_SQRT, sum, NULL, &t));
-    dt_tensor *norm = keep(t);
-    dt_tensor *coef = op2(DT_BINARY_DIV, scalar(r->mesh, cfg.dtype, cfg.clip),
-                          op2(DT_BINARY_ADD, norm, scalar(r->mesh, cfg.dtype, 1e-6)));
-    coef = op2(DT_BINARY_MIN, coef, scalar(r->mesh, cfg.dtype, 1.0));
-    out[0] = norm;
-    for (int i = 0; i < n; i++) {
-        CHECK(dt_binary(DT_BINARY_MUL, g[i], coef, &(dt_op_options){.layout = &r->stored[i]}, &t));
-        out[i + 1] = keep(t);
-    }
-    CHECK(dt_function_end(r->clip, n + 1, out));
-    for (int i = 0; i < n; i++)
-        dt_tensor_free(g[i]);
-    free_made();
-    free(g);
-    free(out);
-}
-
 /* ---- one run ----------------------------------------------------------------------------- */
 
 /* Bytes in use on every local device (at most 8). */
@@ -453,7 +416,6 @@ static void make_run(run *r)
     CHECK(dt_function_gradient(fwd, 0, n, wrt, &r->grad));
     free(wrt);
     dt_function_free(fwd);
-    make_clip(r);
     bool *mask = malloc((size_t)cfg.seq * (size_t)cfg.seq);
     if (!mask)
         exit(1);
@@ -470,7 +432,6 @@ static void free_run(run *r)
     for (int i = 0; i < NPARAMS; i++)
         dt_variable_free(r->vars[i]);
     dt_function_free(r->grad);
-    dt_function_free(r->clip);
     dt_tensor_free(r->causal);
     dt_mesh_free(r->mesh);
     free(r->stored);
@@ -586,29 +547,29 @@ static void save_init(run *r)
 static void train(run *r, const dt_mesh *all, bool print)
 {
     int n = NPARAMS;
-    /* AdamW on the matrices and embeddings, Adam (no decay) on biases and layer norms */
-    dt_optimizer *decay, *plain;
+    /* AdamW, its weight decay on the matrices and embeddings only (biases and layer norms
+     * excluded), every gradient clipped to the global norm cfg.clip first */
+    dt_optimizer *opt;
     dt_optimizer_config oc = {.kind = DT_OPTIMIZER_ADAMW,
                               .learning_rate = cfg.lr,
                               .beta_1 = 0.9,
                               .beta_2 = 0.95,
                               .epsilon = 1e-8,
-                              .weight_decay = 0.1};
-    CHECK(dt_optimizer_create(&oc, &decay));
-    oc.kind = DT_OPTIMIZER_ADAM;
-    oc.weight_decay = 0;
-    CHECK(dt_optimizer_create(&oc, &plain));
+                              .weight_decay = 0.1,
+                              .global_clipnorm = cfg.clip};
+    CHECK(dt_optimizer_create(&oc, &opt));
+    for (int i = 0; i < n; i++)
+        if (!params[i].decay)
+            CHECK(dt_optimizer_exclude_from_weight_decay(opt, 1,
+                                                         (const dt_variable *const *)&r->vars[i]));
     dt_layout tl, everywhere;
     CHECK(dt_layout_batch_sharded(r->mesh, "batch", 2, &tl));
     CHECK(dt_layout_replicated(all, 0, &everywhere));
     size_t bt = (size_t)cfg.batch * (size_t)cfg.seq;
     int32_t *tok = malloc(bt * sizeof *tok), *tgt = malloc(bt * sizeof *tgt);
     const dt_tensor **in = calloc((size_t)n + 3, sizeof *in);
-    dt_tensor **res = calloc((size_t)n + 1, sizeof *res),
-              **clipped = calloc((size_t)n + 1, sizeof *clipped);
-    dt_variable **vd = calloc((size_t)n, sizeof *vd), **vp = calloc((size_t)n, sizeof *vp);
-    const dt_tensor **gd = calloc((size_t)n, sizeof *gd), **gp = calloc((size_t)n, sizeof *gp);
-    if (!tok || !tgt || !in || !res || !clipped || !vd || !vp || !gd || !gp)
+    dt_tensor **res = calloc((size_t)n + 1, sizeof *res);
+    if (!tok || !tgt || !in || !res)
         exit(1);
     int64_t shape[2] = {cfg.batch, cfg.seq};
     double t0 = now();
@@ -633,24 +594,9 @@ static void train(run *r, const dt_mesh *all, bool print)
         CHECK(dt_function_run(r->grad, n + 3, in, n + 1, res));
         size_t cur[8] = {0};
         device_bytes(cur);
-        CHECK(dt_function_run(r->clip, n, (const dt_tensor *const *)res + 1, n + 1, clipped));
-        for (int i = 0; i < n + 1; i++)
-            if (i > 0)
-                dt_tensor_free(res[i]);
-        int nd = 0, np = 0;
-        for (int i = 0; i < n; i++) {
-            if (params[i].decay) {
-                vd[nd] = r->vars[i];
-                gd[nd++] = clipped[i + 1];
-            } else {
-                vp[np] = r->vars[i];
-                gp[np++] = clipped[i + 1];
-            }
-        }
-        CHECK(dt_optimizer_apply(decay, nd, vd, gd));
-        CHECK(dt_optimizer_apply(plain, np, vp, gp));
-        for (int i = 0; i < n + 1; i++)
-            dt_tensor_free(clipped[i]);
+        CHECK(dt_optimizer_apply(opt, n, r->vars, (const dt_tensor *const *)res + 1));
+        for (int i = 1; i < n + 1; i++)
+            dt_tensor_free(res[i]);
         /* the state (parameters, slots, gradients) once the slots exist, and the step's peak */
         for (int i = 0; i < dt_num_local_devices(cfg.device) && i < 8; i++) {
             size_t peak;
@@ -661,14 +607,17 @@ static void train(run *r, const dt_mesh *all, bool print)
                 r->peak_bytes = peak;
         }
         dt_tensor *copy;
-        float loss;
+        float loss, norm; /* the gradients' global norm (before clipping), f32 */
         CHECK(dt_copy_to_mesh(res[0], &everywhere, NULL, &copy));
         CHECK(dt_tensor_read(copy, &loss, sizeof loss));
+        dt_tensor_free(copy);
+        CHECK(dt_copy_to_mesh(dt_optimizer_last_global_norm(opt), &everywhere, NULL, &copy));
+        CHECK(dt_tensor_read(copy, &norm, sizeof norm));
         dt_tensor_free(copy);
         dt_tensor_free(res[0]);
         r->losses[step] = loss;
         if (print && dt_client_id() == 0)
-            printf("%s step %3d loss %.9g\n", r->name, step, loss);
+            printf("%s step %3d loss %.9g grad norm %.6g\n", r->name, step, loss, norm);
         dt_tensor_free(ttok);
         dt_tensor_free(ttgt);
     }
@@ -680,13 +629,7 @@ static void train(run *r, const dt_mesh *all, bool print)
     free(tgt);
     free(in);
     free(res);
-    free(clipped);
-    free(vd);
-    free(vp);
-    free(gd);
-    free(gp);
-    dt_optimizer_free(decay);
-    dt_optimizer_free(plain);
+    dt_optimizer_free(opt);
 }
 
 /* ---- presets ----------------------------------------------------------------------------- */

@@ -8,10 +8,10 @@ final layer norm, the output projection tied to the token embedding, the mean ne
 cross-entropy in float32. GPT-2's initialisation from ``--seed`` (the C program's draws:
 parameter i is ``stateless_normal`` with seed ``[seed, i + 1]``), or the C program's
 ``--save-init`` checkpoint with ``--load-init``. AdamW (betas 0.9, 0.95, weight decay 0.1 on
-the matrices and embeddings only, Adam on the rest) after clipping the gradients to a global
-norm (one traced function). Data: the synthetic next-token task of examples/gpt.c at this
-vocabulary, or ``--tokens FILE`` (uint16 token ids) / ``--text FILE`` (bytes), the same batches
-as the C program's.
+the matrices and embeddings only: the rest excluded with ``exclude_from_weight_decay``) after
+clipping the gradients to a global norm (Keras's ``global_clipnorm``). Data: the synthetic
+next-token task of examples/gpt.c at this vocabulary, or ``--tokens FILE`` (uint16 token ids) /
+``--text FILE`` (bytes), the same batches as the C program's.
 
 Each parameter is created in its preset's stored layout and relaid out to its used layout
 where the forward pass reads it (an all-gather under the fully sharded presets); inputs are
@@ -166,21 +166,6 @@ class Model:
             dtensor.nn.sparse_softmax_cross_entropy_with_logits(tgt, logits))
 
 
-def clip_by_global_norm(clip):
-    """Gradients clipped to a global norm (torch.nn.utils.clip_grad_norm_), as one traced
-    function of the gradients (the C program's): each gradient scaled by
-    min(1, clip / (norm + 1e-6)) in its own layout, norm the global norm of all."""
-    @dtensor.function
-    def clipped(*grads):
-        total = None
-        for g in grads:
-            s = dtensor.reduce_sum(dtensor.square(g))
-            total = s if total is None else total + s
-        coef = dtensor.minimum(clip / (dtensor.sqrt(total) + 1e-6), 1.0)
-        return [g * coef for g in grads]
-    return clipped
-
-
 # ---- data ---------------------------------------------------------------------------------
 
 M64 = (1 << 64) - 1
@@ -272,11 +257,11 @@ def fits(cfg, n):
 def train(cfg):
     strategy = strategy_of(cfg)
     model = Model(cfg, strategy)
-    decay = dtensor.keras.optimizers.AdamW(cfg.lr, weight_decay=0.1, beta_1=0.9, beta_2=0.95,
-                                           epsilon=1e-8)
-    plain = dtensor.keras.optimizers.Adam(cfg.lr, beta_1=0.9, beta_2=0.95, epsilon=1e-8)
+    opt = dtensor.keras.optimizers.AdamW(cfg.lr, weight_decay=0.1, beta_1=0.9, beta_2=0.95,
+                                         epsilon=1e-8, global_clipnorm=cfg.clip)
+    opt.exclude_from_weight_decay(var_list=[v for v, p in zip(model.vars, model.params)
+                                            if not p[4]])
     batches = Batches(cfg)
-    clip = clip_by_global_norm(cfg.clip)
     inputs = dtensor.Layout.batch_sharded(model.mesh, "batch", 2)
     losses = []
     t0 = time.perf_counter()
@@ -288,10 +273,7 @@ def train(cfg):
         with dtensor.GradientTape() as tape:
             loss = model.loss(tok, tgt)
         grads = tape.gradient(loss, model.vars)
-        clipped = clip(*grads)
-        pairs = list(zip(clipped, model.vars, model.params))
-        decay.apply_gradients([(g, v) for g, v, p in pairs if p[4]])
-        plain.apply_gradients([(g, v) for g, v, p in pairs if not p[4]])
+        opt.apply_gradients(zip(grads, model.vars))
         value = float(dtensor.gather(loss))
         losses.append(value)
         if dtensor.client_id() == 0:

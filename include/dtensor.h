@@ -1063,15 +1063,29 @@ typedef enum dt_optimizer_kind {
  * weight decay, Loshchilov and Hutter; Keras's AdamW): w -= lr weight_decay w, then Adam's
  * step. RMSprop (Keras's, not centered): s = rho s + (1 - rho) g^2; d = lr g / sqrt(s + eps);
  * with momentum u = momentum u + d, w -= u, else w -= d. Zeros mean the defaults: Adam b1 0.9,
- * b2 0.999, eps 1e-7; AdamW weight_decay 0.004; RMSprop rho 0.9, eps 1e-7. */
+ * b2 0.999, eps 1e-7; AdamW weight_decay 0.004; RMSprop rho 0.9, eps 1e-7.
+ *
+ * Gradient clipping, Keras's (0: off; each >= 0, not NaN), applied to the gradients of each
+ * dt_optimizer_apply before the rule above: clipvalue clips each element to [-clipvalue,
+ * clipvalue]; clipnorm scales each gradient g by clipnorm / max(||g||, clipnorm)
+ * (tf.clip_by_norm); global_clipnorm scales every gradient of the call by c / max(N, c), N the
+ * global norm sqrt(sum over all of them of ||g||^2) (tf.clip_by_global_norm; a non-finite N
+ * makes the scale NaN, as TensorFlow's). At most one of clipnorm and global_clipnorm (Keras
+ * raises), and clipvalue with neither (Keras would silently ignore it). The scale is folded into
+ * each variable's update: no clipped copy of a gradient is written; the norm reads each gradient
+ * once (its sum of squares, in f32 for 16-bit floats, summed locally per shard, then reduced
+ * over the mesh: no gradient is gathered). Norms need every gradient of the call on one mesh. */
 typedef struct dt_optimizer_config {
     dt_optimizer_kind kind;
     double learning_rate;
     double momentum;
     int nesterov;
     double beta_1, beta_2, epsilon;
-    double weight_decay; /* AdamW */
-    double rho;          /* RMSprop */
+    double weight_decay;    /* AdamW */
+    double rho;             /* RMSprop */
+    double clipnorm;        /* per gradient */
+    double global_clipnorm; /* over all gradients of an apply */
+    double clipvalue;       /* per element */
 } dt_optimizer_config;
 
 typedef struct dt_optimizer dt_optimizer;
@@ -1085,6 +1099,17 @@ dt_status dt_optimizer_set_learning_rate(dt_optimizer *o, double learning_rate);
  * are made on first use in the variable's layout and kept per variable). Collective. */
 dt_status dt_optimizer_apply(dt_optimizer *o, int n, dt_variable *const vars[],
                              const dt_tensor *const grads[]);
+/* Keras's AdamW.exclude_from_weight_decay(var_list): vars[0..n) take Adam's step without the
+ * decay from their next update on (AdamW; other kinds have no decay). Variables are borrowed
+ * (compared by address); excluding one twice is harmless. On error nothing changes. Not
+ * collective; every client excludes the same variables. */
+dt_status dt_optimizer_exclude_from_weight_decay(dt_optimizer *o, int n,
+                                                 const dt_variable *const vars[]);
+/* The global norm of the gradients of the last dt_optimizer_apply with global_clipnorm (before
+ * clipping; rank 0, replicated on the gradients' mesh, f32, or f64 when a gradient is f64), or
+ * NULL before the first. Borrowed: valid until the next apply or dt_optimizer_free; read it
+ * with dt_tensor_read (or dt_copy_to_mesh first when this client holds no device of it). */
+const dt_tensor *dt_optimizer_last_global_norm(const dt_optimizer *o);
 
 /* One training step of the custom training loop: per-example losses of model(x) against y,
  * per-replica loss = sum over the replica's examples / global batch + regularization /

@@ -68,6 +68,15 @@ struct dt_optimizer {
     int64_t iterations;
     dt__opt_slot *slots;
     int nslots;
+    const dt_variable **no_decay; /* exclude_from_weight_decay's variables */
+    int nno_decay;
+    /* global_clipnorm: the traced global norm of the last apply's variables' gradients
+     * (inputs the gradients; outputs the norm, then the scale in each dtype of scale_of) */
+    dt_function *norm;
+    const dt_variable **norm_vars;
+    int norm_n;
+    int *scale_of;          /* per variable: its scale's output */
+    dt_tensor *global_norm; /* of the last apply */
 };
 
 /* Slot tensors per variable: 0 (SGD without momentum), 1 (m) or 2 (m, v). */

@@ -361,14 +361,16 @@ static PyObject *py_model_evaluate(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(value);
 }
 
-/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon, weight_decay, rho) */
+/* optimizer_create(kind, lr, momentum, nesterov, beta_1, beta_2, epsilon, weight_decay, rho,
+ * clipnorm, global_clipnorm, clipvalue) */
 static PyObject *py_optimizer_create(PyObject *self, PyObject *args)
 {
     (void)self;
     dt_optimizer_config c = {0};
     int kind;
-    if (!PyArg_ParseTuple(args, "iddpdddd|d", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
-                          &c.beta_1, &c.beta_2, &c.epsilon, &c.weight_decay, &c.rho))
+    if (!PyArg_ParseTuple(args, "iddpdddd|dddd", &kind, &c.learning_rate, &c.momentum, &c.nesterov,
+                          &c.beta_1, &c.beta_2, &c.epsilon, &c.weight_decay, &c.rho, &c.clipnorm,
+                          &c.global_clipnorm, &c.clipvalue))
         return NULL;
     c.kind = (dt_optimizer_kind)kind;
     dt_optimizer *o = NULL;
@@ -441,6 +443,33 @@ static PyObject *py_optimizer_apply(PyObject *self, PyObject *args)
             return NULL;
     }
     CALL(dt_optimizer_apply(o, n, vars, grads));
+    Py_RETURN_NONE;
+}
+
+/* optimizer_exclude_from_weight_decay(optimizer, [variables]) */
+static PyObject *py_optimizer_exclude_from_weight_decay(PyObject *self, PyObject *args)
+{
+    (void)self;
+    dt_optimizer *o;
+    PyObject *vars_o;
+    if (!PyArg_ParseTuple(args, "O&O", dtpy_to_optimizer, &o, &vars_o))
+        return NULL;
+    Py_ssize_t n = dtpy_seq_size(vars_o);
+    if (n < 0 || n > MAX_FN_TENSORS) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "exclude_from_weight_decay: %zd variables (at most %d)",
+                         n, MAX_FN_TENSORS);
+        return NULL;
+    }
+    const dt_variable *vars[MAX_FN_TENSORS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = dtpy_seq_item(vars_o, i);
+        vars[i] = h ? dtpy_unwrap(h, KIND_VARIABLE) : NULL;
+        Py_XDECREF(h);
+        if (!vars[i])
+            return NULL;
+    }
+    CALL(dt_optimizer_exclude_from_weight_decay(o, (int)n, vars));
     Py_RETURN_NONE;
 }
 
@@ -538,6 +567,8 @@ PyMethodDef dtpy_train_methods[] = {
      "The learning rate of the next updates."},
     {"train_step", py_train_step, METH_VARARGS, "One training step. Collective."},
     {"optimizer_apply", py_optimizer_apply, METH_VARARGS, "One update. Collective."},
+    {"optimizer_exclude_from_weight_decay", py_optimizer_exclude_from_weight_decay, METH_VARARGS,
+     "Variables updated without AdamW's decay."},
     {"optimizer_iterations", py_optimizer_iterations, METH_O, "Updates applied so far."},
     {"generator_create", py_generator_create, METH_O, "A random generator at (seed, 0)."},
     {"generator_draw", py_generator_draw, METH_VARARGS, "The next draw. Collective."},

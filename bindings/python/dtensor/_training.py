@@ -2,6 +2,7 @@
 (SGD, Adam, AdamW, RMSprop) with their learning rates."""
 
 import builtins as _builtins
+import re
 
 import numpy as np
 
@@ -112,25 +113,43 @@ class Optimizer:
     """An optimizer over DVariables (the C dt_optimizer: slots kept per variable in its
     layout). ``apply_gradients(zip(grads, variables))`` updates them; inside
     ``strategy.run`` it first sums every replica's gradients (all-reduce, as TensorFlow's
-    MirroredStrategy does), then updates the mirrored variables once."""
+    MirroredStrategy does), then updates the mirrored variables once.
+
+    Keras's gradient clipping (None: off): ``clipvalue`` clips each element to [-clipvalue,
+    clipvalue], ``clipnorm`` scales each gradient to a norm of at most clipnorm,
+    ``global_clipnorm`` scales all the gradients of one update by global_clipnorm /
+    max(global norm, global_clipnorm), in the C optimizer's fused update (no clipped copy).
+    Keras raises when clipnorm and global_clipnorm are both set; with clipvalue as well, Keras
+    would ignore clipvalue, dtensor raises InvalidArgumentError."""
 
     def __init__(self, kind, learning_rate, momentum=0.0, nesterov=False, beta_1=0.0,
-                 beta_2=0.0, epsilon=0.0, weight_decay=0.0, rho=0.0):
+                 beta_2=0.0, epsilon=0.0, weight_decay=0.0, rho=0.0, clipnorm=None,
+                 clipvalue=None, global_clipnorm=None):
         from ._ps import ParameterServerStrategy, _SharedCounter  # noqa: PLC0415 (a later module)
         kinds = (_c.OPTIMIZER_SGD, _c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW, _c.OPTIMIZER_RMSPROP)
         if isinstance(kind, bool) or kind not in kinds:
             raise ValueError(f"Optimizer: kind {kind!r} is not one of {kinds} (use SGD, Adam, "
                              f"AdamW or RMSprop)")
+        if global_clipnorm is not None and clipnorm is not None:
+            raise ValueError(f"Only one of `clipnorm` and `global_clipnorm` can be set. "
+                             f"Received: clipnorm={clipnorm}, global_clipnorm={global_clipnorm}")
         numbers = [_number(v, f"Optimizer: {n}") for n, v in (
             ("learning_rate", learning_rate), ("momentum", momentum), ("beta_1", beta_1),
             ("beta_2", beta_2), ("epsilon", epsilon), ("weight_decay", weight_decay),
-            ("rho", rho))]
+            ("rho", rho), ("clipnorm", clipnorm or 0.0),
+            ("global_clipnorm", global_clipnorm or 0.0), ("clipvalue", clipvalue or 0.0))]
         self._lr = float(numbers[0])
         self._handle = _c.optimizer_create(kind, self._lr, float(numbers[1]),
                                            bool(nesterov), *[float(v) for v in numbers[2:]])
+        self.clipnorm, self.clipvalue, self.global_clipnorm = clipnorm, clipvalue, global_clipnorm
+        self._clips = {"clipnorm": clipnorm, "clipvalue": clipvalue,
+                       "global_clipnorm": global_clipnorm}
+        self._no_decay = []  # exclude_from_weight_decay's var_list
+        self._no_decay_pattern = None  # and its var_names
+        self._no_decay_told = {}  # id -> the variable the C optimizer excludes
         self.iterations = 0
         self._kind = kind
-        momentum_, b1, b2, eps, wd, rho_ = (float(v) for v in numbers[1:])
+        momentum_, b1, b2, eps, wd, rho_ = (float(v) for v in numbers[1:7])
         self._hyper = {"momentum": momentum_, "nesterov": bool(nesterov), "beta_1": b1 or 0.9,
                        "beta_2": b2 or 0.999, "epsilon": eps or 1e-7, "weight_decay": wd,
                        "rho": rho_ or 0.9}
@@ -153,6 +172,39 @@ class Optimizer:
             return 2 if self._hyper["momentum"] > 0 else 1
         return 2
 
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras's: the variables of ``var_list``, and those whose name contains a match of one
+        of ``var_names`` (regular expressions), take no weight decay. Before the first update
+        only (Keras builds the optimizer then)."""
+        if self.iterations:
+            raise ValueError("`exclude_from_weight_decay()` can only be configured before the "
+                             "optimizer is built.")
+        for v in var_list or []:
+            if not isinstance(v, DVariable):
+                raise TypeError(f"exclude_from_weight_decay: {v!r} is not a DVariable")
+        self._no_decay = list(var_list or [])
+        self._no_decay_pattern = re.compile("|".join(set(var_names))) if var_names else None
+
+    def _decays(self, v):
+        """Whether AdamW decays v (not excluded by exclude_from_weight_decay)."""
+        if any(v is x for x in self._no_decay):
+            return False
+        p = self._no_decay_pattern
+        return not (p is not None and p.search(v.name))
+
+    def _clip_host(self, grads):
+        """Keras's clipping of host gradients (the parameter-server path's numpy update)."""
+        c = self._clips
+        if c["clipnorm"]:
+            return [g * (c["clipnorm"] / max(float(np.sqrt(np.sum(np.square(g, dtype=np.float64)))),
+                                             c["clipnorm"])) for g in grads]
+        if c["global_clipnorm"]:
+            n = float(np.sqrt(sum(np.sum(np.square(g, dtype=np.float64)) for g in grads)))
+            return [g * (c["global_clipnorm"] / max(n, c["global_clipnorm"])) for g in grads]
+        if c["clipvalue"]:
+            return [np.clip(g, -c["clipvalue"], c["clipvalue"]) for g in grads]
+        return grads
+
     def _add_ps_slots(self, v):
         """The slots of a parameter-server variable, made on the ps tasks when the variable or
         the optimizer is (collective: every client makes them in the same order)."""
@@ -171,13 +223,14 @@ class Optimizer:
         t = None
         if self._kind in (_c.OPTIMIZER_ADAM, _c.OPTIMIZER_ADAMW):
             t = self._ps_step.fetch_add(1) + 1  # the cluster's update count, as TF's iterations
-        for v, g in pairs:
+        grads = self._clip_host([np.asarray(_read(_value(g)), dtype=v.dtype) for v, g in pairs])
+        for (v, _), g in zip(pairs, grads):
             slots = self._ps_slots.get(id(v))
             if slots is None:
                 raise DTensorError(f"apply_gradients: {v.name!r} lives on the ps tasks but the "
                                    f"optimizer was not made in the strategy's scope (its slots "
                                    f"must live there too)")
-            g = np.asarray(_read(_value(g)), dtype=v.dtype)
+            g = np.asarray(g, dtype=v.dtype)
             w = v._host()
             old = [sl._host() for sl in slots]
             new = list(old)
@@ -196,8 +249,8 @@ class Optimizer:
                     d = new[1]
                 nw = w - d
             else:
-                base = w * (1 - lr * h["weight_decay"]) if self._kind == _c.OPTIMIZER_ADAMW \
-                    else w
+                base = w * (1 - lr * h["weight_decay"]) \
+                    if self._kind == _c.OPTIMIZER_ADAMW and self._decays(v) else w
                 new[0] = h["beta_1"] * old[0] + (1 - h["beta_1"]) * g
                 new[1] = h["beta_2"] * old[1] + (1 - h["beta_2"]) * g * g
                 lr_t = lr * np.sqrt(1 - h["beta_2"] ** t) / (1 - h["beta_1"] ** t)
@@ -224,7 +277,7 @@ class Optimizer:
     def get_config(self):
         """The constructor's arguments (Keras's get_config): what a saved model recompiles
         with."""
-        return dict(getattr(self, "_config", {}), learning_rate=self._lr)
+        return dict(getattr(self, "_config", {}), learning_rate=self._lr, **self._clips)
 
     @classmethod
     def from_config(cls, config):
@@ -258,6 +311,9 @@ class Optimizer:
         from ._ps import PSVariable  # noqa: PLC0415 (a later module)
         _no_trace("an optimizer's update")
         ps = [(v, g) for v, g in zip(variables, grads) if isinstance(v, PSVariable)]
+        if ps and self.global_clipnorm and len(ps) < len(variables):
+            raise errors.UnimplementedError("apply_gradients: global_clipnorm over parameter-"
+                                            "server and other variables in one update")
         if ps:
             self._ps_update(ps)
             pairs = [(v, g) for v, g in zip(variables, grads) if not isinstance(v, PSVariable)]
@@ -272,6 +328,10 @@ class Optimizer:
             elif g.layout != v.layout:
                 g = relayout(g, v.layout)
             fitted.append(g)
+        told = [v for v in variables if id(v) not in self._no_decay_told and not self._decays(v)]
+        if told:
+            _c.optimizer_exclude_from_weight_decay(self._handle, [v._handle for v in told])
+            self._no_decay_told.update((id(v), v) for v in told)
         _c.optimizer_apply(self._handle, [v._handle for v in variables],
                            [g._handle for g in fitted])
         for v in variables:
@@ -318,15 +378,19 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 
 class SGD(Optimizer):
-    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False):
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, clipnorm=None,
+                 clipvalue=None, global_clipnorm=None):
         self._config = {"momentum": momentum, "nesterov": nesterov}
-        super().__init__(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov)
+        super().__init__(_c.OPTIMIZER_SGD, learning_rate, momentum, nesterov, clipnorm=clipnorm,
+                         clipvalue=clipvalue, global_clipnorm=global_clipnorm)
 
 
 class Adam(Optimizer):
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                 clipnorm=None, clipvalue=None, global_clipnorm=None):
         self._config = {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon}
-        super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon)
+        super().__init__(_c.OPTIMIZER_ADAM, learning_rate, 0.0, False, beta_1, beta_2, epsilon,
+                         clipnorm=clipnorm, clipvalue=clipvalue, global_clipnorm=global_clipnorm)
 
 
 class AdamW(Optimizer):
@@ -334,22 +398,24 @@ class AdamW(Optimizer):
     learning_rate * weight_decay of itself, then takes Adam's step."""
 
     def __init__(self, learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-7):
+                 epsilon=1e-7, clipnorm=None, clipvalue=None, global_clipnorm=None):
         if not weight_decay > 0:
             raise ValueError(f"AdamW: weight_decay {weight_decay}, expected > 0 (Adam has none)")
         self._config = {"weight_decay": weight_decay, "beta_1": beta_1, "beta_2": beta_2,
                         "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_ADAMW, learning_rate, 0.0, False, beta_1, beta_2, epsilon,
-                         weight_decay)
+                         weight_decay, clipnorm=clipnorm, clipvalue=clipvalue,
+                         global_clipnorm=global_clipnorm)
 
 
 class RMSprop(Optimizer):
     """Keras's RMSprop (not centered): a running mean of squared gradients scales each step."""
 
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
-                 centered=False):
+                 centered=False, clipnorm=None, clipvalue=None, global_clipnorm=None):
         if centered:
             raise errors.UnimplementedError("RMSprop: centered=True is not supported")
         self._config = {"rho": rho, "momentum": momentum, "epsilon": epsilon}
         super().__init__(_c.OPTIMIZER_RMSPROP, learning_rate, momentum, False, 0.0, 0.0,
-                         epsilon, 0.0, rho)
+                         epsilon, 0.0, rho, clipnorm=clipnorm, clipvalue=clipvalue,
+                         global_clipnorm=global_clipnorm)

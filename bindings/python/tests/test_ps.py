@@ -280,6 +280,42 @@ def test_strategy_without_arguments_reads_tf_config(monkeypatch):
 
 
 @needs_3
+def test_parameter_server_variables_clipped_as_keras(strategy):
+    """Keras's clipping and AdamW's exclude_from_weight_decay on parameter-server variables
+    (updated on the host): two variables, global_clipnorm over both, one excluded from decay;
+    three steps against numpy."""
+    coordinator = dtensor.ClusterCoordinator(strategy)
+    w0 = [np.arange(6, dtype=np.float32).reshape(3, 2) / 10, np.ones(4, np.float32)]
+    with strategy.scope():
+        opt = dtensor.AdamW(0.1, weight_decay=0.5, global_clipnorm=1.0)
+        ws = [dtensor.Variable(w, name=n) for w, n in zip(w0, ["kernel", "bias"])]
+    opt.exclude_from_weight_decay(var_names=["bias"])
+    grads = [[np.full(w.shape, k + 1, np.float32) for w in w0] for k in range(3)]
+
+    def step(gs):
+        def replica_fn(*gs):
+            opt.apply_gradients(zip(gs, ws))
+        strategy.run(replica_fn, args=tuple(dtensor.constant(g) for g in gs))
+    for gs in grads:
+        coordinator.schedule(step, args=(gs,))
+        coordinator.join()
+    w = [x.astype(np.float64) for x in w0]
+    m = [np.zeros_like(x) for x in w]
+    v = [np.zeros_like(x) for x in w]
+    for t, gs in enumerate(grads, 1):
+        norm = np.sqrt(sum(np.sum(np.square(g, dtype=np.float64)) for g in gs))
+        for i, g in enumerate(gs):
+            g = g * (1.0 / max(norm, 1.0))
+            if i == 0:
+                w[i] = w[i] - 0.1 * 0.5 * w[i]
+            m[i], v[i] = 0.9 * m[i] + 0.1 * g, 0.999 * v[i] + 0.001 * g * g
+            w[i] = w[i] - 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m[i] / (
+                np.sqrt(v[i]) + 1e-7)
+    for x, want in zip(ws, w):
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-5)
+
+
+@needs_3
 def test_optimizers_update_parameter_server_variables_as_keras(strategy):
     """Optimizers made in the strategy's scope keep their slots on the ps tasks too; a worker's
     apply_gradients inside strategy.run (as the tutorial's replica_fn) follows Keras's rules:
