@@ -50,6 +50,7 @@ static const char *const names[] = {
     "strategy_create",
     "model_create",
     "optimizer_create",
+    "optimizer_exclude_from_weight_decay",
     "tensor_dlpack",
     "tensor_dlpack_device",
     "tensor_from_dlpack",
