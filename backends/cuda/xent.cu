@@ -31,9 +31,8 @@ template <typename C> __device__ void merge(C &m, double &s, C mb, double sb)
 }
 
 template <typename S>
-__global__ void __launch_bounds__(256)
-    xent_stats_k(const S *x, const void *labels, dt_dtype lt, Cof<S> *o, int64_t rows, int64_t n,
-                 int64_t lo)
+__global__ void __launch_bounds__(256) xent_stats_k(const S *x, const void *labels, dt_dtype lt,
+                                                    Cof<S> *o, int64_t rows, int64_t n, int64_t lo)
 {
     using C = Cof<S>;
     __shared__ C sm[256];
@@ -100,8 +99,7 @@ __global__ void xent_rows_k(unsigned mode, const Cof<S> *a, const void *b, Cof<S
 
 template <typename S>
 __global__ void xent_grad_k(const S *x, const void *labels, dt_dtype lt, const Cof<S> *m,
-                            const Cof<S> *c, const S *dy, S *o, int64_t rows, int64_t n,
-                            int64_t lo)
+                            const Cof<S> *c, const S *dy, S *o, int64_t rows, int64_t n, int64_t lo)
 {
     using C = Cof<S>;
     int64_t total = rows * n;
@@ -126,16 +124,16 @@ dt_status xent(const dt__kctx *x, const dt__kargs *k, const void *const in[], vo
         return DT_OK;
     if (mode == DT__XENT_STATS)
         xent_stats_k<S><<<blocks_for(rows, 1), 256, 0, st>>>((const S *)in[0], in[1], k->from,
-                                                              (C *)out, rows, n, k->lo);
+                                                             (C *)out, rows, n, k->lo);
     else if (mode == DT__XENT_GRAD) {
         if (rows * n <= 0)
             return DT_OK;
         xent_grad_k<S><<<grid_for(rows * n), kThreads, 0, st>>>(
-            (const S *)in[0], in[1], k->from, (const C *)in[2], (const C *)in[3],
-            (const S *)in[4], (S *)out, rows, n, k->lo);
+            (const S *)in[0], in[1], k->from, (const C *)in[2], (const C *)in[3], (const S *)in[4],
+            (S *)out, rows, n, k->lo);
     } else
-        xent_rows_k<S><<<grid_for(rows), kThreads, 0, st>>>(
-            mode, (const C *)in[0], in[1], (C *)out, (S *)out, rows);
+        xent_rows_k<S><<<grid_for(rows), kThreads, 0, st>>>(mode, (const C *)in[0], in[1], (C *)out,
+                                                            (S *)out, rows);
     return launched(x, "xent", Ty<S>::dt);
 }
 

@@ -9,8 +9,7 @@
  * bf16. A feature axis wider than the kernel's 128 is refused with DT_ERR_UNSUPPORTED naming it,
  * and the forward pass holds nothing beyond its result on the GPU (memory grows with T, not
  * T^2). Skipped, and said so, without a GPU. */
-#include "../ref.h"
-#include "dt.h"
+#include "cpu_gpu_meshes.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,39 +17,6 @@
 #include <string.h>
 
 enum { B = 2, H = 3 };
-
-static dt_mesh *cpu, *gpu1, *gpu2;
-
-static dt_mesh *mesh_of(dt_device_type type, int n)
-{
-    const char *names[1] = {"x"};
-    int ids[2] = {0, 1};
-    dt_mesh *m = NULL;
-    cr_assert_eq(dt_mesh_create_on_devices(1, names, (int[]){n}, type, n, ids, &m), DT_OK, "%s",
-                 dt_last_error());
-    return m;
-}
-
-/* One CPU device, and two logical GPUs over the GPUs there are. */
-static void start(void)
-{
-    int gpus = ref_cuda_devices(0, 1);
-    if (gpus == 0)
-        cr_skip_test("no CUDA device (a build without CUDA, or no GPU on this machine)");
-    dt_init_options o = {.cpu_devices = 1, .cuda_logical_devices = (2 + gpus - 1) / gpus};
-    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
-    cpu = mesh_of(DT_DEVICE_CPU, 1);
-    gpu1 = mesh_of(DT_DEVICE_CUDA, 1);
-    gpu2 = mesh_of(DT_DEVICE_CUDA, 2);
-}
-
-static void stop(void)
-{
-    dt_mesh_free(cpu);
-    dt_mesh_free(gpu1);
-    dt_mesh_free(gpu2);
-    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
-}
 
 /* Values in [-1, 1) on a grid of 1/64 (exact in bf16) from a seeded generator. */
 static void fill(double *x, int64_t n, unsigned seed)
