@@ -144,6 +144,23 @@ static int merged_leaves(const fuser *f, int ra, int rb)
     return n;
 }
 
+/* The slots P's group reads are not written again by another group's step before step `upto`
+ * (where the group would run once merged). */
+static bool inputs_kept(const fuser *f, int P, int upto)
+{
+    const dt__program *p = f->p;
+    for (int i = group_first(f, P); i <= P; i++) {
+        if (f->root[i] != P)
+            continue;
+        const dt__step *st = &p->steps[i];
+        for (int q = 0; q < st->nin; q++)
+            for (int j = i + 1; j <= upto; j++)
+                if (f->root[j] != P && p->steps[j].out == st->in[q])
+                    return false;
+    }
+    return true;
+}
+
 /* Can the group ending at P join the group of C (a later root) through t, P's result? Sets
  * f->scalar[P] for a fill read as a constant. */
 static bool can_merge(fuser *f, int P, int C)
@@ -184,16 +201,8 @@ static bool can_merge(fuser *f, int P, int C)
         merged_leaves(f, P, C) + group_stores(f, P) + stored + group_stores(f, C) >
             DT__FUSED_MAX_IN)
         return false;
-    /* the slots P's group reads are not written again before C */
-    for (int i = group_first(f, P); i <= P; i++) {
-        if (f->root[i] != P)
-            continue;
-        const dt__step *st = &p->steps[i];
-        for (int q = 0; q < st->nin; q++)
-            for (int j = i + 1; j <= C; j++)
-                if (f->root[j] != P && p->steps[j].out == st->in[q])
-                    return false;
-    }
+    if (!inputs_kept(f, P, C))
+        return false;
     f->scalar[P] = scalar;
     return true;
 }
@@ -231,16 +240,7 @@ static bool can_merge_reduce(const fuser *f, int P, int R)
             return false;
     if (merged_leaves(f, P, P) + group_stores(f, P) + (sl->output >= 0) > DT__FUSED_MAX_IN)
         return false;
-    for (int i = group_first(f, P); i <= P; i++) {
-        if (f->root[i] != P)
-            continue;
-        const dt__step *st = &p->steps[i];
-        for (int q = 0; q < st->nin; q++)
-            for (int j = i + 1; j <= R; j++)
-                if (f->root[j] != P && p->steps[j].out == st->in[q])
-                    return false;
-    }
-    return true;
+    return inputs_kept(f, P, R);
 }
 
 /* The name of an op's value for the printed chain: its expression, written in place when one
