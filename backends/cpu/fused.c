@@ -360,6 +360,11 @@ static dt_status fused_reduce(const dt__kctx *x, const dt__kargs *k, fused_job *
     if (!f->acc)
         return dt__fail(DT_ERR_NOMEM, "fused reduction: %lld running values", (long long)no);
     init(rop, f->acc, no);
+    if (n <= 0) { /* an empty shard: the outputs are the reduction's identity, as REDUCE's */
+        finish(k->a, f->acc, out, no);
+        free(f->acc);
+        return DT_OK;
+    }
     /* units: rows around a contiguous run of reduced axes (whole rows when the run is last,
      * else rows and chunks of the kept columns after it), or one */
     int64_t outer;
@@ -393,6 +398,8 @@ dt_status dt__cpu_fused(const dt__kctx *x, const dt__kargs *k, const void *const
     const dt__fused *fz = k->fused;
     int nin = fz->nin, nops = fz->nops, rank = k->rank;
     int64_t n = dt__num_elements(rank, k->shape);
+    if (n <= 0 && fz->reduce)
+        return fused_reduce(x, k, &(fused_job){.fz = fz}, 0, out);
     if (n <= 0)
         return DT_OK;
     /* merged axes: ext[d], and each operand's stride along them (0: broadcast); a reduction's

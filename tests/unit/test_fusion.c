@@ -523,6 +523,15 @@ Test(fusion, eight_devices_uneven)
     stop();
 }
 
+/* 5 rows over 8 devices: three hold none, and a reduction's outputs there are its identity */
+Test(fusion, empty_shards)
+{
+    start(8, "x=8");
+    float_chains("x,unsharded,unsharded", "unsharded", "x,unsharded,unsharded");
+    reduce_chains("x,unsharded,unsharded", "unsharded", "x,unsharded,unsharded");
+    stop();
+}
+
 /* The printed program names the fused chain: bias then GELU, the bias read broadcast. */
 Test(fusion, printed_chain)
 {
