@@ -14,6 +14,7 @@
 
 #include "dtensor.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -245,6 +246,17 @@ static inline void ref_specs(const char *const names[], int rank, const int axes
 {
     for (int i = 0; i < rank; i++)
         specs[i] = axes[i] < 0 ? "unsharded" : names[axes[i]];
+}
+
+/* The largest difference of got from ref relative to max(1, |ref|); NaN anywhere: infinite. */
+static inline double ref_worst(const double *got, const double *ref, int64_t n)
+{
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        w = isnan(d) ? INFINITY : fmax(w, d);
+    }
+    return w;
 }
 
 #endif

@@ -93,16 +93,6 @@ static void xent(const dt_mesh *m, const char *spec, const char *rows, dt_dtype 
     dt_function_free(g);
 }
 
-static double worst(const double *got, const double *ref, int64_t n)
-{
-    double w = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-        w = isnan(d) ? INFINITY : fmax(w, d);
-    }
-    return w;
-}
-
 static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype dt, int64_t R,
                   int64_t C)
 {
@@ -118,7 +108,7 @@ static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype
     xent(cpu, "unsharded,unsharded", "unsharded", dt, R, C, x, y, w, loss, dx);
     xent(m, spec, rows, dt, R, C, x, y, w, gl, gdx);
     double tol = dt == DT_DTYPE_F64 ? 1e-12 : dt == DT_DTYPE_F32 ? 1e-5 : 1.6e-2;
-    double e1 = worst(gl, loss, R), e2 = worst(gdx, dx, n);
+    double e1 = ref_worst(gl, loss, R), e2 = ref_worst(gdx, dx, n);
     cr_expect(e1 <= tol && e2 <= tol, "%s %s [%lld, %lld]: loss off by %g, d logits by %g (%g)",
               dt_dtype_name(dt), spec, (long long)R, (long long)C, e1, e2, tol);
     free(x);
@@ -185,9 +175,9 @@ Test(cuda_xent, tied_embedding_gradient, .init = start, .fini = stop, .timeout =
     fill(w, 12 * 37, 3);
     tied(cpu, "unsharded,unsharded", t, ids, h, w, want);
     tied(gpu1, "unsharded,unsharded", t, ids, h, w, got);
-    double e = worst(got, want, 37 * 6);
+    double e = ref_worst(got, want, 37 * 6);
     cr_expect(e <= 1e-5, "one GPU: off by %g", e);
     tied(gpu2, "x,unsharded", t, ids, h, w, got);
-    e = worst(got, want, 37 * 6);
+    e = ref_worst(got, want, 37 * 6);
     cr_expect(e <= 1e-5, "two GPUs, the rows split: off by %g", e);
 }

@@ -5,6 +5,7 @@
  * and 8 devices), eager and traced; labels outside the classes (NaN rows); bad operands; and the
  * CPU kernel's passes split over 2 to 4 threads, byte for byte those of one thread. */
 #include "../../backends/cpu/pool.h"
+#include "../ref.h"
 #include "dt.h"
 
 #include <criterion/criterion.h>
@@ -80,17 +81,6 @@ static void read_back(const dt_tensor *t, double *out, int64_t n)
     free(h);
 }
 
-/* The largest difference of got from ref relative to max(1, |ref|); NaN anywhere: infinite. */
-static double worst(const double *got, const double *ref, int64_t n)
-{
-    double w = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs(got[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-        w = isnan(d) ? INFINITY : fmax(w, d);
-    }
-    return w;
-}
-
 /* The case's logits and weights as the dtype stores them (rounded), so the reference sees the
  * values the op sees. */
 static double stored(dt_dtype dt, double v)
@@ -145,7 +135,7 @@ static void check(const dt_mesh *m, const char *spec, dt_dtype dt, int rank, con
     cr_expect(dt_layout_equal(dt_tensor_layout(tl), &lr), "%s: the loss not in the rows' layout",
               spec);
     read_back(tl, got, rows);
-    double fw = worst(got, loss, rows);
+    double fw = ref_worst(got, loss, rows);
     cr_expect(fw <= tol, "%s %s rank %d C %lld: loss off by %g (tolerance %g)", dt_dtype_name(dt),
               spec, rank, (long long)C, fw, tol);
     /* the gradient of sum(loss w) */
@@ -166,7 +156,7 @@ static void check(const dt_mesh *m, const char *spec, dt_dtype dt, int rank, con
     cr_expect(dt_layout_equal(dt_tensor_layout(res[1]), &l), "%s: d logits not in their layout",
               spec);
     read_back(res[1], gdx, n);
-    double gw = worst(gdx, dx, n);
+    double gw = ref_worst(gdx, dx, n);
     cr_expect(gw <= tol, "%s %s rank %d C %lld: d logits off by %g (tolerance %g)",
               dt_dtype_name(dt), spec, rank, (long long)C, gw, tol);
     for (int i = 0; i < 3; i++)
@@ -444,7 +434,7 @@ static void check_tied(const dt_mesh *m, const char *st, const char *si, const c
                  "%s", dt_last_error());
     cr_expect(dt_layout_equal(dt_tensor_layout(r1[1]), &lt), "%s: not in the table's layout", st);
     read_back(r1[1], got, TV * TD);
-    double e = worst(got, ref, TV * TD);
+    double e = ref_worst(got, ref, TV * TD);
     cr_expect(e <= 2e-6, "%s / %s / %s: tied gradient off by %g", st, si, sb, e);
     if (bitwise) {
         cr_assert_eq(dt_binary(DT_BINARY_ADD, r2[2], r2[1], NULL, &sum), DT_OK, "%s",
