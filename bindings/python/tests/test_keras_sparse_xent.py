@@ -340,3 +340,19 @@ def test_errors(mesh_2d):
                                          r"shape \[4, 6\]"):
         keras.losses.sparse_categorical_crossentropy(np.zeros((4, 2), np.int32), x)
     assert keras.losses.SparseCategoricalCrossentropy(axis=1)([0, 1, 2, 3], x).shape == ()
+    with pytest.raises(ValueError, match=r"label 6 is outside the 6 classes \[0, 5\]"):
+        keras.losses.SparseCategoricalCrossentropy()([0, 6, 2, 3], x)
+    with pytest.raises(ValueError, match=r"label -2 is outside"):
+        keras.losses.SparseCategoricalCrossentropy(ignore_class=-1)([0, -1, -2, 3], x)
+
+
+def test_tensor_labels_outside_the_classes_give_nan(mesh_2d):
+    """Labels in a tensor are not read on the host: an example whose label is outside the
+    classes gets NaN (the fused op's rule, TensorFlow's GPU kernel's), the others their loss."""
+    labels, y = operands((4, 6), 13, True)
+    x = dtensor.dtensor_from_array(y, dtensor.Layout(["x", "y"], mesh_2d))
+    lab = dtensor.dtensor_from_array(np.array([0, 6, -2, 3], np.int32),
+                                     dtensor.Layout(["x"], mesh_2d))
+    got = dtensor.gather(keras.losses.sparse_categorical_crossentropy(lab, x, from_logits=True))
+    assert np.isnan(got[1]) and np.isnan(got[2])
+    close(got[[0, 3]], ref_losses([0, 3], y[[0, 3]], True)[0], 2e-5, "valid rows")

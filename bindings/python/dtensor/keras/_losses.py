@@ -140,7 +140,7 @@ def _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, dtype):
         dtype = d.float32
     if dtype is not None:
         y_pred = d.cast(y_pred, dtype)
-    labels = _sparse_labels(y_true, y_pred)
+    labels = _sparse_labels(y_true, y_pred, ignore_class)
     valid = None
     if ignore_class is not None:
         valid = d.not_equal(labels, int(ignore_class))
@@ -153,10 +153,11 @@ def _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, dtype):
     return losses, valid
 
 
-def _sparse_labels(y_true, y_pred):
+def _sparse_labels(y_true, y_pred, ignore_class):
     """Integer labels of y_pred's leading shape (a last axis of extent 1 dropped; other dtypes
     than int32 and int64 cast to int32, as Keras casts any to int64), host values laid out as
-    y_pred's leading axes."""
+    y_pred's leading axes. Host labels outside the classes (other than ignore_class) raise
+    ValueError; a tensor's give their examples NaN (the fused op's rule)."""
     d = _d()
     rows = list(y_pred.shape[:-1])
     if isinstance(y_true, (DTensor, DVariable)):
@@ -168,6 +169,13 @@ def _sparse_labels(y_true, y_pred):
         if not np.issubdtype(a.dtype, np.integer):
             a = a.astype(np.int64)
         a = a.astype(np.int64 if a.dtype == np.int64 else np.int32)
+        bad = (a < 0) | (a >= y_pred.shape[-1])
+        if ignore_class is not None:
+            bad &= a != int(ignore_class)
+        if bad.any():
+            raise ValueError(f"sparse_categorical_crossentropy: label {a[bad].flat[0]} is "
+                             f"outside the {y_pred.shape[-1]} classes [0, "
+                             f"{y_pred.shape[-1] - 1}]")
         if a.ndim == len(rows) + 1 and a.shape[-1] == 1:
             a = a.reshape(a.shape[:-1])
         spec = y_pred.layout.sharding_specs[:-1] if list(a.shape) == rows else \
