@@ -6,8 +6,8 @@ import inspect as _inspect
 
 import numpy as np
 
-from .. import Layout, unpack, _tape
-from .._tensor import _from_components, _value
+from .. import _tape
+from .._tensor import _value
 
 # ---- ops the losses and layers need, in terms of dtensor's differentiable ops --------------
 
@@ -36,35 +36,17 @@ def stop_gradient(x):
             t._recording = True
 
 
-def _one_hot_like(labels, depth, dtype):
-    """One-hot rows of integer labels ([batch] or [batch, 1]), laid out as the labels' batch
-    axis, built on each device from its own component (no communication)."""
-    labels = _value(labels)
-    if labels.ndim == 2 and labels.shape[1] == 1:
-        spec = labels.layout.sharding_specs[:1]
-    elif labels.ndim == 1:
-        spec = labels.layout.sharding_specs
-    else:
-        raise ValueError(f"sparse labels must have shape [batch] or [batch, 1], got "
-                         f"{labels.shape}")
-    comps = []
-    for c in unpack(labels):
-        ids = c.reshape(-1).astype(np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= depth):
-            raise ValueError(f"labels must be in 0..{depth - 1}, found {ids.min()}..{ids.max()}")
-        comps.append(np.eye(depth, dtype=dtype)[ids])
-    layout = Layout(list(spec) + ["unsharded"], labels.layout.mesh, labels.layout.partial)
-    return _from_components(comps, layout, [labels.shape[0], depth], np.dtype(dtype))
-
-
 def _log_softmax(logits):
     return _d().log_softmax(logits, axis=-1)
 
 
 def softmax(x):
     """Keras' softmax activation: over the last axis (one op, stable; a sharded last axis
-    all-reduces only the per-row maximum and sum)."""
-    return _d().softmax(x, axis=-1)
+    all-reduces only the per-row maximum and sum). The result keeps its logits, as Keras's
+    does, so that a sparse cross-entropy of it reads the logits (one fused op)."""
+    out = _d().softmax(x, axis=-1)
+    out._keras_logits = x
+    return out
 
 
 def _linear(x):

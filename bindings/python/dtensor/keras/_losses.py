@@ -6,14 +6,15 @@ import numpy as np
 
 from .. import DTensor, DVariable, Layout
 from .._tensor import _value
-from ._base import _Configurable, _d, _log_softmax, _one_hot_like
+from ._base import _Configurable, _d, _log_softmax
 
 # ---- losses ---------------------------------------------------------------------------------
 
 
 class Loss(_Configurable):
     """A loss: per-example values from ``per_example(y_true, y_pred)``, reduced by
-    ``reduction``: "sum_over_batch_size" (sum / batch size, the default), "sum" or "none"."""
+    ``reduction``: "sum_over_batch_size" (their sum divided by their count, the batch size
+    times any further extents as in Keras; the default), "sum" or "none"."""
 
     def __init__(self, reduction="sum_over_batch_size", name=None):
         reduction = str(getattr(reduction, "value", reduction)).lower()
@@ -34,15 +35,30 @@ class Loss(_Configurable):
             y_true = d.cast(y_true, y_pred.dtype)  # as Keras casts the targets
         if isinstance(y_true, DTensor):
             y_true, y_pred = _same_rank(y_true, y_pred)
-        losses = self.per_example(y_true, y_pred)
+        return self._reduce(self.per_example(y_true, y_pred), sample_weight)
+
+    def _reduce(self, losses, sample_weight=None, valid=None):
+        """Keras's reduction of the per-example losses: times ``sample_weight`` (ranks one
+        apart meet as Keras's squeeze_or_expand_to_same_rank has them), then as they are
+        ("none"), summed ("sum"), or summed and divided by their count
+        ("sum_over_batch_size"); with ``valid`` (a bool tensor of the losses' shape, false
+        where ignore_class left an example out: its loss is 0) by the count of the valid ones
+        instead, 0 when there is none."""
+        d = _d()
         if sample_weight is not None:
-            losses = losses * _as_like(sample_weight, losses)
-        if self.reduction == "none":
+            weights = _as_like(sample_weight, losses)
+            if isinstance(weights, DTensor):
+                weights = d.cast(weights, losses.dtype)
+                losses, weights = _to_same_rank(losses, weights)
+            losses = losses * weights
+        if self.reduction == "none" or losses.ndim == 0:
             return losses
         total = d.reduce_sum(losses)
         if self.reduction == "sum":
             return total
-        return total / float(max(losses.shape[0] if losses.ndim else 1, 1))
+        if valid is not None:
+            return total / d.maximum(d.reduce_sum(d.cast(valid, total.dtype)), 1.0)
+        return total / float(max(int(np.prod(losses.shape)), 1))
 
 
 def _same_rank(y_true, y_pred):
@@ -58,6 +74,22 @@ def _same_rank(y_true, y_pred):
             return d.squeeze(y_true, [-1]), y_pred
         return y_true, d.expand_dims(y_pred, -1)
     return y_true, y_pred
+
+
+def _to_same_rank(losses, weights):
+    """Keras's squeeze_or_expand_to_same_rank for losses and their sample weights: when the
+    ranks are one apart and the higher one ends in an axis of extent 1, a rank-1 lower one gains
+    that axis, else the higher one loses it; otherwise they broadcast as they are."""
+    d = _d()
+    if losses.ndim == weights.ndim + 1 and losses.shape[-1] == 1:
+        if weights.ndim == 1:
+            return losses, d.expand_dims(weights, -1)
+        return d.squeeze(losses, [-1]), weights
+    if weights.ndim == losses.ndim + 1 and weights.shape[-1] == 1:
+        if losses.ndim == 1:
+            return d.expand_dims(losses, -1), weights
+        return losses, d.squeeze(weights, [-1])
+    return losses, weights
 
 
 class MeanSquaredError(Loss):
@@ -84,11 +116,107 @@ class CategoricalCrossentropy(Loss):
         return -d.reduce_sum(y_true * logp, axis=-1)
 
 
-class SparseCategoricalCrossentropy(CategoricalCrossentropy):
+_EPSILON = 1e-7  # keras.backend.epsilon()
+
+
+def _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, dtype):
+    """Keras's sparse categorical cross-entropy of integer labels ([...] or [..., 1]) and
+    logits or probabilities [..., C]: (per-example losses [...], the bool mask of the examples
+    ignore_class leaves in, or None). Through dtensor.nn.sparse_softmax_cross_entropy_with_logits
+    (one fused op: no one-hot, the class axis may be sharded): logits as they are, probabilities
+    as TensorFlow's Keras backend takes them, log(clip(p, 1e-7, 1 - 1e-7)) as logits (so
+    -log(p[label]) + log(sum(p)) of the clipped p); the output of Keras's softmax activation by
+    the logits it was computed from, as Keras does. 16-bit floats are computed in float32 (the
+    loss's dtype in Keras 3, unless ``dtype`` names another)."""
+    d = _d()
+    if not from_logits and getattr(y_pred, "_keras_logits", None) is not None:
+        y_pred, from_logits = y_pred._keras_logits, True
+    y_pred = d.convert_to_tensor(_value(y_pred))
+    if y_pred.ndim < 1 or axis not in (-1, y_pred.ndim - 1):
+        raise ValueError(f"sparse_categorical_crossentropy: only axis=-1 is supported (the "
+                         f"classes last), got axis={axis} for y_pred of shape "
+                         f"{list(y_pred.shape)}")
+    if dtype is None and y_pred.dtype in (d.bfloat16, d.float16):
+        dtype = d.float32
+    if dtype is not None:
+        y_pred = d.cast(y_pred, dtype)
+    labels = _sparse_labels(y_true, y_pred, ignore_class)
+    valid = None
+    if ignore_class is not None:
+        valid = d.not_equal(labels, int(ignore_class))
+        labels = d.where(valid, labels, 0)  # in range: the op gives NaN outside it
+    if not from_logits:
+        y_pred = d.log(d.minimum(d.maximum(y_pred, _EPSILON), 1.0 - _EPSILON))
+    losses = d.nn.sparse_softmax_cross_entropy_with_logits(labels, y_pred)
+    if valid is not None:
+        losses = d.where(valid, losses, 0.0)
+    return losses, valid
+
+
+def _sparse_labels(y_true, y_pred, ignore_class):
+    """Integer labels of y_pred's leading shape (a last axis of extent 1 dropped; other dtypes
+    than int32 and int64 cast to int32, as Keras casts any to int64), host values laid out as
+    y_pred's leading axes. Host labels outside the classes (other than ignore_class) raise
+    ValueError; a tensor's give their examples NaN (the fused op's rule)."""
+    d = _d()
+    rows = list(y_pred.shape[:-1])
+    if isinstance(y_true, (DTensor, DVariable)):
+        labels = _value(y_true)
+        if labels.dtype not in (d.int32, d.int64):  # the op's; Keras casts any to int64
+            labels = d.cast(labels, d.int32)
+    else:
+        a = np.asarray(y_true)
+        if not np.issubdtype(a.dtype, np.integer):
+            a = a.astype(np.int64)
+        a = a.astype(np.int64 if a.dtype == np.int64 else np.int32)
+        bad = (a < 0) | (a >= y_pred.shape[-1])
+        if ignore_class is not None:
+            bad &= a != int(ignore_class)
+        if bad.any():
+            raise ValueError(f"sparse_categorical_crossentropy: label {a[bad].flat[0]} is "
+                             f"outside the {y_pred.shape[-1]} classes [0, "
+                             f"{y_pred.shape[-1] - 1}]")
+        if a.ndim == len(rows) + 1 and a.shape[-1] == 1:
+            a = a.reshape(a.shape[:-1])
+        spec = y_pred.layout.sharding_specs[:-1] if list(a.shape) == rows else \
+            ["unsharded"] * a.ndim
+        labels = d.dtensor_from_array(a, Layout(spec, y_pred.layout.mesh))
+    if labels.ndim == len(rows) + 1 and labels.shape[-1] == 1:
+        labels = d.squeeze(labels, [-1])
+    if list(labels.shape) != rows:
+        raise ValueError(f"sparse_categorical_crossentropy: labels of shape "
+                         f"{list(labels.shape)} do not match y_pred of shape "
+                         f"{list(y_pred.shape)} (expected {rows} or {rows + [1]})")
+    return labels
+
+
+def sparse_categorical_crossentropy(y_true, y_pred, from_logits=False, ignore_class=None,
+                                    axis=-1):
+    """keras.losses.sparse_categorical_crossentropy: the loss of each example, unreduced (0 for
+    the examples whose label is ``ignore_class``); see SparseCategoricalCrossentropy."""
+    return _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, None)[0]
+
+
+class SparseCategoricalCrossentropy(Loss):
+    """Integer labels ([batch, ...] or [batch, ..., 1], int32, int64 or integral floats) against
+    logits or probabilities [batch, ..., classes], through the fused
+    dtensor.nn.sparse_softmax_cross_entropy_with_logits (no one-hot tensor; classes sharded
+    over a mesh axis cost two all-reduces of per-row statistics). ``ignore_class``: examples
+    with that label add 0 and "sum_over_batch_size" divides by the count of the others, as
+    Keras 3. ``dtype``: the computation's (None: the logits' own, float32 for 16-bit ones)."""
+
+    def __init__(self, from_logits=False, ignore_class=None, reduction="sum_over_batch_size",
+                 name=None, axis=-1, dtype=None):
+        super().__init__(reduction, name)
+        self.from_logits = from_logits
+        self.ignore_class = ignore_class
+        self.axis = axis
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
     def __call__(self, y_true, y_pred, sample_weight=None):
-        y_pred = _value(y_pred)
-        onehot = _one_hot_like(y_true, y_pred.shape[-1], y_pred.dtype)
-        return super().__call__(onehot, y_pred, sample_weight)
+        losses, valid = _sparse_xent(y_true, y_pred, self.from_logits, self.ignore_class,
+                                     self.axis, self.dtype)
+        return self._reduce(losses, sample_weight, valid)
 
 
 class BinaryCrossentropy(Loss):
@@ -139,5 +267,6 @@ losses = _types.SimpleNamespace(
     CategoricalCrossentropy=CategoricalCrossentropy,
     SparseCategoricalCrossentropy=SparseCategoricalCrossentropy,
     BinaryCrossentropy=BinaryCrossentropy,
+    sparse_categorical_crossentropy=sparse_categorical_crossentropy,
     Reduction=_types.SimpleNamespace(AUTO="auto", NONE="none", SUM="sum",
                                      SUM_OVER_BATCH_SIZE="sum_over_batch_size"))
