@@ -2,34 +2,45 @@
  * of a flat buffer.
  *
  * A backward pass emits one all-reduce per parameter gradient under data parallel (one
- * reduce-scatter under the fully sharded preset), and each pays a collective's fixed costs (a
- * start on every client, message latencies) on a few kilobytes to megabytes. This pass, run on
- * a traced function's program before the overlap schedule, groups them as PyTorch DDP's
- * buckets do. A collective in its even form (one count on every device, whole slots) joins
- * the open bucket when it has the bucket's kind, mesh, groups (its mesh axes but those of
- * size 1), dtype and reduction and no step since the bucket opened has read or written the
- * result of a member; the bucket closes when its bytes reach the cap (DTENSOR_BUCKET_MB; at
- * most 1 MiB for the first bucket), at a step touching a member's result, or at a collective
- * of its kind it cannot take. A bucket of two or more members becomes:
+ * reduce-scatter under the fully sharded preset, or one per chunk of rows where the chunked
+ * matmul makes the gradient), and each pays a collective's fixed costs (a start on every
+ * client, message latencies) on a few kilobytes to megabytes. This pass, run on a traced
+ * function's program before the overlap schedule, groups them as PyTorch DDP's buckets do.
+ * All-reduces and reduce-scatters have an open bucket each (a fully sharded backward
+ * interleaves its weights' reduce-scatters with the all-reduces of reductions over the
+ * batch, and neither closes the other's bucket). An all-reduce in its even form over whole
+ * slots, or a reduce-scatter (even or uneven, into a whole slot or into a block of rows of a
+ * larger one: the chunked matmul's), joins the open bucket of its kind when it has the
+ * bucket's mesh, groups (its mesh axes but those of size 1), dtype and reduction and no step
+ * since the bucket opened has read or written the result of a member (a block of a slot
+ * whose other blocks members write is no such touch: the chunked matmul's reduce-scatters
+ * into one slot write disjoint blocks); the bucket closes when its bytes reach the cap
+ * (DTENSOR_BUCKET_MB; at most 1 MiB for the first bucket of each kind), at a step touching
+ * a member's result, or at a collective of its kind it cannot take. A bucket of two or more
+ * members becomes:
  *   - at each member's place, a copy of its operand into a flat temporary: for a
- *     reduce-scatter over g devices the flat buffer is g blocks (one per group member, in the
- *     order the collective hands them out), each holding that member's block of every
- *     operand at a fixed offset, so that one reduce-scatter leaves each device its blocks;
+ *     reduce-scatter over g devices the flat buffer is g regions (one per group member, in
+ *     the order the collective hands them out), region q holding block q of every member's
+ *     operand in member order, so that one reduce-scatter (uneven when a member is) leaves
+ *     each device its region: its blocks of every member;
  *   - after the last of them, ONE collective of the flat buffer (an all-reduce in place);
  *   - before the first later step that reads or writes a member's result or the next
  *     collective of the program (or at its end), whichever comes first, a copy of the
- *     member's block of the flat result into that result.
+ *     member's block of the flat result into that result (at the member's offset into it).
  * The overlap schedule then starts the bucket's collective as soon as its last operand is
  * copied in, while backward goes on, and waits for it at the first copy out. The flat buffer
  * is memory the program without buckets does not take (there a gradient's all-reduce runs in
- * place in its result); copying out no later than the next collective keeps it alive only
- * from the bucket's first member to shortly after its last, not until the end of the program
- * (where a step's memory peaks when the gradients are its results). Every element is reduced
- * over the same terms as before, so the result differs at most in the order the collective
- * adds them (none at two devices). The pass is a pure function of the program and
- * the cap, so every client buckets alike and starts the same collectives in the same order. */
+ * place in its result, and the chunked matmul keeps one chunk of rows); copying out no later
+ * than the next collective keeps it alive only from the bucket's first member to shortly
+ * after its last, not until the end of the program (where a step's memory peaks when the
+ * gradients are its results), and the cap bounds it. Every element is reduced over the same
+ * terms as before, so the result differs at most in the order the collective adds them (none
+ * at two devices). The pass is a pure function of the program and the cap (a member's bytes
+ * against the cap are the same on every client, uneven ones' included), so every client
+ * buckets alike and starts the same collectives in the same order. */
 #include "engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,22 +68,23 @@ dt_status dt__bucket_cap(size_t *bytes)
 }
 
 /* Group members of a collective that may join a bucket (1 for an all-reduce), or 0: an
- * all-reduce or a reduce-scatter in the even form over whole slots (a reduce-scatter's
- * operand holds the count once per member, in member order). From the program alone, the
- * same on every client. */
+ * all-reduce in the even form over whole slots, or a reduce-scatter, even or with counts of
+ * its own (then over 2 members or more), into a whole slot or a block of one (offsets: the
+ * chunked matmul's). A reduce-scatter's operand holds every member's block in member order.
+ * From the program alone, the same on every client. */
 static int64_t bucket_members(const dt__step *st)
 {
-    if (st->kind != DT__STEP_COLL || st->counts || st->boxes || st->at || st->count <= 0)
+    if (st->kind != DT__STEP_COLL || st->boxes)
         return 0;
     if (st->coll == DT__COLL_ALL_REDUCE)
-        return 1;
-    if (st->coll != DT__COLL_REDUCE_SCATTER)
+        return st->counts || st->at || st->count <= 0 ? 0 : 1;
+    if (st->coll != DT__COLL_REDUCE_SCATTER || (!st->counts && st->count <= 0))
         return 0;
     int64_t g = 1;
     for (int a = 0; a < st->mesh->num_axes; a++)
         if (st->axes & (1u << a))
             g *= st->mesh->sizes[a];
-    return g;
+    return st->counts && g < 2 ? 0 : g;
 }
 
 /* The mesh axes of a collective that make its groups: those of size 1 change none. */
@@ -85,6 +97,22 @@ static unsigned group_axes(const dt__step *st)
     return axes;
 }
 
+/* The operand's bytes a member adds to its bucket, the same on every client: an even one's
+ * from its count; one with counts (which differ between devices) from the bytes the busiest
+ * device sends, (g - 1) / g of the busiest operand. */
+static size_t member_bytes(const dt__step *st, int64_t g)
+{
+    if (!st->counts)
+        return (size_t)(g * st->count) * dt_dtype_size(st->dtype);
+    return (size_t)(st->bytes_max * (double)g / (double)(g - 1));
+}
+
+/* Elements member q of the group receives from collective st on local device i. */
+static int64_t count_of(const dt__step *st, int i, int64_t q)
+{
+    return st->counts ? st->counts[i][q] : st->count;
+}
+
 static bool uses(const dt__step *st, int slot)
 {
     if (st->out == slot)
@@ -95,7 +123,12 @@ static bool uses(const dt__step *st, int slot)
     return false;
 }
 
-static bool touches(const dt__step *st, const bool held[])
+/* How an open bucket holds a slot: the result of a member, whole or a block of it (a
+ * collective with offsets writes a block of rows of a larger slot, and the chunked matmul's
+ * collectives into one slot write disjoint blocks). */
+enum { FREE = 0, BLOCK, WHOLE };
+
+static bool touches(const dt__step *st, const unsigned char held[])
 {
     if (held[st->out])
         return true;
@@ -105,34 +138,51 @@ static bool touches(const dt__step *st, const bool held[])
     return false;
 }
 
-/* A copy between a member's slot and the flat one: in (pack), g blocks of `count` elements
- * into blocks of `total` at offset `at` of each; out, `count` elements at `at`. */
+/* A copy between a member's slot and the flat one on local device i (another client's
+ * device gets no blocks: its counts are not in this client's program). In (pack): the g
+ * blocks of the operand, one after the other from the member's send offset, each to
+ * flat_at[i * g + q]; out: the device's block, flat_at[i] into the result, to the member's
+ * receive offset. */
 typedef struct copy_ctx {
-    int64_t g, count, total, at;
+    const dt__step *st; /* the member */
+    int64_t g;
     bool pack;
+    const int64_t *flat_at;
+    const int *rank; /* out: local device i's rank in its group */
+    int first_local, nlocal;
     bool nomem;
 } copy_ctx;
 
 static void copy_args(void *ctx, int device, dt__kargs *k)
 {
-    (void)device;
     copy_ctx *c = ctx;
+    int i = device - c->first_local;
     k->rank = 1;
-    k->shape[0] = c->pack ? c->g * c->count : c->count;
-    k->blocks = calloc(1, sizeof *k->blocks);
+    if (i < 0 || i >= c->nlocal)
+        return;
+    int64_t nb = c->pack ? c->g : 1;
+    k->blocks = calloc((size_t)nb, sizeof *k->blocks);
     if (!k->blocks) {
         c->nomem = true;
         return;
     }
-    k->nblocks = 1;
-    dt__block *b = k->blocks;
-    b->rank = 2;
-    b->extent[0] = b->src_shape[0] = b->dst_shape[0] = c->pack ? c->g : 1;
-    b->extent[1] = c->count;
-    b->src_shape[1] = c->pack ? c->count : c->total;
-    b->src_off[1] = c->pack ? 0 : c->at;
-    b->dst_shape[1] = c->pack ? c->total : c->count;
-    b->dst_off[1] = c->pack ? c->at : 0;
+    k->nblocks = (int)nb;
+    int64_t src = c->st->at ? c->st->at[i][0] : 0;
+    for (int64_t q = 0; q < nb; q++) {
+        dt__block *b = &k->blocks[q];
+        int64_t n = count_of(c->st, i, c->pack ? q : c->rank[i]);
+        b->rank = 1;
+        b->extent[0] = b->src_shape[0] = b->dst_shape[0] = n;
+        if (c->pack) {
+            b->src_at = src;
+            b->dst_at = c->flat_at[i * c->g + q];
+            src += n;
+        } else {
+            b->src_at = c->flat_at[i];
+            b->dst_at = c->st->at ? c->st->at[i][1] : 0;
+        }
+        k->shape[0] += n;
+    }
 }
 
 /* Where the new steps go: before original step `anchor`, or in its place (replace), in the
@@ -151,78 +201,150 @@ static dt_status emit_copy(dt__program *p, placing *pl, int anchor, bool replace
     return c->nomem ? dt__fail(DT_ERR_NOMEM, "bucket: out of memory") : DT_OK;
 }
 
+/* An uneven bucket's counts: region[i * g + q] elements for member q on local device i. */
+typedef struct counts_ctx {
+    const int64_t *region;
+    int64_t g;
+    int first_local;
+} counts_ctx;
+
+static void bucket_counts(void *ctx, int device, int64_t counts[])
+{
+    const counts_ctx *c = ctx;
+    for (int64_t q = 0; q < c->g; q++)
+        counts[q] = c->region[(device - c->first_local) * c->g + q];
+}
+
 /* Emit a bucket's steps (at the end of p, placed by pl): members mem[0..n) of the original
  * steps, each over g group members; its results are copied out before original step `until`
- * at the latest (the next collective, or the original step count: the end). */
+ * at the latest (the next collective, or the original step count: the end). On local device
+ * i the flat buffer is g regions, region q (region[i * g + q] elements) holding block q of
+ * every member in member order; a reduce-scatter leaves the device its rank's region, the
+ * result. */
 static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n, int until,
                              int64_t g)
 {
     const dt__step first = p->steps[mem[0]]; /* a copy: emitting moves the array */
     const dt_mesh *m = first.mesh;
-    bool ar = first.coll == DT__COLL_ALL_REDUCE;
-    int64_t total = 0;
+    int nl = m->num_local;
+    bool ar = first.coll == DT__COLL_ALL_REDUCE, even = true;
+    int64_t total = 0; /* even: the elements each member receives */
     double sent = 0;
     for (int j = 0; j < n; j++) {
-        total += p->steps[mem[j]].count;
-        sent += p->steps[mem[j]].bytes_max;
+        const dt__step *st = &p->steps[mem[j]];
+        even = even && !st->counts;
+        total += st->count;
+        sent += st->bytes_max;
     }
-    int64_t *elems = calloc((size_t)m->num_local + 1, sizeof *elems);
-    if (!elems)
-        return dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
-    for (int i = 0; i < m->num_local; i++)
-        elems[i] = g * total;
-    int flat, res;
-    dt_status s = dt__slot_new_elems(p, m, first.dtype, elems, &flat);
+    size_t cells = (size_t)nl * (size_t)g + 1;
+    int64_t *region = calloc(cells, sizeof *region), *at = calloc(cells, sizeof *at);
+    int64_t *elems = calloc((size_t)nl + 1, sizeof *elems);
+    int *rank = calloc((size_t)nl + 1, sizeof *rank);
+    dt_status s =
+        region && at && elems && rank ? DT_OK : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    for (int i = 0; s == DT_OK && i < nl; i++) {
+        rank[i] = ar ? 0 : dt__group_rank(m, first.axes, m->first_local + i);
+        for (int64_t q = 0; q < g; q++) {
+            at[i * g + q] = elems[i];
+            for (int j = 0; j < n; j++)
+                region[i * g + q] += count_of(&p->steps[mem[j]], i, q);
+            elems[i] += region[i * g + q];
+        }
+    }
+    int flat = -1, res = -1;
+    if (s == DT_OK)
+        s = dt__slot_new_elems(p, m, first.dtype, elems, &flat);
     res = flat;
-    for (int i = 0; i < m->num_local; i++)
-        elems[i] = total;
+    for (int i = 0; s == DT_OK && i < nl; i++)
+        elems[i] = region[i * g + rank[i]];
     if (s == DT_OK && !ar)
         s = dt__slot_new_elems(p, m, first.dtype, elems, &res);
-    free(elems);
-    int64_t at = 0;
     for (int j = 0; s == DT_OK && j < n; j++) {
-        const dt__step *st = &p->steps[mem[j]];
-        copy_ctx c = {.g = g, .count = st->count, .total = total, .at = at, .pack = true};
-        at += st->count;
-        s = emit_copy(p, pl, mem[j], true, st->in[0], flat, m, first.dtype, &c);
+        const dt__step st = p->steps[mem[j]];
+        copy_ctx c = {.st = &st,
+                      .g = g,
+                      .pack = true,
+                      .flat_at = at,
+                      .first_local = m->first_local,
+                      .nlocal = nl};
+        s = emit_copy(p, pl, mem[j], true, st.in[0], flat, m, first.dtype, &c);
+        for (int i = 0; i < nl; i++)
+            for (int64_t q = 0; q < g; q++)
+                at[i * g + q] += count_of(&st, i, q);
     }
     char what[96];
+    /* an uneven bucket's elements: its operand's on the busiest device over g */
+    int64_t shown =
+        even ? total : llround(sent / (double)(g - 1) / (double)dt_dtype_size(first.dtype));
     snprintf(what, sizeof what, "bucket of %d %s, %lld elements", n,
-             ar ? "all-reduces" : "reduce-scatters", (long long)total);
+             ar ? "all-reduces" : "reduce-scatters", (long long)shown);
+    counts_ctx cc = {.region = region, .g = g, .first_local = m->first_local};
     if (s == DT_OK)
         s = dt__emit_coll(p, "bucket", first.coll, first.dtype, first.op, first.axes, flat, res,
-                          total, NULL, NULL, 0, sent, what);
+                          even ? total : 0, even ? NULL : bucket_counts, &cc, (int)g, sent, what);
     if (s == DT_OK) {
         pl->anchor[pl->n] = mem[n - 1];
         pl->replace[pl->n++] = true;
     }
-    at = 0;
+    for (int i = 0; s == DT_OK && i < nl; i++)
+        at[i] = 0; /* each device's offset into the result */
     for (int j = 0; s == DT_OK && j < n; j++) {
-        const dt__step *st = &p->steps[mem[j]];
-        int out = st->out;
-        copy_ctx c = {.g = g, .count = st->count, .total = total, .at = at};
-        at += st->count;
+        const dt__step st = p->steps[mem[j]];
+        copy_ctx c = {.st = &st,
+                      .g = g,
+                      .flat_at = at,
+                      .rank = rank,
+                      .first_local = m->first_local,
+                      .nlocal = nl};
         int anchor = mem[n - 1] + 1; /* the first later step touching the result */
-        while (anchor < until && !uses(&p->steps[anchor], out))
+        while (anchor < until && !uses(&p->steps[anchor], st.out))
             anchor++;
-        s = emit_copy(p, pl, anchor, false, res, out, m, first.dtype, &c);
+        s = emit_copy(p, pl, anchor, false, res, st.out, m, first.dtype, &c);
+        for (int i = 0; i < nl; i++)
+            at[i] += count_of(&st, i, rank[i]);
     }
+    free(region);
+    free(at);
+    free(elems);
+    free(rank);
     return s;
 }
 
-/* Close the open bucket mem[open .. *nm): kept when it has two members or more (bk gets its
- * start and size), dropped otherwise; its results are no longer held. */
-static void close_bucket(const dt__program *p, int mem[], int open, int *nm, bool held[],
-                         int bk[][2], int *nb)
+/* The open bucket of one kind of collective (all-reduces, reduce-scatters): its members,
+ * their operands' bytes, the buckets of its kind kept so far, and how it holds each slot. */
+typedef struct open_bucket {
+    int *mem, n;
+    size_t bytes;
+    int kept;
+    unsigned char *held;
+} open_bucket;
+
+/* Close bucket b: kept (appended to mem, bk gets its start and size) when it has two
+ * members or more; its results are no longer held. */
+static void close_bucket(const dt__program *p, open_bucket *b, int mem[], int *nm, int bk[][2],
+                         int *nb)
 {
-    int n = *nm - open;
-    for (int k = open; k < *nm; k++)
-        held[p->steps[mem[k]].out] = false;
-    if (n >= 2) {
-        bk[*nb][0] = open;
-        bk[(*nb)++][1] = n;
-    } else
-        *nm = open;
+    for (int k = 0; k < b->n; k++)
+        b->held[p->steps[b->mem[k]].out] = FREE;
+    if (b->n >= 2) {
+        memcpy(mem + *nm, b->mem, sizeof *mem * (size_t)b->n);
+        bk[*nb][0] = *nm;
+        bk[(*nb)++][1] = b->n;
+        *nm += b->n;
+        b->kept++;
+    }
+    b->n = 0;
+    b->bytes = 0;
+}
+
+/* A member's owned arrays, freed when the pass drops it. */
+static void free_member(dt__step *st)
+{
+    if (st->counts)
+        for (int d = 0; d < st->nlocal; d++)
+            free(st->counts[d]);
+    free(st->counts);
+    free(st->at);
 }
 
 dt_status dt__program_bucket(dt__program *p, size_t cap)
@@ -230,49 +352,62 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
     int n0 = p->nsteps;
     if (!cap || n0 < 2)
         return DT_OK;
+    /* kind 0: all-reduces, 1: reduce-scatters; a bucket of one kind stays open across the
+     * other's members (a fully sharded backward interleaves the weights' reduce-scatters with
+     * the all-reduces of reductions over the batch) */
+    open_bucket ob[2] = {{0}, {0}};
     int *mem = calloc((size_t)n0, sizeof *mem);
     int(*bk)[2] = calloc((size_t)n0, sizeof *bk);
-    bool *held = calloc((size_t)p->nslots, sizeof *held);
-    if (!mem || !bk || !held) {
+    bool ok = mem && bk;
+    for (int k = 0; k < 2; k++) {
+        ob[k].mem = calloc((size_t)n0, sizeof *ob[k].mem);
+        ob[k].held = calloc((size_t)p->nslots, sizeof *ob[k].held);
+        ok = ok && ob[k].mem && ob[k].held;
+    }
+    if (!ok) {
+        for (int k = 0; k < 2; k++) {
+            free(ob[k].mem);
+            free(ob[k].held);
+        }
         free(mem);
         free(bk);
-        free(held);
         return dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
     }
-    /* the buckets, in program order */
-    int nm = 0, nb = 0, open = 0;
-    size_t bytes = 0;
+    /* the buckets, in the order they close */
+    int nm = 0, nb = 0;
     for (int i = 0; i < n0; i++) {
         const dt__step *st = &p->steps[i];
-        if (nm > open && touches(st, held)) {
-            close_bucket(p, mem, open, &nm, held, bk, &nb);
-            open = nm;
-            bytes = 0;
-        }
         int64_t g = bucket_members(st);
+        int kind = st->coll == DT__COLL_ALL_REDUCE ? 0 : 1;
+        for (int k = 0; k < 2; k++) {
+            open_bucket *b = &ob[k];
+            /* a collective into another block of a slot the bucket holds by blocks joins */
+            bool block =
+                g && k == kind && st->at && b->held[st->out] == BLOCK && !b->held[st->in[0]];
+            if (b->n && touches(st, b->held) && !block)
+                close_bucket(p, b, mem, &nm, bk, &nb);
+        }
         if (!g)
             continue;
-        if (nm > open) {
-            const dt__step *f = &p->steps[mem[open]];
-            if (f->coll != st->coll || f->mesh != st->mesh || group_axes(f) != group_axes(st) ||
-                f->dtype != st->dtype || f->op != st->op || bucket_members(f) != g) {
-                close_bucket(p, mem, open, &nm, held, bk, &nb);
-                open = nm;
-                bytes = 0;
-            }
+        open_bucket *b = &ob[kind];
+        if (b->n) {
+            const dt__step *f = &p->steps[b->mem[0]];
+            if (f->mesh != st->mesh || group_axes(f) != group_axes(st) || f->dtype != st->dtype ||
+                f->op != st->op || bucket_members(f) != g)
+                close_bucket(p, b, mem, &nm, bk, &nb);
         }
-        mem[nm++] = i;
-        held[st->out] = true;
-        bytes += (size_t)(g * st->count) * dt_dtype_size(st->dtype); /* the operand's */
-        if (bytes >= (nb == 0 && cap > DT__BUCKET_FIRST ? DT__BUCKET_FIRST : cap)) {
-            close_bucket(p, mem, open, &nm, held, bk, &nb);
-            open = nm;
-            bytes = 0;
-        }
+        b->mem[b->n++] = i;
+        b->held[st->out] = st->at ? BLOCK : WHOLE;
+        b->bytes += member_bytes(st, g);
+        if (b->bytes >= (b->kept == 0 && cap > DT__BUCKET_FIRST ? DT__BUCKET_FIRST : cap))
+            close_bucket(p, b, mem, &nm, bk, &nb);
     }
-    if (nm > open)
-        close_bucket(p, mem, open, &nm, held, bk, &nb);
-    free(held);
+    for (int k = 0; k < 2; k++) {
+        if (ob[k].n)
+            close_bucket(p, &ob[k], mem, &nm, bk, &nb);
+        free(ob[k].mem);
+        free(ob[k].held);
+    }
     if (!nb) {
         free(mem);
         free(bk);
@@ -290,11 +425,11 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
                       ? DT_OK
                       : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
     for (int b = 0; s == DT_OK && b < nb; b++) {
-        int until = mem[bk[b][0] + bk[b][1] - 1] + 1; /* the next collective */
+        const int *bm = mem + bk[b][0];
+        int n = bk[b][1], until = bm[n - 1] + 1; /* the next collective */
         while (until < n0 && p->steps[until].kind != DT__STEP_COLL)
             until++;
-        s = emit_bucket(p, &pl, mem + bk[b][0], bk[b][1], until,
-                        bucket_members(&p->steps[mem[bk[b][0]]]));
+        s = emit_bucket(p, &pl, bm, n, until, bucket_members(&p->steps[bm[0]]));
     }
     if (s == DT_OK) {
         for (int k = 0; k < nm; k++)
@@ -320,11 +455,12 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
                 break;
             if (!member[i])
                 steps[k++] = p->steps[i];
+            else
+                free_member(&p->steps[i]);
             for (int x = head[i]; member[i] && x >= 0; x = pl.next[x])
                 if (pl.replace[x])
                     steps[k++] = p->steps[n0 + x];
         }
-        /* the members own nothing (no counts, boxes or offsets) */
         free(p->steps);
         p->steps = steps;
         p->nsteps = p->cap_steps = k;

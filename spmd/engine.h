@@ -288,7 +288,9 @@ dt_status dt__bucket_cap(size_t *bytes);
 /* Runs of even all-reduces of one mesh, axes, dtype and reduction, none of whose results is
  * touched before the run ends, each become copies into a flat temporary, one all-reduce of it
  * and copies out before each result's first later use; a run closes when its bytes reach
- * `cap` (the first at most 1 MiB; 0: nothing changes). The same for even reduce-scatters.
+ * `cap` (the first at most 1 MiB; 0: nothing changes). The same for reduce-scatters, even
+ * or not, into whole slots or blocks of one (the chunked matmul's); a run of one kind stays
+ * open across collectives of the other.
  * Call on a complete program, before sealing. */
 dt_status dt__program_bucket(dt__program *p, size_t cap);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates

@@ -46,8 +46,9 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
     return DT_OK;
 }
 
-/* The result's layout, or DT_ERR_LAYOUT. */
-static dt_status reshape_layout(const dt__dist *x, int rank, const int64_t shape[], dt_layout *out)
+/* The result's layout, or DT_ERR_LAYOUT (reported unless quiet: the pull probes layouts). */
+static dt_status reshape_layout(const dt__dist *x, int rank, const int64_t shape[], bool quiet,
+                                dt_layout *out)
 {
     const dt_mesh *m = x->layout.mesh;
     *out = dt__layout_none(m, rank);
@@ -95,6 +96,8 @@ static dt_status reshape_layout(const dt__dist *x, int rank, const int64_t shape
         bool ok = count == 1 && leads && js < j &&
                   ((x->shape[sharded] % s == 0 && shape[js] % s == 0) ||
                    (x->shape[sharded] == shape[js]));
+        if (!ok && quiet)
+            return DT_ERR_LAYOUT;
         if (!ok) {
             char sx[DT__SHAPE_STR_MAX], sy[DT__SHAPE_STR_MAX], lb[DT_STRING_MAX];
             return dt__fail(DT_ERR_LAYOUT,
@@ -123,12 +126,64 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     DT_TRY(infer(n, ins, &v));
     memcpy(shape, v.shape, sizeof shape);
     dt__dist y = *x;
-    DT_TRY(reshape_layout(x, v.rank, shape, &y.layout));
+    DT_TRY(reshape_layout(x, v.rank, shape, false, &y.layout));
     y.rank = v.rank;
     memcpy(y.shape, shape, sizeof y.shape);
     if (dt__num_elements(x->rank, x->shape) == 0)
         DT_TRY(dt__slot_new(p, &y.layout, y.dtype, y.rank, y.shape, &y));
     return dt__finish(p, "reshape", &y, want, out);
+}
+
+/* Sharded axes of x for the request's sharded axes from axis j on (distinct axes of x, tried
+ * in order): true at the first assignment whose reshape lies as wanted. */
+static bool pull_search(dt__dist *x, const dt_layout *want, int rank, const int64_t shape[], int j)
+{
+    while (j < want->rank && want->axes[j] == DT_UNSHARDED)
+        j++;
+    if (j == want->rank) {
+        dt_layout y;
+        if (reshape_layout(x, rank, shape, true, &y) != DT_OK)
+            return false;
+        for (int q = 0; q < rank; q++)
+            if (y.axes[q] != want->axes[q])
+                return false;
+        return true;
+    }
+    for (int i = 0; i < x->rank; i++) {
+        if (x->layout.axes[i] != DT_UNSHARDED)
+            continue;
+        x->layout.axes[i] = want->axes[j];
+        if (pull_search(x, want, rank, shape, j + 1))
+            return true;
+        x->layout.axes[i] = DT_UNSHARDED;
+    }
+    return false;
+}
+
+/* The operand is wanted sharded so that the reshape moves nothing and lies as requested (a
+ * bias's gradient summed over the batch then reshaped to the bias's shape is then reduce-
+ * scattered into the bias's shards rather than all-reduced and sliced); no preference when
+ * the request shards nothing or no layout of the operand does that. */
+static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                 dt_layout *in_want)
+{
+    (void)i;
+    bool sharded = false;
+    for (int q = 0; q < want->rank; q++)
+        sharded = sharded || want->axes[q] != DT_UNSHARDED;
+    dt__val v;
+    if (!sharded || infer(n, in, &v) != DT_OK || v.rank != want->rank)
+        return false;
+    dt__dist x;
+    memset(&x, 0, sizeof x);
+    x.dtype = in[0]->dtype;
+    x.rank = in[0]->rank;
+    memcpy(x.shape, in[0]->shape, sizeof x.shape);
+    x.layout = dt__layout_none(want->mesh, x.rank);
+    if (dt__num_elements(x.rank, x.shape) == 0 || !pull_search(&x, want, v.rank, v.shape, 0))
+        return false;
+    *in_want = x.layout;
+    return true;
 }
 
 static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
@@ -144,6 +199,7 @@ const dt__op_def dt__op_reshape = {.name = "reshape",
                                    .max_inputs = 1,
                                    .infer = infer,
                                    .expand = expand,
+                                   .pull = pull,
                                    .vjp = vjp};
 
 dt_status dt_reshape(const dt_tensor *x, int rank, const int64_t shape[], const dt_op_options *opts,

@@ -198,6 +198,15 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     return dt__relayout_emit(p, "unsorted_segment_sum", &y, &L.final, out);
 }
 
+/* A base is wanted as the sum is: the other gradient of the table (a tied embedding's
+ * output projection) then comes out of its own expansion in the table's layout (reduce-
+ * scattered into row shards, say), not whole, and the rows are added to it there. */
+static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
+                 dt_layout *in_want)
+{
+    return i == 2 && dt__pull_same(n, in, want, i, in_want);
+}
+
 /* Each data row's gradient is dy's row of its segment (zeros for an id outside the segments);
  * a base's is dy. */
 static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
@@ -214,6 +223,7 @@ const dt__op_def dt__op_segment_sum = {.name = "unsorted_segment_sum",
                                        .max_inputs = 3,
                                        .infer = infer,
                                        .expand = expand,
+                                       .pull = pull,
                                        .vjp = vjp};
 
 dt_status dt_unsorted_segment_sum(const dt_tensor *data, const dt_tensor *segment_ids,

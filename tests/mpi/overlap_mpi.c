@@ -8,15 +8,18 @@
  * relative); every ledger entry's times are in order (start <= started <= wait <= end, start
  * <= done <= end) and the hidden share lies in [0, 1]; the sequence of collectives (kind,
  * axes, group, cause) is the same on every client and with overlap on and off. Run at -n 2,
- * -n 4 (more ranks than cores), -n 1 with 4 devices and -n 2 with 2 devices each. Also with
- * one collective in flight at a time (DTENSOR_COLLECTIVES_IN_FLIGHT=1: bitwise the same), with
+ * -n 4 (more ranks than cores), -n 1 with 3, 4 and 8 devices and -n 2 with 2 devices each. Also
+ * with one collective in flight at a time (DTENSOR_COLLECTIVES_IN_FLIGHT=1: bitwise the same), with
  * all-reduces as reduce-then-broadcast (two steps on one communicator), and at -n 4 on two
  * hosts by host (rounds posted as earlier ones complete, several collectives in flight).
  * Gradient buckets (on by default in all of the above): traced again with DTENSOR_BUCKET_MB=0,
  * the results are bitwise the same where the all-reduces have two terms, within 1e-13
- * relative otherwise (the collective may add in another order), and data parallel runs fewer
- * collectives with buckets (its all-reduces merge); a bad DTENSOR_BUCKET_MB fails the trace
- * with DT_ERR_ARG naming it on every client. */
+ * relative otherwise (the collective may add in another order), and data parallel and fully
+ * sharded run fewer collectives with buckets (the all-reduces merge, and the chunked matmul's
+ * reduce-scatters into blocks of rows, uneven ones included: "bucket of K reduce-scatters" in
+ * the printed program); a bad DTENSOR_BUCKET_MB fails the trace with DT_ERR_ARG naming it on
+ * every client. Each preset runs on the 1-D mesh "d" of every device and, with 4 devices or
+ * more, on a 2-D mesh d x m (m = 2: the groups of "d" twice over). */
 #include "dt.h"
 #include "tap.h"
 
@@ -25,9 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* D = 10 rows of W1: uneven over 4 devices; a batch of 32: data parallel all-reduces its
- * gradients (with 8 it gathers the activations instead) */
-enum { B = 32, D = 10, H = 12 };
+/* D = 10 rows of W1: uneven over 3, 4 and 8 devices; a batch of 4096: data parallel
+ * all-reduces its gradients (with 8 it gathers the activations instead), and the fully sharded
+ * preset reduce-scatters them in the chunked matmul's blocks on 2 to 8 devices (with 32 it
+ * gathers the activations on 4 and more) */
+enum { B = 4096, D = 10, H = 12 };
 
 static double X[B][D], W1[D][H], W2[H][D];
 
@@ -197,6 +202,20 @@ static bool run(const dt_function *g, dt_tensor *const in[], double out[3][D * H
     return ok;
 }
 
+/* Whether g's printed program has a line with `what` in it. */
+static bool prints(const dt_function *g, const char *what)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    bool ok = f && dt_function_print(g, f) == DT_OK;
+    if (f)
+        fclose(f);
+    ok = ok && buf && strstr(buf, what);
+    free(buf);
+    return ok;
+}
+
 static double rel_err(const double *a, const double *b, int n)
 {
     double num = 0, den = 0;
@@ -207,7 +226,8 @@ static double rel_err(const double *a, const double *b, int n)
     return den > 0 ? num / den : num;
 }
 
-static void check_preset(const dt_mesh *m, const preset *p)
+/* The preset on mesh m (its axis "d" first), named `mesh` in the checks. */
+static void check_preset(const dt_mesh *m, const char *mesh, const preset *p)
 {
     static double ref[3][D * H], got[4][3][D * H];
     host_grads(&ref[0][0], (double(*)[H])ref[1], (double(*)[D])ref[2]);
@@ -225,6 +245,7 @@ static void check_preset(const dt_mesh *m, const preset *p)
     int64_t ncoll[4] = {0, 0, 0, 0};
     bool times[4] = {false, false, false, false};
     double hidden[4] = {0, 0, 0, 0};
+    bool printed = false;
     /* overlap off, on, on with one collective in flight at a time, on without buckets */
     for (int on = 0; on < 4; on++) {
         dt_function *g = ok ? trace(m, p, on > 0, on < 3) : NULL;
@@ -233,6 +254,8 @@ static void check_preset(const dt_mesh *m, const preset *p)
         /* twice: the second run is the one a training loop repeats */
         for (int r = 0; r < 2 && g; r++)
             ok = run(g, in, got[on], &sig[on], &ncoll[on], &times[on], &hidden[on]) && ok;
+        if (on == 1 && g)
+            printed = prints(g, p == &presets[1] ? "reduce-scatters, " : "all-reduces, ");
         unsetenv("DTENSOR_COLLECTIVES_IN_FLIGHT");
         ok = ok && g;
         dt_function_free(g);
@@ -241,7 +264,7 @@ static void check_preset(const dt_mesh *m, const preset *p)
         dt_tensor_free(in[k]);
     int n[3] = {1, D * H, H * D};
     /* two terms add alike in any order */
-    bool two = dt_num_global_devices(DT_DEVICE_CPU) == 2;
+    bool two = dt_mesh_axis_size(m, 0) == 2;
     bool same = ok, close = ok, unbucketed = ok;
     for (int k = 0; k < 3; k++) {
         same = same && memcmp(got[0][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0 &&
@@ -252,19 +275,22 @@ static void check_preset(const dt_mesh *m, const preset *p)
             unbucketed && (two ? memcmp(got[3][k], got[1][k], sizeof(double) * (size_t)n[k]) == 0
                                : rel_err(got[3][k], got[1][k], n[k]) < 1e-13);
     }
-    tap_check(unbucketed, "%s: buckets on and off: %s", p->name,
+    tap_check(unbucketed, "%s %s: buckets on and off: %s", mesh, p->name,
               two ? "bitwise equal" : "within 1e-13 relative");
-    /* data parallel's gradient all-reduces merge; nothing is added anywhere */
-    bool fewer = ok && (p == &presets[0] ? ncoll[1] < ncoll[3] : ncoll[1] <= ncoll[3]);
-    tap_check(fewer, "%s: %lld collectives with buckets, %lld without", p->name,
-              (long long)ncoll[1], (long long)ncoll[3]);
+    /* data parallel's gradient all-reduces merge, and the fully sharded preset's chunked
+     * reduce-scatters (the printed program says so); nothing is added anywhere */
+    bool tp = p == &presets[2];
+    bool fewer = ok && (tp ? ncoll[1] <= ncoll[3] : ncoll[1] < ncoll[3] && printed);
+    tap_check(fewer, "%s %s: %lld collectives with buckets, %lld without%s", mesh, p->name,
+              (long long)ncoll[1], (long long)ncoll[3],
+              tp ? "" : ", the printed program has a bucket");
     tap_check(same,
-              "%s: loss and gradients bitwise equal with overlap on and off and with one "
+              "%s %s: loss and gradients bitwise equal with overlap on and off and with one "
               "collective in flight",
-              p->name);
-    tap_check(close, "%s: they match the host's in double", p->name);
+              mesh, p->name);
+    tap_check(close, "%s %s: they match the host's in double", mesh, p->name);
     tap_check(ok && times[0] && times[1] && times[3],
-              "%s: ledger times in order, hidden share in [0, 1]", p->name);
+              "%s %s: ledger times in order, hidden share in [0, 1]", mesh, p->name);
     uint64_t all[4 * 64];
     int nc = dt_num_clients();
     bool order = ok && nc <= 64 && sig[0] == sig[1] && sig[2] == sig[1] && ncoll[0] == ncoll[1] &&
@@ -272,11 +298,11 @@ static void check_preset(const dt_mesh *m, const preset *p)
     for (int c = 0; order && c < nc; c++)
         order = all[4 * c] == sig[0] && all[4 * c + 1] == sig[1] && all[4 * c + 3] == sig[3];
     tap_check(order,
-              "%s: %lld collectives, in the same order on every client and with overlap "
+              "%s %s: %lld collectives, in the same order on every client and with overlap "
               "on and off",
-              p->name, (long long)ncoll[1]);
-    tap_diag("%s: hidden share %.2f without overlap, %.2f with (client 0, not a verdict)", p->name,
-             hidden[0], hidden[1]);
+              mesh, p->name, (long long)ncoll[1]);
+    tap_diag("%s %s: hidden share %.2f without overlap, %.2f with (client 0, not a verdict)", mesh,
+             p->name, hidden[0], hidden[1]);
 }
 
 int main(void)
@@ -328,9 +354,19 @@ int main(void)
         ok = dt_mesh_set_collective_algorithm(m, algs[a]) == DT_OK;
         tap_check(ok, "collective algorithm %s", dt_collective_algorithm_name(algs[a]));
         for (size_t k = 0; ok && k < sizeof presets / sizeof presets[0]; k++)
-            check_preset(m, &presets[k]);
+            check_preset(m, "1-D", &presets[k]);
     }
     dt_mesh_free(m);
+    /* 2-D: the presets over "d" of n / 2 devices, each group of "d" once per index of "m" */
+    dt_mesh *m2 = NULL;
+    if (ok && n >= 4 && n % 2 == 0) {
+        ok = dt_mesh_create(2, (const char *const[]){"d", "m"}, (int[]){n / 2, 2}, DT_DEVICE_CPU,
+                            &m2) == DT_OK;
+        tap_check(ok, "a mesh of %d x 2 devices", n / 2);
+        for (size_t k = 0; ok && k < sizeof presets / sizeof presets[0]; k++)
+            check_preset(m2, "2-D", &presets[k]);
+    }
+    dt_mesh_free(m2);
     int rc = tap_done();
     dt_finalize();
     return rc;

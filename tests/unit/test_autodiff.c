@@ -895,3 +895,65 @@ Test(autodiff, sum_gradient_stays_sharded)
     dt_tensor_free(l);
     dt_function_free(f);
 }
+
+/* A tied embedding under the fully sharded layout: table T [8,4] (rows on x), a bias b [4]
+ * and a head-shaped bias hb [2,1] (on x), ids [4,3] batch-sharded on x:
+ * logits = einsum(reshape(reshape(gather(T, ids) + b, [4,3,2,2]) + hb, [4,3,4]), T). */
+static dt_status b_tied(dt_tensor *const in[], dt_tensor **out)
+{
+    dt_tensor *ids = NULL, *e = NULL, *h = NULL, *h4 = NULL, *hh = NULL, *h2 = NULL;
+    DT_TRY(make_ids(in[0], cur_ids_rank, cur_ids_shape, &ids));
+    dt_status s = dt_gather(in[0], ids, NULL, &e);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_ADD, e, in[1], NULL, &h);
+    if (s == DT_OK)
+        s = dt_reshape(h, 4, (int64_t[]){4, 3, 2, 2}, NULL, &h4);
+    if (s == DT_OK)
+        s = dt_binary(DT_BINARY_ADD, h4, in[2], NULL, &hh);
+    if (s == DT_OK)
+        s = dt_reshape(hh, 3, (int64_t[]){4, 3, 4}, NULL, &h2);
+    if (s == DT_OK)
+        s = dt_einsum("btd,vd->btv", 2, (const dt_tensor *[]){h2, in[0]}, NULL, out);
+    dt_tensor *ts[] = {ids, e, h, h4, hh, h2};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        dt_tensor_free(ts[i]);
+    return s;
+}
+
+/* Every parameter row-sharded over the batch axis (fully sharded): the gradients equal the
+ * replicated ones and finite differences, and each comes out of its reduction in its shards
+ * (a reduce-scatter, or rows added locally): the only all-reduces left are the loss's
+ * scalars, none of the table [8,4] (the gather's gradient added into the output projection's)
+ * or of the biases (summed over the batch, then reshaped to their shape). */
+Test(autodiff, fully_sharded_gradients_reduce_scattered)
+{
+    cur_ids_mod = 9; /* -1 and 8 fall outside the table */
+    cur_ids_rank = 2;
+    cur_ids_shape[0] = 4;
+    cur_ids_shape[1] = 3;
+    cur_ids_layout = "x,unsharded";
+    gcase c = {
+        "tied", 3,     {2, 1, 2}, {R2(8, 4), {4}, R2(2, 1)}, {"x,unsharded", "x", "x,unsharded"},
+        0,      b_tied};
+    check_case(&c);
+    dt_layout shd[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dt_layout_parse(mesh, c.sharded[i], &shd[i]), DT_OK);
+    dt_function *g = grad_of(&c, shd);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_eq(dt_function_print(g, out), DT_OK);
+    fclose(out);
+    int reduces = 0, scalars = 0;
+    for (const char *q = strstr(text, "all_reduce"); q; q = strstr(q + 1, "all_reduce")) {
+        const char *eol = strchr(q, '\n');
+        reduces++;
+        const char *loc = strstr(q, "local []");
+        scalars += loc && (!eol || loc < eol);
+    }
+    cr_expect_eq(reduces, scalars, "%s", text);
+    cr_expect_gt(count(text, "reduce_scatter"), 0, "%s", text);
+    free(text);
+    dt_function_free(g);
+}

@@ -1,7 +1,8 @@
 /* The bucket pass (spmd/bucket.c) on a program built step by step: which all-reduces merge,
  * where the copies in and out and the merged all-reduce go, against the steps worked out by
  * hand; the cap; the sums the run gives, against the fills' values added by hand (all-reduces
- * and reduce-scatters); and the cap read from DTENSOR_BUCKET_MB. */
+ * and reduce-scatters, even and in uneven blocks of one slot, with the other kind between);
+ * and the cap read from DTENSOR_BUCKET_MB. */
 #include "program_fixture.h"
 
 #include <stdlib.h>
@@ -118,8 +119,8 @@ Test(bucket, merges_a_run_and_places_its_copies)
     cr_expect(st[9].kind == DT__STEP_COLL && st[9].in[0] == s[4] && st[9].out == s[5]);
     cr_expect(st[10].in[0] == s[3]);
     /* the second member's block starts after the first's */
-    cr_expect_eq(st[3].args[0].blocks[0].dst_off[1], N);
-    cr_expect_eq(st[8].args[1].blocks[0].src_off[1], N);
+    cr_expect_eq(st[3].args[0].blocks[0].dst_at, N);
+    cr_expect_eq(st[8].args[1].blocks[0].src_at, N);
     dt__program_release(p);
 }
 
@@ -225,6 +226,96 @@ Test(bucket, reduce_scatters_merge_member_major)
         dt_tensor_free(out[o]);
     }
     dt__program_release(p);
+}
+
+/* Chunk c of a reduce-scatter into blocks of one slot (the chunked matmul's form): member q
+ * receives cnt[c][q] elements, at offset into[c][q] of its N-element block. */
+static const int64_t cnt[2][2] = {{3, 1}, {1, 3}}, into[2][2] = {{0, 0}, {3, 1}};
+
+static void chunk_counts(void *ctx, int device, int64_t counts[])
+{
+    (void)device;
+    const int64_t *c = ctx;
+    counts[0] = c[0];
+    counts[1] = c[1];
+}
+
+static void chunk_at(void *ctx, int device, int64_t at[])
+{
+    at[0] = 0;
+    at[1] = ((const int64_t *)ctx)[device];
+}
+
+static void arange_n(void *ctx, int device, dt__kargs *k)
+{
+    k->rank = 1;
+    k->shape[0] = N;
+    k->a = *(const double *)ctx * (device ? 10 : 1);
+    k->b = 1;
+}
+
+/* Two chunks of uneven counts into one slot r (r on device 0: 3 elements from chunk 0, 1 at
+ * offset 3 from chunk 1; device 1: 1 at offset 0, then 3 at offset 1), each followed by an
+ * all-reduce: a = arange(1 / 10), r <- chunk 0 of a, c = fill(3), rc = all_reduce(c),
+ * b = arange(100 / 1000), r <- chunk 1 of b, e = fill(4), re = all_reduce(e). With buckets,
+ * one reduce-scatter (the all-reduces between do not close it) and one all-reduce; the values,
+ * worked out by hand: r = [1+10, 2+11, 3+12, 100+1000 | 4+13, 101+1001, 102+1002, 103+1003],
+ * rc = 33, re = 44, with and without buckets. A copy out at a wrong offset, or a block packed
+ * to the wrong member, changes r. */
+Test(bucket, uneven_blocks_of_one_slot_and_interleaved_kinds)
+{
+    const float want_r[2 * N] = {11, 13, 15, 1100, 17, 1102, 1104, 1106};
+    for (int on = 0; on < 2; on++) {
+        dt__program *p;
+        cr_assert_eq(dt__program_create("t", 0, 3, &p), DT_OK);
+        int r = slot(p), rc = slot(p), re = slot(p);
+        double starts[2] = {1, 100}, fills[2] = {3, 4};
+        int ars[2] = {rc, re};
+        for (int k = 0; k < 2; k++) {
+            int a = slot(p), c = slot(p);
+            cr_assert_eq(dt__emit_kernel(p, "k", DT__K_ARANGE, DT_DTYPE_F32, 0, NULL, a, mesh,
+                                         arange_n, &starts[k]),
+                         DT_OK, "%s", dt_last_error());
+            cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_REDUCE_SCATTER, DT_DTYPE_F32, DT_REDUCE_SUM,
+                                       1u, a, r, 0, chunk_counts, (void *)cnt[k], 2, 8.0, "t"),
+                         DT_OK, "%s", dt_last_error());
+            cr_assert_eq(dt__coll_at(p, chunk_at, (void *)into[k]), DT_OK);
+            fill(p, c, fills[k]);
+            all_reduce(p, c, ars[k]);
+        }
+        int outs[3] = {r, rc, re};
+        for (int o = 0; o < 3; o++) {
+            p->slots[outs[o]].output = o;
+            p->out[o] = (dt__dist){
+                .slot = outs[o], .dtype = DT_DTYPE_F32, .rank = 1, .shape = {o ? N : 2 * N}};
+            cr_assert_eq(dt_layout_parse(mesh, o ? "unsharded" : "x", &p->out[o].layout), DT_OK);
+        }
+        cr_assert_eq(dt__program_bucket(p, on ? 1 << 20 : 0), DT_OK, "%s", dt_last_error());
+        cr_expect_eq(collectives(p), on ? 2 : 4);
+        bool printed = false;
+        for (int i = 0; i < p->nsteps; i++)
+            printed =
+                printed || strstr(p->steps[i].text, "bucket of 2 reduce-scatters, 4 elements");
+        cr_expect(printed || !on, "no bucket of 2 reduce-scatters in the program");
+        dt__program_seal(p);
+        dt_tensor *out[3] = {NULL, NULL, NULL};
+        dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
+        cr_assert_eq(dt__program_run(p, NULL, out, &chk), DT_OK, "%s", dt_last_error());
+        float got[2 * N];
+        cr_assert_eq(dt_tensor_read(out[0], got, sizeof got), DT_OK, "%s", dt_last_error());
+        for (int g = 0; g < 2 * N; g++)
+            cr_expect_eq(got[g], want_r[g], "buckets %s: r[%d] = %g, not %g", on ? "on" : "off", g,
+                         got[g], want_r[g]);
+        for (int o = 1; o < 3; o++) {
+            cr_assert_eq(dt_tensor_read(out[o], got, sizeof(float) * N), DT_OK, "%s",
+                         dt_last_error());
+            for (int i = 0; i < N; i++)
+                cr_expect_eq(got[i], 11 * fills[o - 1], "all-reduce %d[%d] = %g", o, i, got[i]);
+        }
+        for (int o = 0; o < 3; o++)
+            dt_tensor_free(out[o]);
+        dt__program_release(p);
+    }
 }
 
 Test(bucket, cap_from_the_environment)
