@@ -12,9 +12,10 @@
  * slots, or a reduce-scatter (even or uneven, into a whole slot or into a block of rows of a
  * larger one: the chunked matmul's), joins the open bucket of its kind when it has the
  * bucket's mesh, groups (its mesh axes but those of size 1), dtype and reduction and no step
- * since the bucket opened has read or written the result of a member (a block of a slot
- * whose other blocks members write is no such touch: the chunked matmul's reduce-scatters
- * into one slot write disjoint blocks); the bucket closes when its bytes reach the cap
+ * since the bucket opened has read or written the result of a member (another chunk into
+ * a member's slot is such a touch: a bucket takes one chunk of a gradient, so that its flat
+ * buffer never holds a whole partial sum the chunked matmul keeps a chunk at a time); the
+ * bucket closes when its bytes reach the cap
  * (DTENSOR_BUCKET_MB; at most 1 MiB for the first bucket of each kind), at a step touching
  * a member's result, or at a collective of its kind it cannot take. A bucket of two or more
  * members becomes:
@@ -122,11 +123,6 @@ static bool uses(const dt__step *st, int slot)
             return true;
     return false;
 }
-
-/* How an open bucket holds a slot: the result of a member, whole or a block of it (a
- * collective with offsets writes a block of rows of a larger slot, and the chunked matmul's
- * collectives into one slot write disjoint blocks). */
-enum { FREE = 0, BLOCK, WHOLE };
 
 static bool touches(const dt__step *st, const unsigned char held[])
 {
@@ -311,7 +307,7 @@ static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n
 }
 
 /* The open bucket of one kind of collective (all-reduces, reduce-scatters): its members,
- * their operands' bytes, the buckets of its kind kept so far, and how it holds each slot. */
+ * their operands' bytes, the buckets of its kind kept so far, and the slots its members write. */
 typedef struct open_bucket {
     int *mem, n;
     size_t bytes;
@@ -325,7 +321,7 @@ static void close_bucket(const dt__program *p, open_bucket *b, int mem[], int *n
                          int *nb)
 {
     for (int k = 0; k < b->n; k++)
-        b->held[p->steps[b->mem[k]].out] = FREE;
+        b->held[p->steps[b->mem[k]].out] = 0;
     if (b->n >= 2) {
         memcpy(mem + *nm, b->mem, sizeof *mem * (size_t)b->n);
         bk[*nb][0] = *nm;
@@ -381,10 +377,10 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
         int kind = st->coll == DT__COLL_ALL_REDUCE ? 0 : 1;
         for (int k = 0; k < 2; k++) {
             open_bucket *b = &ob[k];
-            /* a collective into another block of a slot the bucket holds by blocks joins */
-            bool block =
-                g && k == kind && st->at && b->held[st->out] == BLOCK && !b->held[st->in[0]];
-            if (b->n && touches(st, b->held) && !block)
+            /* another chunk of a slot a member writes closes the bucket too: a bucket of
+             * every chunk of a gradient would hold its whole partial sum, which the chunked
+             * matmul exists to avoid */
+            if (b->n && touches(st, b->held))
                 close_bucket(p, b, mem, &nm, bk, &nb);
         }
         if (!g)
@@ -397,7 +393,7 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
                 close_bucket(p, b, mem, &nm, bk, &nb);
         }
         b->mem[b->n++] = i;
-        b->held[st->out] = st->at ? BLOCK : WHOLE;
+        b->held[st->out] = 1;
         b->bytes += member_bytes(st, g);
         if (b->bytes >= (b->kept == 0 && cap > DT__BUCKET_FIRST ? DT__BUCKET_FIRST : cap))
             close_bucket(p, b, mem, &nm, bk, &nb);
