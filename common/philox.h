@@ -21,6 +21,19 @@
 #define DT__HD static inline
 #endif
 
+/* One round on the counter words c0..c3 under the round's key (k0, k1). */
+DT__HD void dt__philox_round(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, uint32_t k0,
+                             uint32_t k1)
+{
+    uint64_t p0 = (uint64_t)0xD2511F53u * *c0, p1 = (uint64_t)0xCD9E8D57u * *c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    *c0 = hi1 ^ *c1 ^ k0;
+    *c1 = lo1;
+    *c2 = hi0 ^ *c3 ^ k1;
+    *c3 = lo0;
+}
+
 /* One block: 10 rounds on a 4-word counter under a 2-word key. */
 DT__HD void dt__philox_rounds(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
@@ -30,13 +43,7 @@ DT__HD void dt__philox_rounds(const uint32_t ctr[4], const uint32_t key[2], uint
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
+        dt__philox_round(&c0, &c1, &c2, &c3, k0, k1);
     }
     out[0] = c0;
     out[1] = c1;
@@ -54,9 +61,8 @@ DT__HD void dt__philox_block(uint64_t seed, uint64_t key, uint64_t block, uint32
 }
 
 /* DT__PHILOX_BATCH consecutive blocks first, first + 1, ... of the stream (seed, key) at once:
- * word j of block first + i in w[j][i]. The rounds of dt__philox_rounds on each block, written
- * as loops over the blocks that a compiler vectorizes (the same integer operations, so the same
- * words as dt__philox_block). */
+ * word j of block first + i in w[j][i], the words of dt__philox_block; each round a loop over
+ * the blocks, which a compiler vectorizes. */
 #define DT__PHILOX_BATCH 8
 DT__HD void dt__philox_batch(uint64_t seed, uint64_t key, uint64_t first,
                              uint32_t w[4][DT__PHILOX_BATCH])
@@ -75,15 +81,8 @@ DT__HD void dt__philox_batch(uint64_t seed, uint64_t key, uint64_t first,
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
-        for (int i = 0; i < DT__PHILOX_BATCH; i++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * c0[i], p1 = (uint64_t)0xCD9E8D57u * c2[i];
-            uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-            uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-            c0[i] = hi1 ^ c1[i] ^ k0;
-            c1[i] = lo1;
-            c2[i] = hi0 ^ c3[i] ^ k1;
-            c3[i] = lo0;
-        }
+        for (int i = 0; i < DT__PHILOX_BATCH; i++)
+            dt__philox_round(&c0[i], &c1[i], &c2[i], &c3[i], k0, k1);
     }
 }
 
