@@ -21,6 +21,19 @@
 #define DT__HD static inline
 #endif
 
+/* One round on the counter words c0..c3 under the round's key (k0, k1). */
+DT__HD void dt__philox_round(uint32_t *c0, uint32_t *c1, uint32_t *c2, uint32_t *c3, uint32_t k0,
+                             uint32_t k1)
+{
+    uint64_t p0 = (uint64_t)0xD2511F53u * *c0, p1 = (uint64_t)0xCD9E8D57u * *c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    *c0 = hi1 ^ *c1 ^ k0;
+    *c1 = lo1;
+    *c2 = hi0 ^ *c3 ^ k1;
+    *c3 = lo0;
+}
+
 /* One block: 10 rounds on a 4-word counter under a 2-word key. */
 DT__HD void dt__philox_rounds(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
@@ -30,13 +43,7 @@ DT__HD void dt__philox_rounds(const uint32_t ctr[4], const uint32_t key[2], uint
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
+        dt__philox_round(&c0, &c1, &c2, &c3, k0, k1);
     }
     out[0] = c0;
     out[1] = c1;
@@ -53,15 +60,45 @@ DT__HD void dt__philox_block(uint64_t seed, uint64_t key, uint64_t block, uint32
     dt__philox_rounds(ctr, k, out);
 }
 
+/* DT__PHILOX_BATCH consecutive blocks first, first + 1, ... of the stream (seed, key) at once:
+ * word j of block first + i in w[j][i], the words of dt__philox_block; each round a loop over
+ * the blocks, which a compiler vectorizes. */
+#define DT__PHILOX_BATCH 8
+DT__HD void dt__philox_batch(uint64_t seed, uint64_t key, uint64_t first,
+                             uint32_t w[4][DT__PHILOX_BATCH])
+{
+    uint32_t *c0 = w[0], *c1 = w[1], *c2 = w[2], *c3 = w[3];
+    for (int i = 0; i < DT__PHILOX_BATCH; i++) {
+        uint64_t block = first + (uint64_t)i;
+        c0[i] = (uint32_t)block;
+        c1[i] = (uint32_t)(block >> 32);
+        c2[i] = (uint32_t)key;
+        c3[i] = (uint32_t)(key >> 32);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        for (int i = 0; i < DT__PHILOX_BATCH; i++)
+            dt__philox_round(&c0[i], &c1[i], &c2[i], &c3[i], k0, k1);
+    }
+}
+
 /* Uniform in [0, 1) from 24 or 53 random bits (exact: the integer fits the mantissa). */
 DT__HD double dt__u24(uint32_t w)
 {
     return (double)(w >> 8) * 0x1p-24;
 }
 
+/* (hi 2^21 + (lo >> 11)) 2^-53, each step exact (integers below 2^53), converted from 32-bit
+ * signed integers (hi in two halves), which vector units convert (64-bit integers they do not
+ * without AVX-512). */
 DT__HD double dt__u53(uint32_t hi, uint32_t lo)
 {
-    return (double)(((uint64_t)hi << 21) ^ (lo >> 11)) * 0x1p-53;
+    double h = (double)(int32_t)(hi >> 16) * 65536.0 + (double)(int32_t)(hi & 0xffffu);
+    return (h * 0x1p21 + (double)(int32_t)(lo >> 11)) * 0x1p-53;
 }
 
 /* Natural logarithm of x in (0, 1], within a few ulps: x = m 2^e with m in [sqrt(1/2),
@@ -77,10 +114,9 @@ DT__HD double dt__log01(double x)
     int e = (int)((v.u >> 52) & 0x7ff) - 1023;
     v.u = (v.u & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1, 2) */
     double m = v.d;
-    if (m > 1.4142135623730951) {
-        m = m * 0.5;
-        e = e + 1;
-    }
+    bool big = m > 1.4142135623730951; /* selects, not branches: a loop of these vectorizes */
+    m = big ? m * 0.5 : m;
+    e = e + big;
     double s = (m - 1.0) / (m + 1.0), s2 = s * s;
     double p = 1.0 / 21;
     p = p * s2 + 1.0 / 19;
@@ -126,17 +162,18 @@ DT__HD double dt__cos_q(double t)
     return 1.0 + t2 * r;
 }
 
-/* cos(2 pi b) for b in [0, 1), reduced exactly to an angle in [0, pi/4]. */
+/* cos(2 pi b) for b in [0, 1), reduced exactly to an angle in [0, pi/4]. Both series are
+ * computed and one selected (no branch, so that a loop of these vectorizes; the value is the
+ * same). */
 DT__HD double dt__cos2pi01(double b)
 {
-    double y = b < 0.5 ? b : 1.0 - b, sign = 1.0; /* cos is even and 1-periodic: y in [0, 1/2] */
-    if (y > 0.25) {
-        y = 0.5 - y; /* cos(pi - t) = -cos t */
-        sign = -1.0;
-    }
+    double y = b < 0.5 ? b : 1.0 - b; /* cos is even and 1-periodic: y in [0, 1/2] */
+    bool flip = y > 0.25;             /* cos(pi - t) = -cos t */
+    double sign = flip ? -1.0 : 1.0;
+    y = flip ? 0.5 - y : y;
     const double two_pi = 6.283185307179586;
-    double c = y > 0.125 ? dt__sin_q(two_pi * (0.25 - y)) : dt__cos_q(two_pi * y);
-    return sign * c;
+    double s = dt__sin_q(two_pi * (0.25 - y)), c = dt__cos_q(two_pi * y);
+    return sign * (y > 0.125 ? s : c);
 }
 
 /* Elements of the global tensor (row-major index e) of the stream (seed, key), in double:

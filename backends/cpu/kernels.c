@@ -10,8 +10,8 @@
 #include "attention.h"
 #include "dtypes.h"
 #include "index.h"
-#include "philox.h"
 #include "pool.h"
+#include "random.h"
 #include "unary.h"
 #include "vmath.h"
 #include "xent.h"
@@ -184,39 +184,6 @@ enum { REDUCE_BLOCK = 256, ROW_BLOCK = 8 };
 #include "kernels_typed.h"
 #define CPU_KT CPU_I8
 #include "kernels_typed.h"
-
-/* Random numbers, for the floating types; the 16-bit ones take the f32 stream, rounded. */
-#define DEFINE_RANDOM(NAME, S)                                                                     \
-    static void random_##NAME(const dt__kargs *k, void *out, bool normal)                          \
-    {                                                                                              \
-        S *o = out;                                                                                \
-        bool wide = sizeof(S) == 8;                                                                \
-        int64_t n = dt__num_elements(k->rank, k->shape), gst[DT_MAX_RANK], idx[DT_MAX_RANK] = {0}; \
-        strides_of(k->rank, k->gshape, gst);                                                       \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            uint64_t e = 0;                                                                        \
-            for (int a = 0; a < k->rank; a++)                                                      \
-                e += (uint64_t)(k->offset[a] + idx[a]) * (uint64_t)gst[a];                         \
-            double u = dt__random_value(normal, wide, k->seed, k->key, e);                         \
-            double v = dt__random_scale(normal, k->a, k->b, u);                                    \
-            o[i] = wide ? STD_##NAME(v) : STD_##NAME((float)v);                                    \
-            next_index(k->rank, k->shape, idx);                                                    \
-        }                                                                                          \
-    }                                                                                              \
-    static void philox_uniform_##NAME(const dt__kargs *k, const void *const in[], void *out)       \
-    {                                                                                              \
-        (void)in;                                                                                  \
-        random_##NAME(k, out, false);                                                              \
-    }                                                                                              \
-    static void philox_normal_##NAME(const dt__kargs *k, const void *const in[], void *out)        \
-    {                                                                                              \
-        (void)in;                                                                                  \
-        random_##NAME(k, out, true);                                                               \
-    }
-DEFINE_RANDOM(f32, float)
-DEFINE_RANDOM(f64, double)
-DEFINE_RANDOM(bf16, uint16_t)
-DEFINE_RANDOM(f16, uint16_t)
 
 /* ---- cast: out (the table's dtype) from k->from, broadcast from in_shape[0] -------------- */
 
@@ -990,10 +957,7 @@ WRAP_ROWS(f32, float, float)
 WRAP_ROWS(f64, double, double)
 WRAP_ROWS(bf16, uint16_t, float)
 WRAP_ROWS(f16, uint16_t, float)
-#define WRAP_FLOAT(NAME)       \
-    WRAP(philox_uniform, NAME) \
-    WRAP(philox_normal, NAME)  \
-    WRAP_CALL(gemm, NAME, gemm_##NAME(x, k, in, out)) WRAP(scan, NAME)
+#define WRAP_FLOAT(NAME) WRAP_CALL(gemm, NAME, gemm_##NAME(x, k, in, out)) WRAP(scan, NAME)
 WRAP_CALL(attention, f32, dt__cpu_attention_f32(x, k, in, out))
 WRAP_CALL(attention, f64, dt__cpu_attention_f64(x, k, in, out))
 WRAP_FLOAT(f32)
@@ -1026,8 +990,14 @@ WRAP(scan, i8)
 const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
     [DT__K_FILL] = {ALL(fill)},
     [DT__K_ARANGE] = {ALL(arange)},
-    [DT__K_PHILOX_UNIFORM] = {FLOATS(philox_uniform)},
-    [DT__K_PHILOX_NORMAL] = {FLOATS(philox_normal)},
+    [DT__K_PHILOX_UNIFORM] = {[DT_DTYPE_F32] = dt__cpu_uniform_f32,
+                              [DT_DTYPE_F64] = dt__cpu_uniform_f64,
+                              [DT_DTYPE_BF16] = dt__cpu_uniform_bf16,
+                              [DT_DTYPE_F16] = dt__cpu_uniform_f16},
+    [DT__K_PHILOX_NORMAL] = {[DT_DTYPE_F32] = dt__cpu_normal_f32,
+                             [DT_DTYPE_F64] = dt__cpu_normal_f64,
+                             [DT_DTYPE_BF16] = dt__cpu_normal_bf16,
+                             [DT_DTYPE_F16] = dt__cpu_normal_f16},
     [DT__K_UNARY] = {ALL(unary)},
     [DT__K_BINARY] = {ALL(binary)},
     [DT__K_REDUCE] = {ALL(reduce)},
