@@ -40,10 +40,16 @@ static bool same_step(const dt__step *a, const dt__step *b)
     return memcmp(a->args, b->args, sizeof a->args[0] * (size_t)a->nlocal) == 0;
 }
 
-/* Whether step st's result is small beside what it reads, on every local device. */
+/* Whether step st's result is small beside what it reads, on every local device (false when a
+ * slot lies on another mesh than the step: its devices do not match the step's). */
 static bool small_result(const dt__program *p, const dt__step *st)
 {
     const dt__slot *o = &p->slots[st->out];
+    if (o->mesh != st->mesh)
+        return false;
+    for (int q = 0; q < st->nin; q++)
+        if (p->slots[st->in[q]].mesh != st->mesh)
+            return false;
     for (int d = 0; d < st->nlocal; d++) {
         size_t read = 0;
         for (int q = 0; q < st->nin; q++)
