@@ -296,6 +296,10 @@ dt_status dt__program_bucket(dt__program *p, size_t cap);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates
  * nothing else reads becomes one FUSED step (call on a complete program, before sealing). */
 void dt__program_fuse(dt__program *p);
+/* Repeated kernel steps (spmd/cse.c): a kernel step equal to an earlier one on the same
+ * unchanged operands, whose result is small, is dropped and its readers read the earlier
+ * result (call on a complete program, before fusion). */
+void dt__program_cse(dt__program *p);
 void dt__program_totals(const dt__program *p, double *mults, int *colls, double *bytes);
 
 /* Local shape of a dist's shard on global device d. */

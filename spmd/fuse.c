@@ -11,9 +11,10 @@
  *
  * A producer step P joins the group of a later step C that reads its result t when:
  *   - t is bound to no program input, written by P alone, and every step that reads it is in
- *     C's group; when t is a program output (Adam's new moments, which its new value reads),
- *     the fused step writes it too, in its one pass (dt__fused.store), t then being of the
- *     reader's output shape (below);
+ *     C's group or runs after C; when t is a program output (Adam's new moments, which its new
+ *     value reads) or read after C (the pre-activation of bias + GELU, which the gradient
+ *     reads), the fused step writes it too, in its one pass (dt__fused.store), t then being of
+ *     the reader's output shape (below); so must every value of P's group read outside it;
  *   - P and C run on the same mesh;
  *   - t has, as P made it and as each reader reads it, the rank and shape of the reader's
  *     output on every device (an element of t is used where it is made: not through a
@@ -24,12 +25,15 @@
  *   - the merged group keeps within DT__FUSED_MAX_OPS ops and DT__FUSED_MAX_IN operands and
  *     stored results together.
  * Groups grow until nothing changes (a value read twice inside one chain joins once both
- * readers have). Then a group whose result t only a reduction R reads (sum, mean, max or min of
- * a float, on a backend whose FUSED entry takes reductions) ends in R, on the same conditions
- * with t of R's input shape on every device: the fused step evaluates the chain and reduces
- * it, t never written (unless it is a program output: then stored). The local reduction of a
- * sharded axis is what fuses; its collective stays. The fused step takes C's (or R's) place;
- * the other members are removed. */
+ * readers have), first with no value read outside its group, then with values read after it
+ * (so that such a value does not pull a producer into the first of its readers' chains and cut
+ * a chain that would have been one pass, as Adam's update is). Then a group whose result t a
+ * reduction R reads (sum, mean, max or min of a float, on a backend whose FUSED entry takes
+ * reductions), and no other step before R, ends in R, on the same conditions with t of R's input
+ * shape on every device: the fused step evaluates the chain and reduces it, t never written (unless
+ * it is a program output or read after R, as a bias's gradient chain is by its gemms: then stored).
+ * The local reduction of a sharded axis is what fuses; its collective stays. The fused step takes
+ * C's (or R's) place; the other members are removed. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -42,6 +46,7 @@ typedef struct fuser {
     int *writer;  /* per slot: the step writing it (when nwrite is 1) */
     bool *scalar; /* per step: a fill read as one broadcast element */
     int *vals;    /* scratch: per slot, its value number while a group is built */
+    bool later;   /* values read after the group may join it (written out) */
 } fuser;
 
 static bool fusable_kernel(dt__kernel k)
@@ -111,14 +116,50 @@ static bool reads(const dt__step *st, int slot)
     return false;
 }
 
-/* Members of r's group other than r whose result is a program output (the results it
- * stores beside its own). */
+/* Whether the result of step w (in group r) is written out by the group: a program output, or
+ * read by a step outside the group. */
+static bool written_out(const fuser *f, int w, int r)
+{
+    const dt__program *p = f->p;
+    int t = p->steps[w].out;
+    if (p->slots[t].output >= 0)
+        return true;
+    for (int j = w + 1; j < p->nsteps; j++)
+        if (f->root[j] != r && j != r && reads(&p->steps[j], t))
+            return true;
+    return false;
+}
+
+/* Members of r's group other than r whose result it writes out (the results it stores beside
+ * its own). */
 static int group_stores(const fuser *f, int r)
 {
     int n = 0;
     for (int i = 0; i < r; i++)
-        n += f->root[i] == r && f->p->slots[f->p->steps[i].out].output >= 0;
+        n += f->root[i] == r && written_out(f, i, r);
     return n;
+}
+
+/* Whether every step outside groups P and C (C itself inside) that reads a value of P's group
+ * runs after C, where the merged group writes such values out; *any: P's result has such a
+ * reader. */
+static bool outside_after(const fuser *f, int P, int C, bool *any)
+{
+    const dt__program *p = f->p;
+    *any = false;
+    for (int i = group_first(f, P); i <= P; i++) {
+        if (f->root[i] != P)
+            continue;
+        int t = p->steps[i].out;
+        for (int j = i + 1; j < p->nsteps; j++) {
+            if (j == C || f->root[j] == P || f->root[j] == C || !reads(&p->steps[j], t))
+                continue;
+            if (j < C || !f->later)
+                return false;
+            *any = *any || i == P;
+        }
+    }
+    return true;
 }
 
 /* Slots the groups ra and rb read from outside both (their operands once merged). */
@@ -171,14 +212,15 @@ static bool can_merge(fuser *f, int P, int C)
     const dt__slot *sl = &p->slots[t];
     if (sl->input >= 0 || f->nwrite[t] != 1 || ps->mesh != cs->mesh)
         return false;
-    /* every reader in C's group; t as each reader's output shape, or (a fill) one element */
-    bool full = true, scalar = ps->kernel == DT__K_FILL;
+    /* every reader in C's group or after C (t then written out); t as each reader in the group
+     * reads it of that reader's output shape, or (a fill) one element */
+    bool outside, full = true, scalar = ps->kernel == DT__K_FILL;
+    if (!outside_after(f, P, C, &outside))
+        return false;
     for (int j = P + 1; j < p->nsteps; j++) {
         const dt__step *rs = &p->steps[j];
-        if (!reads(rs, t))
+        if (!reads(rs, t) || f->root[j] != C)
             continue;
-        if (f->root[j] != C)
-            return false;
         for (int q = 0; q < rs->nin; q++) {
             if (rs->in[q] != t)
                 continue;
@@ -193,7 +235,7 @@ static bool can_merge(fuser *f, int P, int C)
             }
         }
     }
-    bool stored = sl->output >= 0; /* written out whole: not as a broadcast constant */
+    bool stored = sl->output >= 0 || outside; /* written out whole: not as a constant */
     scalar = scalar && !stored;
     if (!full && !scalar)
         return false;
@@ -231,14 +273,15 @@ static bool can_merge_reduce(const fuser *f, int P, int R)
     if (sl->input >= 0 || f->nwrite[t] != 1 || ps->mesh != rs->mesh || ps->kernel == DT__K_FILL ||
         out_dtype(ps) != rs->dtype)
         return false;
-    for (int j = P + 1; j < p->nsteps; j++)
-        if (j != R && reads(&p->steps[j], t))
-            return false;
+    bool outside; /* t read after R too: then written out */
+    if (!outside_after(f, P, R, &outside))
+        return false;
     for (int d = 0; d < rs->nlocal; d++)
         if (ps->args[d].rank != rs->args[d].rank ||
             !same_shape(rs->args[d].rank, ps->args[d].shape, rs->args[d].in_shape[0]))
             return false;
-    if (merged_leaves(f, P, P) + group_stores(f, P) + (sl->output >= 0) > DT__FUSED_MAX_IN)
+    if (merged_leaves(f, P, P) + group_stores(f, P) + (sl->output >= 0 || outside) >
+        DT__FUSED_MAX_IN)
         return false;
     return inputs_kept(f, P, R);
 }
@@ -396,8 +439,9 @@ static dt_status build(fuser *f, int r)
             o->arg[q] = f->vals[st->in[q]];
         f->vals[st->out] = fz->nin + m;
         work += st->work;
-        /* a member's result that is a program output is written out too, after the operands */
-        if (members[m] != r && p->slots[st->out].output >= 0) {
+        /* a member's result that is a program output or read outside the group is written out
+         * too, after the operands */
+        if (members[m] != r && written_out(f, members[m], r)) {
             fz->store[fz->nstore] = fz->nin + m;
             leaves[fz->nin + fz->nstore++] = st->out;
         }
@@ -480,29 +524,34 @@ void dt__program_fuse(dt__program *p)
         f.nwrite[st->out]++;
         f.writer[st->out] = i;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int c = 0; c < n; c++) {
-            if (f.root[c] != c)
-                continue;
-            for (int i = 0; i <= c; i++) {
-                if (f.root[i] != c)
+    /* chains whose values only they read first (one pass for Adam's update), then values read
+     * after the chain too, written out (bias + GELU and its pre-activation) */
+    for (int phase = 0; phase < 2; phase++) {
+        f.later = phase == 1;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (int c = 0; c < n; c++) {
+                if (f.root[c] != c)
                     continue;
-                const dt__step *st = &p->steps[i];
-                for (int q = 0; q < st->nin; q++) {
-                    int s = st->in[q];
-                    int w = f.nwrite[s] == 1 ? f.writer[s] : -1;
-                    if (w < 0 || f.root[w] != w || w == c || !can_merge(&f, w, c))
+                for (int i = 0; i <= c; i++) {
+                    if (f.root[i] != c)
                         continue;
-                    for (int j = 0; j <= w; j++)
-                        if (f.root[j] == w)
-                            f.root[j] = c;
-                    changed = true;
+                    const dt__step *st = &p->steps[i];
+                    for (int q = 0; q < st->nin; q++) {
+                        int s = st->in[q];
+                        int w = f.nwrite[s] == 1 ? f.writer[s] : -1;
+                        if (w < 0 || f.root[w] != w || w == c || !can_merge(&f, w, c))
+                            continue;
+                        for (int j = 0; j <= w; j++)
+                            if (f.root[j] == w)
+                                f.root[j] = c;
+                        changed = true;
+                    }
                 }
             }
         }
     }
-    /* chains that only a reduction reads end in it */
+    /* chains that a reduction reads (and only steps after it) end in it */
     for (int r = 0; r < n; r++) {
         const dt__step *rs = &p->steps[r];
         if (!fusable_reduce(rs))

@@ -139,7 +139,8 @@ static dt_status graph_add_node(dt__graph *g, dt__op op, const dt__attrs *attrs,
 
 /* ---- compile: propagation, then expansion ---------------------------------------------- */
 
-/* Expand g into a program; fuse: its elementwise chains become fused steps (spmd/fuse.c);
+/* Expand g into a program; fuse: its repeated small steps computed once (spmd/cse.c) and its
+ * elementwise chains fused steps (spmd/fuse.c);
  * bucket: its runs of all-reduces are merged up to that many bytes (spmd/bucket.c; 0: none). */
 static dt_status compile(const dt__graph *g, const char *title, bool fuse, size_t bucket,
                          dt__program **out)
@@ -257,8 +258,10 @@ static dt_status compile(const dt__graph *g, const char *title, bool fuse, size_
         }
     }
     if (s == DT_OK) {
-        if (fuse)
+        if (fuse) {
+            dt__program_cse(p);
             dt__program_fuse(p);
+        }
         s = dt__program_bucket(p, bucket);
     }
     if (s == DT_OK)

@@ -20,6 +20,20 @@ static bool reads(const dt__step *s, int slot)
     return false;
 }
 
+/* Whether step e writes slot: its output, or a result a fused step stores beside it (listed
+ * after its operands, spmd/fuse.c). */
+static bool writes(const dt__step *e, int slot)
+{
+    if (e->out == slot)
+        return true;
+    if (e->kind != DT__STEP_KERNEL || e->kernel != DT__K_FUSED || !e->fused)
+        return false;
+    for (int j = e->fused->nin; j < e->nin; j++)
+        if (e->in[j] == slot)
+            return true;
+    return false;
+}
+
 /* Whether step e may not run while collective c is in flight: e reads or writes what c writes,
  * or writes what c reads (a kernel's output slot counts as read too: chunked steps write
  * blocks of a slot that others wrote). */
@@ -28,7 +42,7 @@ static bool conflicts(const dt__step *c, const dt__step *e)
     if (e->out == c->out || reads(e, c->out))
         return true;
     for (int j = 0; j < c->nin; j++)
-        if (e->out == c->in[j])
+        if (writes(e, c->in[j]))
             return true;
     return false;
 }

@@ -604,6 +604,21 @@ static void lifetimes(dt__program *p)
  * instead, and the collective reduces it where it lies (every backend takes send == recv). A
  * sharded matmul's partial product is then its result: its peak extra memory is the output
  * alone, not the output and a partial product of the same size. */
+/* o is untouched before step i and t dead after it: t's writers (and readers) from t's first
+ * step to i use o's bytes. */
+static void retarget(dt__program *p, int t, int o, int i)
+{
+    for (int j = p->slots[t].first; j <= i; j++) {
+        dt__step *sj = &p->steps[j];
+        for (int k = 0; k < sj->nin; k++)
+            if (sj->in[k] == t)
+                sj->in[k] = o;
+        if (sj->out == t)
+            sj->out = o;
+    }
+    lifetimes(p);
+}
+
 static void reduce_in_place(dt__program *p)
 {
     for (int i = 0; i < p->nsteps; i++) {
@@ -620,16 +635,36 @@ static void reduce_in_place(dt__program *p)
             same = same && ts->bytes[d] == os->bytes[d];
         if (!same)
             continue;
-        /* o is untouched before step i and t dead after it: t's writers may use o's bytes */
-        for (int j = ts->first; j <= i; j++) {
-            dt__step *sj = &p->steps[j];
-            for (int k = 0; k < sj->nin; k++)
-                if (sj->in[k] == t)
-                    sj->in[k] = o;
-            if (sj->out == t)
-                sj->out = o;
-        }
-        lifetimes(p);
+        retarget(p, t, o, i);
+    }
+}
+
+/* A segment sum into a base (the tied embedding's gather gradient added into the gemm's) whose
+ * base is a temporary it reads last, into a slot it writes first of the same bytes, runs in
+ * place the same way: the base's writers write the result's buffer, and the kernel adds the
+ * selected rows' sums where they lie instead of copying the base first (bitwise the same; the
+ * base's bytes leave the arena). The printed step says ", in place". */
+static void segment_in_place(dt__program *p)
+{
+    for (int i = 0; i < p->nsteps; i++) {
+        const dt__step *st = &p->steps[i];
+        if (st->kind != DT__STEP_KERNEL || st->kernel != DT__K_SEGMENT_SUM || st->nin != 3 ||
+            !st->args || st->args[0].mode != DT__SEGMENT_INTO)
+            continue;
+        int t = st->in[2], o = st->out;
+        const dt__slot *ts = &p->slots[t], *os = &p->slots[o];
+        if (t == o || st->in[0] == t || st->in[1] == t || !is_temp(ts) || ts->last != i ||
+            os->input >= 0 || os->first != i || ts->mesh != os->mesh)
+            continue;
+        bool same = true;
+        for (int d = 0; d < ts->mesh->num_local; d++)
+            same = same && ts->bytes[d] == os->bytes[d];
+        if (!same)
+            continue;
+        retarget(p, t, o, i);
+        dt__step *sm = &p->steps[i];
+        size_t n = strlen(sm->text);
+        snprintf(sm->text + n, sizeof sm->text - n, ", in place");
     }
 }
 
@@ -730,6 +765,7 @@ void dt__program_seal(dt__program *p)
         p->steps[i].wait_at = 0;
     lifetimes(p);
     reduce_in_place(p);
+    segment_in_place(p);
     dt__program_schedule(p);
     lifetimes(p);
     plan_free(p->plan);

@@ -762,7 +762,8 @@ GEMM_HALF(f16)
     }
 CPU_DTYPES(DEFINE_INDEX_KERNELS)
 
-/* segment_sum into a base (mode DT__SEGMENT_INTO, common/kernels.h): out = base, then each
+/* segment_sum into a base (mode DT__SEGMENT_INTO, common/kernels.h): out = base (nothing to
+ * copy when the program runs it in place, out being base's buffer), then each
  * selected row's sum (from 0 over its data rows in index order, SEG_COLS columns at a time,
  * rounded to S) added to it once: bitwise base + the segment sum, touching only the selected
  * rows besides the copy. The data rows of one output row are chained (next[i]: the next index
@@ -807,7 +808,7 @@ static bool seg_first(const dt__kargs *k, const void *ids, const int64_t *next, 
         const S *x = in[0], *b = in[2];                                                           \
         S *o = out;                                                                               \
         int64_t w = k->inner;                                                                     \
-        if (k->rows * w > 0)                                                                      \
+        if (k->rows * w > 0 && (const void *)o != (const void *)b) /* else in place */            \
             memcpy(o, b, (size_t)(k->rows * w) * sizeof(S));                                      \
         int64_t *next = malloc(((size_t)k->nidx + 1) * sizeof *next);                             \
         bool *seen = calloc((size_t)k->nidx + 1, sizeof *seen);                                   \

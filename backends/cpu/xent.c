@@ -115,10 +115,14 @@ static void stats_row(dt_dtype dt, const void *row, int64_t n, int64_t t, bool v
         float buf[XENT_BLOCK];
         for (int64_t at = 0; at < n; at += XENT_BLOCK) {
             int64_t len = n - at < XENT_BLOCK ? n - at : XENT_BLOCK;
-            widen(dt, row, at, len, buf);
+            const float *src = buf; /* the block in f32: f32 read where it lies */
+            if (dt == DT_DTYPE_F32)
+                src = (const float *)row + at;
+            else
+                widen(dt, row, at, len, buf);
             float bm = -INFINITY;
             for (int64_t j = 0; j < len; j++)
-                bm = buf[j] > bm ? buf[j] : bm;
+                bm = src[j] > bm ? src[j] : bm;
             if (bm > m) {
                 double f = exp(shift(m) - shift(bm));
                 for (int b = 0; b < XENT_CHAINS; b++)
@@ -127,7 +131,7 @@ static void stats_row(dt_dtype dt, const void *row, int64_t n, int64_t t, bool v
             }
             float sh = (float)shift(m);
             for (int64_t j = 0; j < len; j++)
-                buf[j] -= sh;
+                buf[j] = src[j] - sh;
             exp_f32(buf, len, vec);
             add_chains(acc, buf, len);
         }
@@ -159,9 +163,14 @@ static void grad_row(dt_dtype dt, const void *row, int64_t n, int64_t t, double 
     float buf[XENT_BLOCK], fl = (float)lse, fd = (float)dy;
     for (int64_t at = 0; at < n; at += XENT_BLOCK) {
         int64_t len = n - at < XENT_BLOCK ? n - at : XENT_BLOCK;
-        widen(dt, row, at, len, buf);
-        for (int64_t j = 0; j < len; j++)
-            buf[j] -= fl;
+        if (dt == DT_DTYPE_F32) { /* f32 read where it lies */
+            for (int64_t j = 0; j < len; j++)
+                buf[j] = ((const float *)row)[at + j] - fl;
+        } else {
+            widen(dt, row, at, len, buf);
+            for (int64_t j = 0; j < len; j++)
+                buf[j] -= fl;
+        }
         exp_f32(buf, len, vec);
         if (t >= at && t < at + len)
             buf[t - at] -= 1;

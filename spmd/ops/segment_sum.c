@@ -24,7 +24,10 @@
  * base + unsorted_segment_sum(...) (an unselected row is base's own, where the addition would
  * have turned a -0 into +0). base is laid out as the sum is computed (partial over the mesh axes
  * splitting the ids: its first member keeps base, the others zeros, and the all-reduce then sums
- * base and the devices' sums in its order); no [N, d...] tensor of zeros is made and added. */
+ * base and the devices' sums in its order); no [N, d...] tensor of zeros is made and added. When
+ * base is a temporary dead after the step (the tied embedding's dense gradient), the program runs
+ * the step in place (spmd/program.c): the kernel's base is its output's own buffer, and the
+ * selected rows are added where they lie, with no copy of base. */
 #include "../engine.h"
 
 #include <string.h>

@@ -19,10 +19,11 @@
  *   or xent GRAD (local)     x, labels, m, c, dy     -> dx [.., C]   in x's layout
  * So a sharded class axis costs one all-reduce MAX and one all-reduce SUM of per-row statistics
  * and no gather of the logits (dt_logsumexp's pattern); the forward pass reads the logits once,
- * the gradient twice (the statistics again, then dx). The labels (and dy) are laid out as the
- * logits' leading axes. A label outside [0, C) is owned by no shard: its row's loss (and
- * gradient) is NaN, as TensorFlow's GPU kernel gives; the eager CPU path cannot check cheaply
- * without reading the labels back, so it does the same. */
+ * the gradient twice (the statistics again, then dx), except in a traced gradient function,
+ * whose repeated statistics steps are dropped for the forward pass's (spmd/cse.c). The labels (and
+ * dy) are laid out as the logits' leading axes. A label outside [0, C) is owned by no shard: its
+ * row's loss (and gradient) is NaN, as TensorFlow's GPU kernel gives; the eager CPU path cannot
+ * check cheaply without reading the labels back, so it does the same. */
 #include "../engine.h"
 
 #include <string.h>
