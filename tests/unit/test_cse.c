@@ -9,45 +9,11 @@
 #include <criterion/criterion.h>
 
 #include "dt.h"
+#include "fusion_fixture.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static dt_mesh *mesh;
-
-static void start(int devices, const char *spec)
-{
-    dt_init_options o = {.cpu_devices = devices};
-    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_mesh_create_from_string(spec, DT_DEVICE_CPU, &mesh), DT_OK, "%s",
-                 dt_last_error());
-}
-
-static void stop(void)
-{
-    dt_mesh_free(mesh);
-    mesh = NULL;
-    unsetenv("DTENSOR_FUSION");
-    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
-}
-
-static dt_layout L(const char *text)
-{
-    dt_layout l;
-    cr_assert_eq(dt_layout_parse(mesh, text, &l), DT_OK, "%s: %s", text, dt_last_error());
-    return l;
-}
-
-static char *program_text(const dt_function *f)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    cr_assert_eq(dt_function_print(f, out), DT_OK, "%s", dt_last_error());
-    fclose(out);
-    return text;
-}
 
 static int count(const char *text, const char *what)
 {
@@ -126,14 +92,6 @@ static dt_function *grad_fn(const char *lx, const char *ll, dt_dtype dt, int64_t
     dt_function_free(f);
     *text = program_text(g);
     return g;
-}
-
-static void *read_all(const dt_tensor *t, size_t *bytes)
-{
-    *bytes = (size_t)dt_tensor_num_elements(t) * dt_dtype_size(dt_tensor_dtype(t));
-    void *h = malloc(*bytes ? *bytes : 1);
-    cr_assert_eq(dt_tensor_read(t, h, *bytes), DT_OK, "%s", dt_last_error());
-    return h;
 }
 
 /* Optimised against DTENSOR_FUSION=0: one statistics pass instead of two, bitwise results.

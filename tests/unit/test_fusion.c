@@ -8,6 +8,7 @@
 
 #include "../../train/train.h"
 #include "dt.h"
+#include "fusion_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,41 +16,6 @@
 #include <string.h>
 
 #define MAXIN 4
-
-static dt_mesh *mesh;
-
-/* The meshes' devices: CPU devices here; GPUs where tests/cuda/test_cuda_fusion.c includes this
- * file, defining FUSION_DEVICE and its own fusion_init first. */
-#ifndef FUSION_DEVICE
-#define FUSION_DEVICE DT_DEVICE_CPU
-static void fusion_init(int devices)
-{
-    dt_init_options o = {.cpu_devices = devices};
-    cr_assert_eq(dt_init(&o), DT_OK, "%s", dt_last_error());
-}
-#endif
-
-static void start(int devices, const char *spec)
-{
-    fusion_init(devices);
-    cr_assert_eq(dt_mesh_create_from_string(spec, FUSION_DEVICE, &mesh), DT_OK, "%s",
-                 dt_last_error());
-}
-
-static void stop(void)
-{
-    dt_mesh_free(mesh);
-    mesh = NULL;
-    unsetenv("DTENSOR_FUSION");
-    cr_expect_eq(dt_finalize(), DT_OK, "%s", dt_last_error());
-}
-
-static dt_layout L(const char *text)
-{
-    dt_layout l;
-    cr_assert_eq(dt_layout_parse(mesh, text, &l), DT_OK, "%s: %s", text, dt_last_error());
-    return l;
-}
 
 /* A chain: builds its result from in[] inside or outside a function. */
 typedef dt_status (*chain_fn)(dt_tensor *const in[], dt_tensor **out);
@@ -95,24 +61,6 @@ static dt_tensor *input(const chain *c, int i)
     dt_tensor_free(t64);
     free(h);
     return t;
-}
-
-static void *read_all(const dt_tensor *t, size_t *bytes)
-{
-    *bytes = (size_t)dt_tensor_num_elements(t) * dt_dtype_size(dt_tensor_dtype(t));
-    void *h = malloc(*bytes ? *bytes : 1);
-    cr_assert_eq(dt_tensor_read(t, h, *bytes), DT_OK, "%s", dt_last_error());
-    return h;
-}
-
-static char *program_text(const dt_function *f)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    cr_assert_eq(dt_function_print(f, out), DT_OK, "%s", dt_last_error());
-    fclose(out);
-    return text;
 }
 
 /* The chain traced (fused unless DTENSOR_FUSION=0), its program text in *text. */
