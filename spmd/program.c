@@ -599,11 +599,6 @@ static void lifetimes(dt__program *p)
     }
 }
 
-/* An even all-reduce whose input is a temporary it reads last, into a slot it writes first of
- * the same bytes, runs in place: the steps that wrote the temporary write the output's buffer
- * instead, and the collective reduces it where it lies (every backend takes send == recv). A
- * sharded matmul's partial product is then its result: its peak extra memory is the output
- * alone, not the output and a partial product of the same size. */
 /* o is untouched before step i and t dead after it: t's writers (and readers) from t's first
  * step to i use o's bytes. */
 static void retarget(dt__program *p, int t, int o, int i)
@@ -619,23 +614,34 @@ static void retarget(dt__program *p, int t, int o, int i)
     lifetimes(p);
 }
 
+/* Whether step i's result o can take over the buffer of its operand t: t a temporary step i
+ * reads last, o no program input, first written by step i, on the same mesh with the same
+ * bytes on every device. */
+static bool takes_over(const dt__program *p, int t, int o, int i)
+{
+    const dt__slot *ts = &p->slots[t], *os = &p->slots[o];
+    if (t == o || !is_temp(ts) || ts->last != i || os->input >= 0 || os->first != i ||
+        ts->mesh != os->mesh)
+        return false;
+    for (int d = 0; d < ts->mesh->num_local; d++)
+        if (ts->bytes[d] != os->bytes[d])
+            return false;
+    return true;
+}
+
+/* An even all-reduce whose input is a temporary it reads last, into a slot it writes first of
+ * the same bytes, runs in place: the steps that wrote the temporary write the output's buffer
+ * instead, and the collective reduces it where it lies (every backend takes send == recv). A
+ * sharded matmul's partial product is then its result: its peak extra memory is the output
+ * alone, not the output and a partial product of the same size. */
 static void reduce_in_place(dt__program *p)
 {
     for (int i = 0; i < p->nsteps; i++) {
         const dt__step *st = &p->steps[i];
         if (st->kind != DT__STEP_COLL || st->coll != DT__COLL_ALL_REDUCE || st->counts)
             continue;
-        int t = st->in[0], o = st->out;
-        const dt__slot *ts = &p->slots[t], *os = &p->slots[o];
-        if (t == o || !is_temp(ts) || ts->last != i || os->input >= 0 || os->first != i ||
-            ts->mesh != os->mesh)
-            continue;
-        bool same = true;
-        for (int d = 0; d < ts->mesh->num_local; d++)
-            same = same && ts->bytes[d] == os->bytes[d];
-        if (!same)
-            continue;
-        retarget(p, t, o, i);
+        if (takes_over(p, st->in[0], st->out, i))
+            retarget(p, st->in[0], st->out, i);
     }
 }
 
@@ -651,17 +657,10 @@ static void segment_in_place(dt__program *p)
         if (st->kind != DT__STEP_KERNEL || st->kernel != DT__K_SEGMENT_SUM || st->nin != 3 ||
             !st->args || st->args[0].mode != DT__SEGMENT_INTO)
             continue;
-        int t = st->in[2], o = st->out;
-        const dt__slot *ts = &p->slots[t], *os = &p->slots[o];
-        if (t == o || st->in[0] == t || st->in[1] == t || !is_temp(ts) || ts->last != i ||
-            os->input >= 0 || os->first != i || ts->mesh != os->mesh)
+        int t = st->in[2];
+        if (st->in[0] == t || st->in[1] == t || !takes_over(p, t, st->out, i))
             continue;
-        bool same = true;
-        for (int d = 0; d < ts->mesh->num_local; d++)
-            same = same && ts->bytes[d] == os->bytes[d];
-        if (!same)
-            continue;
-        retarget(p, t, o, i);
+        retarget(p, t, st->out, i);
         dt__step *sm = &p->steps[i];
         size_t n = strlen(sm->text);
         snprintf(sm->text + n, sizeof sm->text - n, ", in place");
