@@ -21,8 +21,9 @@
 enum { BATCH = DT__PHILOX_BATCH };
 
 /* The loops over a batch: everything they call inlined (flatten), compiled for AVX2 and for
- * baseline x86-64 (not under ThreadSanitizer, as backends/cpu/kernels.c says). */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+ * baseline x86-64 (not under ThreadSanitizer, as backends/cpu/kernels.c says, nor with clang,
+ * which takes target_clones only without flatten: the fuzzing build, scripts/fuzz.sh). */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__clang__)
 #define RANDOM_CLONES __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define RANDOM_CLONES __attribute__((flatten))
