@@ -7,6 +7,7 @@
 #include "../../backends/cpu/pool.h"
 #include "../ref.h"
 #include "dt.h"
+#include "fusion_fixture.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -391,17 +392,6 @@ static dt_function *head_gradient(const dt_layout *lt, const dt_layout *li, cons
     return g;
 }
 
-/* f's printed program (freed by the caller). */
-static char *printed(const dt_function *f)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    cr_assert_eq(dt_function_print(f, out), DT_OK, "%s", dt_last_error());
-    fclose(out);
-    return text;
-}
-
 /* On mesh m with the table, the ids and the batch operands laid out as given: the tied
  * gradient against a double reference (segment sum of h plus w^T h) and, where the ids are not
  * split (no partial sums to all-reduce), bitwise against the separate gradients added; there
@@ -440,7 +430,7 @@ static void check_tied(const dt_mesh *m, const char *st, const char *si, const c
     dt_tensor *tw = floats(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TV}, w, TB * TV);
     dt_function *tied = head_gradient(&lt, &li, &lb, true),
                 *apart = head_gradient(&lt, &li, &lb, false);
-    char *text = printed(tied);
+    char *text = program_text(tied);
     cr_expect(!bitwise || strstr(text, ", in place") != NULL,
               "%s / %s / %s: the segment sum into the dense gradient not in place:\n%s", st, si, sb,
               text);
