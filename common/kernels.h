@@ -232,13 +232,21 @@ enum {
  *                where the flag is not 1
  *   GRAD         in x, labels, m, combined, dy (one per row, x's dtype)
  *                                           out dx = (exp(x - sh(m) - log sum) - [j == label])
- *                dy, x's shape (NaN rows where the flag is not 1); one pass over x */
+ *                dy, x's shape (NaN rows where the flag is not 1); one pass over x
+ * With the flag PROBS on STATS and GRAD, x holds probabilities p and the loss is Keras's of
+ * probabilities, that of the logits log c for c = clip(p, eps, 1 - eps), eps = k->a (bounds in
+ * the compute type): log(sum c) - log c[label], with no log or exp per element:
+ *   STATS|PROBS  out per row: 0 (so sh(m) = 0 and MAX, COMBINE, LOSS run as they are), sum c,
+ *                log c[label] where the label is local (else 0), the ownership flag
+ *   GRAD|PROBS   out dx = [eps <= p_j <= 1 - eps] (1 / sum - [j == label] / p_j) dy (0 where
+ *                the clip is active, as the clip's gradient; NaN rows where the flag is not 1) */
 enum {
     DT__XENT_STATS,
     DT__XENT_MAX,
     DT__XENT_COMBINE,
     DT__XENT_LOSS,
     DT__XENT_GRAD,
+    DT__XENT_PROBS = 16,
 };
 /* The kernel's mode without its flags. */
 #define DT__MODE_KIND(m) ((m)&15u)

@@ -688,6 +688,17 @@ dt_status dt_logsumexp(const dt_tensor *x, int num_axes, const int axes[], int k
 dt_status dt_sparse_softmax_cross_entropy_with_logits(const dt_tensor *labels,
                                                       const dt_tensor *logits,
                                                       const dt_op_options *opts, dt_tensor **out);
+/* Keras's sparse_categorical_crossentropy of probabilities (from_logits=False), as
+ * TensorFlow's Keras backend computes it: the loss above of the logits log c, c = clip(p,
+ * epsilon, 1 - epsilon) (Keras's epsilon is 1e-7; 0 < epsilon < 0.5), which is
+ * log(sum c) - log c[label] per row of probabilities p [..., C] (f32, f64, bf16, f16; bounds
+ * in the compute type). One fused pass over p with no log or exp per element; its gradient
+ * (1 / sum c - [j == label] / p_j) dy where the clip is not active, 0 where it is, one more.
+ * Sharding, collectives (one all-reduce SUM of per-row statistics for a sharded class axis)
+ * and NaN rows for labels outside [0, C) as above. */
+dt_status dt_sparse_categorical_crossentropy(const dt_tensor *labels,
+                                             const dt_tensor *probabilities, double epsilon,
+                                             const dt_op_options *opts, dt_tensor **out);
 
 /* torch.nn.functional.scaled_dot_product_attention without dropout: y = softmax(scale q k^T)
  * v, causal (query i sees keys 0..i) or not, for q, k, v of one shape and floating dtype

@@ -577,12 +577,6 @@ dt_status dt__call_to_layout(dt__op op, const char *name, const dt_tensor *x,
 dt_status dt__attention_grad(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                              const dt_tensor *dy, int causal, double scale, dt_tensor **out);
 
-/* The gradient of dt_sparse_softmax_cross_entropy_with_logits(labels, logits) for dy (of the
- * loss's shape): d logits, of the logits' shape (the op in its gradient mode). Collective when
- * eager, as every op. */
-dt_status dt__sparse_xent_grad(const dt_tensor *labels, const dt_tensor *logits,
-                               const dt_tensor *dy, dt_tensor **out);
-
 /* base + dt_unsorted_segment_sum(data, segment_ids, num_segments), as one op that adds the
  * segment sums into base's selected rows (spmd/ops/segment_sum.c; bitwise the sum and the
  * add). Collective when eager, as every op. */

@@ -5,7 +5,9 @@
  * double. STATS keeps an online maximum: a block whose maximum exceeds the running one rescales
  * the running sum once, so the row is read once. Sums are in double, 8 running chains a row in
  * a fixed order; rows are split over the device's threads, each row computed as on one thread,
- * so results do not depend on the thread count. */
+ * so results do not depend on the thread count. With the flag PROBS (Keras's loss of
+ * probabilities), STATS sums the clipped probabilities and GRAD writes the clip-masked
+ * 1 / sum: one pass each, no exp or log per element. */
 #include "xent.h"
 #include "convert.h"
 #include "dt.h"
@@ -188,6 +190,102 @@ static void grad_row(dt_dtype dt, const void *row, int64_t n, int64_t t, double 
     }
 }
 
+/* p clipped to [lo, hi] (NaN stays NaN, as the clip's comparisons leave it). */
+static float clip_f32(float p, float lo, float hi)
+{
+    return p < lo ? lo : p > hi ? hi : p;
+}
+
+static double clip_f64(double p, double lo, double hi)
+{
+    return p < lo ? lo : p > hi ? hi : p;
+}
+
+/* STATS|PROBS of one row of n probabilities clipped to [eps, 1 - eps] (bounds in the compute
+ * type): out[0..4) = 0, sum c, log c[t], owned. */
+static void stats_row_probs(dt_dtype dt, const void *row, int64_t n, int64_t t, double eps,
+                            double out[4])
+{
+    double acc[XENT_CHAINS] = {0}, ct = 1;
+    bool own = t >= 0 && t < n;
+    if (dt == DT_DTYPE_F64) {
+        const double *x = row;
+        double buf[XENT_BLOCK];
+        for (int64_t at = 0; at < n; at += XENT_BLOCK) {
+            int64_t len = n - at < XENT_BLOCK ? n - at : XENT_BLOCK;
+            for (int64_t j = 0; j < len; j++)
+                buf[j] = clip_f64(x[at + j], eps, 1 - eps);
+            add_chains_d(acc, buf, len);
+        }
+        if (own)
+            ct = clip_f64(x[t], eps, 1 - eps);
+    } else {
+        float buf[XENT_BLOCK], lo = (float)eps, hi = (float)(1 - eps);
+        for (int64_t at = 0; at < n; at += XENT_BLOCK) {
+            int64_t len = n - at < XENT_BLOCK ? n - at : XENT_BLOCK;
+            const float *src = buf; /* the block in f32: f32 read where it lies */
+            if (dt == DT_DTYPE_F32)
+                src = (const float *)row + at;
+            else
+                widen(dt, row, at, len, buf);
+            for (int64_t j = 0; j < len; j++)
+                buf[j] = clip_f32(src[j], lo, hi);
+            add_chains(acc, buf, len);
+        }
+        if (own) {
+            float v;
+            widen(dt, row, t, 1, &v);
+            ct = clip_f32(v, lo, hi);
+        }
+    }
+    out[0] = 0;
+    out[1] = sum_chains(acc);
+    out[2] = own ? log(ct) : 0;
+    out[3] = own ? 1 : 0;
+}
+
+/* GRAD|PROBS of one row: dx = [lo <= p_j <= hi] (1 / s - [j == t] / p_j) dy; NaN when !own. */
+static void grad_row_probs(dt_dtype dt, const void *row, int64_t n, int64_t t, double s, bool own,
+                           double dy, double eps, void *dst)
+{
+    if (dt == DT_DTYPE_F64) {
+        const double *x = row;
+        double *o = dst, g = own ? dy / s : NAN;
+        for (int64_t j = 0; j < n; j++)
+            o[j] = x[j] >= eps && x[j] <= 1 - eps ? g : own ? 0 : NAN;
+        if (own && t >= 0 && t < n && x[t] >= eps && x[t] <= 1 - eps)
+            o[t] = (1 / s - 1 / x[t]) * dy;
+        return;
+    }
+    float buf[XENT_BLOCK], lo = (float)eps, hi = (float)(1 - eps);
+    float g = own ? (float)(dy / s) : NAN, off = own ? 0 : NAN;
+    for (int64_t at = 0; at < n; at += XENT_BLOCK) {
+        int64_t len = n - at < XENT_BLOCK ? n - at : XENT_BLOCK;
+        const float *src = buf;
+        if (dt == DT_DTYPE_F32)
+            src = (const float *)row + at;
+        else
+            widen(dt, row, at, len, buf);
+        /* the target's place in the block, where its clip is not active (else -1) */
+        int64_t tj =
+            own && t >= at && t < at + len && src[t - at] >= lo && src[t - at] <= hi ? t - at : -1;
+        float gt = tj >= 0 ? (float)((1 / s - 1 / (double)src[tj]) * dy) : 0;
+        for (int64_t j = 0; j < len; j++)
+            buf[j] = src[j] >= lo && src[j] <= hi ? g : off;
+        if (tj >= 0)
+            buf[tj] = gt;
+        if (dt == DT_DTYPE_F32)
+            for (int64_t j = 0; j < len; j++)
+                ((float *)dst)[at + j] = buf[j];
+        else if (dt == DT_DTYPE_BF16)
+            for (int64_t j = 0; j < len; j++)
+                ((uint16_t *)dst)[at + j] = dt__f32_to_bf16(buf[j]);
+        else
+            for (int64_t j = 0; j < len; j++)
+                ((uint16_t *)dst)[at + j] = dt__f32_to_f16(buf[j]);
+    }
+}
+
 /* An element of the acc dtype (f32 for f32, bf16, f16; f64) as double, and back. */
 static double acc_ld(dt_dtype dt, const void *p, int64_t i)
 {
@@ -241,12 +339,16 @@ static void xent_range(void *arg, int64_t lo, int64_t hi)
     size_t es = dt_dtype_size(dt);
     int64_t n = k->inner;
     unsigned mode = DT__MODE_KIND(k->mode);
+    bool probs = k->mode & DT__XENT_PROBS;
     for (int64_t r = lo; r < hi; r++) {
         switch (mode) {
         case DT__XENT_STATS: {
             double st[4];
-            stats_row(dt, (const unsigned char *)j->in[0] + (size_t)(r * n) * es, n,
-                      local_label(k, j->in[1], r), j->vec, st);
+            const void *row = (const unsigned char *)j->in[0] + (size_t)(r * n) * es;
+            if (probs)
+                stats_row_probs(dt, row, n, local_label(k, j->in[1], r), k->a, st);
+            else
+                stats_row(dt, row, n, local_label(k, j->in[1], r), j->vec, st);
             for (int q = 0; q < 4; q++)
                 acc_st(dt, j->out, 4 * r + q, st[q]);
             break;
@@ -274,11 +376,16 @@ static void xent_range(void *arg, int64_t lo, int64_t hi)
         case DT__XENT_GRAD: {
             double m = acc_ld(dt, j->in[2], r), s = acc_ld(dt, j->in[3], 3 * r);
             double own = acc_ld(dt, j->in[3], 3 * r + 2), dy = x_ld(dt, j->in[4], r);
+            const void *row = (const unsigned char *)j->in[0] + (size_t)(r * n) * es;
+            void *dst = (unsigned char *)j->out + (size_t)(r * n) * es;
+            if (probs) {
+                grad_row_probs(dt, row, n, local_label(k, j->in[1], r), s, own == 1, dy, k->a, dst);
+                break;
+            }
             double lse =
                 dt == DT_DTYPE_F64 ? shift(m) + log(s) : (double)((float)shift(m) + logf((float)s));
-            grad_row(dt, (const unsigned char *)j->in[0] + (size_t)(r * n) * es, n,
-                     local_label(k, j->in[1], r), own == 1 ? lse : NAN, dy, j->vec,
-                     (unsigned char *)j->out + (size_t)(r * n) * es);
+            grad_row(dt, row, n, local_label(k, j->in[1], r), own == 1 ? lse : NAN, dy, j->vec,
+                     dst);
             break;
         }
         default:

@@ -8,6 +8,9 @@
  *          8 chains: results agree with the CPU kernel to rounding, not bitwise.
  *   GRAD   elementwise over rows x classes.
  *   the rest elementwise over rows.
+ * With the flag PROBS (probabilities clipped to [lo, hi] = [eps, 1 - eps] in the compute type),
+ * STATS sums the clipped values (its maximum is 0) and takes the log of the target's; GRAD
+ * writes (1 / sum - [j == label] / p_j) dy where the clip is not active, 0 where it is.
  * Compiled with -Dcuda=enabled and run on the emulated GPU build (which runs the CPU kernels);
  * it has not run on a real GPU yet. */
 #include "common.cuh"
@@ -30,9 +33,15 @@ template <typename C> __device__ void merge(C &m, double &s, C mb, double sb)
     s = a + b;
 }
 
+template <typename C> HD C clip(C v, C lo, C hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 template <typename S>
-__global__ void __launch_bounds__(256) xent_stats_k(const S *x, const void *labels, dt_dtype lt,
-                                                    Cof<S> *o, int64_t rows, int64_t n, int64_t lo)
+__global__ void __launch_bounds__(256)
+    xent_stats_k(const S *x, const void *labels, dt_dtype lt, Cof<S> *o, int64_t rows, int64_t n,
+                 int64_t lo, bool probs, Cof<S> plo, Cof<S> phi)
 {
     using C = Cof<S>;
     __shared__ C sm[256];
@@ -43,6 +52,10 @@ __global__ void __launch_bounds__(256) xent_stats_k(const S *x, const void *labe
         double s = 0;
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             C v = Ty<S>::ld(row[j]);
+            if (probs) { /* m stays -inf: the merges add the sums as they are */
+                s += (double)clip<C>(v, plo, phi);
+                continue;
+            }
             if (v > m) {
                 s = s > 0 ? s * exp((double)xshift(m) - (double)xshift(v)) : 0;
                 m = v;
@@ -65,9 +78,10 @@ __global__ void __launch_bounds__(256) xent_stats_k(const S *x, const void *labe
         if (threadIdx.x == 0) {
             int64_t t = dt__index_at(lt, labels, r) - lo;
             bool own = t >= 0 && t < n;
-            o[4 * r] = sm[0];
+            o[4 * r] = probs ? (C)0 : sm[0];
             o[4 * r + 1] = (C)ss[0];
-            o[4 * r + 2] = own ? Ty<S>::ld(row[t]) : (C)0;
+            C xt = own ? Ty<S>::ld(row[t]) : (C)0;
+            o[4 * r + 2] = probs && own ? (C)log((double)clip<C>(xt, plo, phi)) : xt;
             o[4 * r + 3] = own ? (C)1 : (C)0;
         }
         __syncthreads();
@@ -99,12 +113,24 @@ __global__ void xent_rows_k(unsigned mode, const Cof<S> *a, const void *b, Cof<S
 
 template <typename S>
 __global__ void xent_grad_k(const S *x, const void *labels, dt_dtype lt, const Cof<S> *m,
-                            const Cof<S> *c, const S *dy, S *o, int64_t rows, int64_t n, int64_t lo)
+                            const Cof<S> *c, const S *dy, S *o, int64_t rows, int64_t n, int64_t lo,
+                            bool probs, Cof<S> plo, Cof<S> phi)
 {
     using C = Cof<S>;
     int64_t total = rows * n;
     for (int64_t e = first_index(); e < total; e += grid_step()) {
         int64_t r = e / n, j = e % n;
+        if (probs) {
+            C v = Ty<S>::ld(x[e]), g = (C)0;
+            if (c[3 * r + 2] != (C)1)
+                g = (C)NAN;
+            else if (v >= plo && v <= phi)
+                g = (C)((1 / (double)c[3 * r] -
+                         (dt__index_at(lt, labels, r) - lo == j ? 1 / (double)v : 0)) *
+                        (double)Ty<S>::ld(dy[r]));
+            o[e] = Ty<S>::st(g);
+            continue;
+        }
         C lse = c[3 * r + 2] == (C)1 ? xshift(m[r]) + clog<C>(c[3 * r]) : (C)NAN;
         C p = cexp<C>(Ty<S>::ld(x[e]) - lse);
         if (dt__index_at(lt, labels, r) - lo == j)
@@ -120,17 +146,19 @@ dt_status xent(const dt__kctx *x, const dt__kargs *k, const void *const in[], vo
     cudaStream_t st = stream_of(x);
     unsigned mode = DT__MODE_KIND(k->mode);
     int64_t rows = k->nidx, n = k->inner;
+    bool probs = k->mode & DT__XENT_PROBS;
+    C plo = (C)k->a, phi = (C)(1 - k->a); /* the clip's bounds (PROBS) */
     if (rows <= 0)
         return DT_OK;
     if (mode == DT__XENT_STATS)
-        xent_stats_k<S><<<blocks_for(rows, 1), 256, 0, st>>>((const S *)in[0], in[1], k->from,
-                                                             (C *)out, rows, n, k->lo);
+        xent_stats_k<S><<<blocks_for(rows, 1), 256, 0, st>>>(
+            (const S *)in[0], in[1], k->from, (C *)out, rows, n, k->lo, probs, plo, phi);
     else if (mode == DT__XENT_GRAD) {
         if (rows * n <= 0)
             return DT_OK;
         xent_grad_k<S><<<grid_for(rows * n), kThreads, 0, st>>>(
             (const S *)in[0], in[1], k->from, (const C *)in[2], (const C *)in[3], (const S *)in[4],
-            (S *)out, rows, n, k->lo);
+            (S *)out, rows, n, k->lo, probs, plo, phi);
     } else
         xent_rows_k<S><<<grid_for(rows), kThreads, 0, st>>>(mode, (const C *)in[0], in[1], (C *)out,
                                                             (S *)out, rows);

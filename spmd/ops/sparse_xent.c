@@ -23,48 +23,62 @@
  * whose repeated statistics steps are dropped for the forward pass's (spmd/cse.c). The labels (and
  * dy) are laid out as the logits' leading axes. A label outside [0, C) is owned by no shard: its
  * row's loss (and gradient) is NaN, as TensorFlow's GPU kernel gives; the eager CPU path cannot
- * check cheaply without reading the labels back, so it does the same. */
+ * check cheaply without reading the labels back, so it does the same.
+ *
+ * sparse_categorical_crossentropy (Keras's loss of probabilities, from_logits=False): the same
+ * op with the flag DT__XENT_PROBS and epsilon in attrs.a: probabilities p [..., C], the loss of
+ * the logits log c for c = clip(p, eps, 1 - eps), as TensorFlow's Keras backend computes it
+ * (the clip, the log of every element, then the cross-entropy of those logits), which is
+ * log(sum c) - log c[label]. STATS (flag PROBS) sums c in one pass and takes the log of the
+ * target's alone; its row maximum is 0 on every shard, so m needs no all-reduce and MAX,
+ * COMBINE and LOSS run unchanged; GRAD (flag PROBS) writes (1 / sum c - [j == label] / p_j) dy
+ * where the clip is not active and 0 where it is (the clip's gradient), one pass. */
 #include "../engine.h"
 
 #include <string.h>
 
+static const char *op_name(const dt__attrs *a)
+{
+    return a->op & DT__XENT_PROBS ? "sparse_categorical_crossentropy"
+                                  : "sparse_softmax_cross_entropy_with_logits";
+}
+
 static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *out)
 {
-    bool grad = n->attrs.op == DT__XENT_GRAD;
-    if (n->attrs.op != DT__XENT_LOSS && !grad)
-        return dt__fail(DT_ERR_ARG, "sparse_softmax_cross_entropy_with_logits: mode %d",
-                        n->attrs.op);
+    const char *name = op_name(&n->attrs);
+    unsigned mode = DT__MODE_KIND((unsigned)n->attrs.op);
+    bool grad = mode == DT__XENT_GRAD;
+    if ((mode != DT__XENT_LOSS && !grad) || (n->attrs.op & ~(15 | DT__XENT_PROBS)))
+        return dt__fail(DT_ERR_ARG, "%s: mode %d", name, n->attrs.op);
+    /* epsilon: a number in (0, 0.5), so that the clip's bounds are in order */
+    double eps = n->attrs.a;
+    if ((n->attrs.op & DT__XENT_PROBS) && !(eps > 0 && eps < 0.5))
+        return dt__fail(DT_ERR_ARG, "%s: epsilon %g is outside (0, 0.5)", name, eps);
     if (n->nin != (grad ? 3 : 2))
-        return dt__fail(DT_ERR_ARG, "sparse_softmax_cross_entropy_with_logits: %d operands",
-                        n->nin);
+        return dt__fail(DT_ERR_ARG, "%s: %d operands", name, n->nin);
     const dt__val *l = in[0], *x = in[1];
+    const char *what = n->attrs.op & DT__XENT_PROBS ? "probabilities" : "logits";
     char sl[DT__SHAPE_STR_MAX], sx[DT__SHAPE_STR_MAX];
     dt__shape_str(sl, sizeof sl, l->rank, l->shape);
     dt__shape_str(sx, sizeof sx, x->rank, x->shape);
     if (x->dtype != DT_DTYPE_F32 && x->dtype != DT_DTYPE_F64 && x->dtype != DT_DTYPE_BF16 &&
         x->dtype != DT_DTYPE_F16)
-        return dt__fail(DT_ERR_DTYPE,
-                        "sparse_softmax_cross_entropy_with_logits: logits %s are %s, expected "
-                        "f32, f64, bf16 or f16",
-                        sx, dt_dtype_name(x->dtype));
+        return dt__fail(DT_ERR_DTYPE, "%s: %s %s are %s, expected f32, f64, bf16 or f16", name,
+                        what, sx, dt_dtype_name(x->dtype));
     if (l->dtype != DT_DTYPE_I32 && l->dtype != DT_DTYPE_I64)
-        return dt__fail(DT_ERR_DTYPE,
-                        "sparse_softmax_cross_entropy_with_logits: labels %s are %s, expected "
-                        "i32 or i64",
-                        sl, dt_dtype_name(l->dtype));
+        return dt__fail(DT_ERR_DTYPE, "%s: labels %s are %s, expected i32 or i64", name, sl,
+                        dt_dtype_name(l->dtype));
     if (x->rank < 1)
-        return dt__fail(DT_ERR_SHAPE,
-                        "sparse_softmax_cross_entropy_with_logits: logits %s have rank 0, expected "
-                        "[..., classes]",
+        return dt__fail(DT_ERR_SHAPE, "%s: %s %s have rank 0, expected [..., classes]", name, what,
                         sx);
     bool same = l->rank == x->rank - 1;
     for (int i = 0; same && i < l->rank; i++)
         same = l->shape[i] == x->shape[i];
     if (!same)
         return dt__fail(DT_ERR_SHAPE,
-                        "sparse_softmax_cross_entropy_with_logits: labels %s do not match logits "
-                        "%s: expected labels of the logits' shape without the last axis",
-                        sl, sx);
+                        "%s: labels %s do not match %s %s: expected labels of their shape "
+                        "without the last axis",
+                        name, sl, what, sx);
     if (grad) {
         const dt__val *dy = in[2];
         bool ok = dy->dtype == x->dtype && dy->rank == l->rank;
@@ -73,9 +87,8 @@ static dt_status infer(const dt__node *n, const dt__val *const in[], dt__val *ou
         if (!ok) {
             char sd[DT__SHAPE_STR_MAX];
             return dt__fail(
-                DT_ERR_SHAPE, "sparse_softmax_cross_entropy_with_logits: dy is %s%s, expected %s%s",
-                dt_dtype_name(dy->dtype), dt__shape_str(sd, sizeof sd, dy->rank, dy->shape),
-                dt_dtype_name(x->dtype), sl);
+                DT_ERR_SHAPE, "%s: dy is %s%s, expected %s%s", name, dt_dtype_name(dy->dtype),
+                dt__shape_str(sd, sizeof sd, dy->rank, dy->shape), dt_dtype_name(x->dtype), sl);
         }
     }
     const dt__val *shape_of = grad ? x : l;
@@ -97,6 +110,7 @@ static dt_layout rows_of(const dt_layout *l, int rank)
 typedef struct xent_ctx {
     const dt__dist *x, *labels, *y; /* the logits read, the labels, the slot written */
     unsigned mode;
+    double eps; /* PROBS: the clip's epsilon */
 } xent_ctx;
 
 static void args(void *ctx, int d, dt__kargs *k)
@@ -112,13 +126,17 @@ static void args(void *ctx, int d, dt__kargs *k)
     k->lo = xo[r - 1];
     k->from = c->labels->dtype;
     k->mode = c->mode;
+    k->a = c->mode & DT__XENT_PROBS ? c->eps : 0;
 }
 
 static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
                         const dt_layout *want, dt__dist *out)
 {
-    const char *name = "sparse_softmax_cross_entropy_with_logits";
-    bool grad = n->attrs.op == DT__XENT_GRAD;
+    const char *name = op_name(&n->attrs);
+    bool grad = DT__MODE_KIND((unsigned)n->attrs.op) == DT__XENT_GRAD;
+    /* the flag on the passes over x (STATS, GRAD); MAX, COMBINE and LOSS run as for logits */
+    unsigned probs = n->attrs.op & DT__XENT_PROBS;
+    double eps = n->attrs.a;
     dt__dist x = in[1], labels, m, st, c, y, dy;
     int r = x.rank;
     dt_layout here = dt__rowwise_layout(&x, grad ? want : NULL);
@@ -134,12 +152,15 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     memcpy(shape, x.shape, sizeof shape);
     shape[r - 1] = 4 * (int64_t)g;
     DT_TRY(dt__slot_new(p, &here, acc, r, shape, &st));
-    xent_ctx k = {.x = &x, .labels = &labels, .y = &st, .mode = DT__XENT_STATS};
+    xent_ctx k = {.x = &x, .labels = &labels, .y = &st, .mode = DT__XENT_STATS | probs, .eps = eps};
     int ins[5] = {x.slot, labels.slot, -1, -1, -1};
     DT_TRY(dt__emit_kernel(p, name, DT__K_XENT, x.dtype, 2, ins, st.slot, mesh, args, &k));
-    /* m: each shard's maximum, then the maximum over the shards */
+    /* m: each shard's maximum, then the maximum over the shards (of probabilities: 0 on every
+     * shard, so not partial) */
     dt_layout kl;
     dt__rowwise_reduced(&x, 1u << (r - 1), 1, DT_REDUCE_MAX, &kl, shape);
+    if (probs)
+        kl.partial = 0;
     DT_TRY(dt__slot_new(p, &kl, acc, r, shape, &m));
     k = (xent_ctx){.x = &x, .labels = &labels, .y = &m, .mode = DT__XENT_MAX};
     DT_TRY(dt__emit_kernel(p, name, DT__K_XENT, x.dtype, 1, &st.slot, m.slot, mesh, args, &k));
@@ -162,7 +183,7 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
     }
     DT_TRY(dt__relayout_emit(p, name, &in[2], &rows, &dy));
     DT_TRY(dt__slot_new(p, &here, x.dtype, r, x.shape, &y));
-    k = (xent_ctx){.x = &x, .labels = &labels, .y = &y, .mode = DT__XENT_GRAD};
+    k = (xent_ctx){.x = &x, .labels = &labels, .y = &y, .mode = DT__XENT_GRAD | probs, .eps = eps};
     int gins[5] = {x.slot, labels.slot, m.slot, c.slot, dy.slot};
     DT_TRY(dt__emit_kernel(p, name, DT__K_XENT, x.dtype, 5, gins, y.slot, mesh, args, &k));
     return dt__finish(p, name, &y, want, out);
@@ -173,7 +194,7 @@ static dt_status expand(dt__program *p, const dt__node *n, const dt__dist in[],
 static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *want, int i,
                  dt_layout *in_want)
 {
-    bool grad = n->attrs.op == DT__XENT_GRAD;
+    bool grad = DT__MODE_KIND((unsigned)n->attrs.op) == DT__XENT_GRAD;
     int r = in[1]->rank;
     if (want->rank != (grad ? r : r - 1))
         return false;
@@ -187,15 +208,29 @@ static bool pull(const dt__node *n, const dt__val *const in[], const dt_layout *
     return true;
 }
 
+/* The op in mode `mode` (with its flags) and epsilon `eps` (PROBS). */
+static dt_status call(int mode, double eps, int n, const dt_tensor *const in[],
+                      const dt_op_options *opts, dt_tensor **out)
+{
+    dt__attrs a;
+    memset(&a, 0, sizeof a);
+    a.op = mode;
+    a.a = eps;
+    return dt__call(DT__OP_SPARSE_XENT, &a, n, in, opts, out);
+}
+
+/* d x for dy: the same op in its gradient mode, with the forward call's flag and epsilon (no
+ * gradient flows to the labels). */
 static dt_status vjp(dt__tape *a, const dt__node *n, dt_tensor *const x[], dt_tensor *y,
                      dt_tensor *dy, dt_tensor *dx[])
 {
     (void)y;
-    if (n->attrs.op != DT__XENT_LOSS)
-        return dt__fail(DT_ERR_UNSUPPORTED,
-                        "gradient: of sparse_softmax_cross_entropy_with_logits's own gradient");
+    if (DT__MODE_KIND((unsigned)n->attrs.op) != DT__XENT_LOSS)
+        return dt__fail(DT_ERR_UNSUPPORTED, "gradient: of %s's own gradient", op_name(&n->attrs));
     dx[0] = NULL;
-    return dt__tape_keep(a, dt__sparse_xent_grad(x[0], x[1], dy, &dx[1]), &dx[1]);
+    const dt_tensor *in[3] = {x[0], x[1], dy};
+    int mode = DT__XENT_GRAD | (n->attrs.op & DT__XENT_PROBS);
+    return dt__tape_keep(a, call(mode, n->attrs.a, 3, in, NULL, &dx[1]), &dx[1]);
 }
 
 /* The printer's words for the xent kernel's modes (common/kernels.h). */
@@ -204,6 +239,10 @@ static const char *describe(dt__kernel kernel, unsigned mode)
     static const char *const words[] = {"max, sum of exp, target", "max of shards",
                                         "sum over shards", "loss", "d logits"};
     unsigned m = DT__MODE_KIND(mode);
+    if (kernel == DT__K_XENT && (mode & DT__XENT_PROBS))
+        return m == DT__XENT_STATS  ? "sum of clipped p, log target"
+               : m == DT__XENT_GRAD ? "d probabilities"
+                                    : "?";
     return kernel != DT__K_XENT ? NULL : m < 5 ? words[m] : "?";
 }
 
@@ -216,26 +255,18 @@ const dt__op_def dt__op_sparse_xent = {.name = "sparse_softmax_cross_entropy_wit
                                        .vjp = vjp,
                                        .describe = describe};
 
-static dt_status call(int mode, int n, const dt_tensor *const in[], const dt_op_options *opts,
-                      dt_tensor **out)
-{
-    dt__attrs a;
-    memset(&a, 0, sizeof a);
-    a.op = mode;
-    return dt__call(DT__OP_SPARSE_XENT, &a, n, in, opts, out);
-}
-
 dt_status dt_sparse_softmax_cross_entropy_with_logits(const dt_tensor *labels,
                                                       const dt_tensor *logits,
                                                       const dt_op_options *opts, dt_tensor **out)
 {
     const dt_tensor *in[2] = {labels, logits};
-    return call(DT__XENT_LOSS, 2, in, opts, out);
+    return call(DT__XENT_LOSS, 0, 2, in, opts, out);
 }
 
-dt_status dt__sparse_xent_grad(const dt_tensor *labels, const dt_tensor *logits,
-                               const dt_tensor *dy, dt_tensor **out)
+dt_status dt_sparse_categorical_crossentropy(const dt_tensor *labels,
+                                             const dt_tensor *probabilities, double epsilon,
+                                             const dt_op_options *opts, dt_tensor **out)
 {
-    const dt_tensor *in[3] = {labels, logits, dy};
-    return call(DT__XENT_GRAD, 3, in, NULL, out);
+    const dt_tensor *in[2] = {labels, probabilities};
+    return call(DT__XENT_LOSS | DT__XENT_PROBS, epsilon, 2, in, opts, out);
 }

@@ -169,8 +169,11 @@ static dt_status run_one_hot(const apply_args *a, const dt_op_options *o, dt_ten
                       t);
 }
 
+/* code 0: of logits; 1: of probabilities (Keras's from_logits=False), the float: epsilon */
 static dt_status run_sparse_xent(const apply_args *a, const dt_op_options *o, dt_tensor **t)
 {
+    if (a->code == 1)
+        return dt_sparse_categorical_crossentropy(a->ts[0], a->ts[1], a->fl[0], o, t);
     return dt_sparse_softmax_cross_entropy_with_logits(a->ts[0], a->ts[1], o, t);
 }
 

@@ -5,6 +5,7 @@ import types as _types
 import numpy as np
 
 from .. import DTensor, DVariable, Layout
+from .._ops import _apply
 from .._tensor import _value
 from ._base import _Configurable, _d, _log_softmax
 
@@ -122,11 +123,13 @@ _EPSILON = 1e-7  # keras.backend.epsilon()
 def _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, dtype):
     """Keras's sparse categorical cross-entropy of integer labels ([...] or [..., 1]) and
     logits or probabilities [..., C]: (per-example losses [...], the bool mask of the examples
-    ignore_class leaves in, or None). Through dtensor.nn.sparse_softmax_cross_entropy_with_logits
-    (one fused op: no one-hot, the class axis may be sharded): logits as they are, probabilities
-    as TensorFlow's Keras backend takes them, log(clip(p, 1e-7, 1 - 1e-7)) as logits (so
-    -log(p[label]) + log(sum(p)) of the clipped p); the output of Keras's softmax activation by
-    the logits it was computed from, as Keras does. 16-bit floats are computed in float32 (the
+    ignore_class leaves in, or None). Through the fused sparse cross-entropy op (no one-hot, the
+    class axis may be sharded): logits as dtensor.nn.sparse_softmax_cross_entropy_with_logits
+    takes them; probabilities in its mode of probabilities, TensorFlow's Keras backend's
+    result (the cross-entropy of the logits log(clip(p, 1e-7, 1 - 1e-7))) as
+    log(sum(c)) - log(c[label]) of the clipped c: one pass over p, no log per element, a zero
+    gradient where the clip is active; the output of Keras's softmax activation by the logits
+    it was computed from, as Keras does. 16-bit floats are computed in float32 (the
     loss's dtype in Keras 3, unless ``dtype`` names another)."""
     d = _d()
     if not from_logits and getattr(y_pred, "_keras_logits", None) is not None:
@@ -145,9 +148,10 @@ def _sparse_xent(y_true, y_pred, from_logits, ignore_class, axis, dtype):
     if ignore_class is not None:
         valid = d.not_equal(labels, int(ignore_class))
         labels = d.where(valid, labels, 0)  # in range: the op gives NaN outside it
-    if not from_logits:
-        y_pred = d.log(d.minimum(d.maximum(y_pred, _EPSILON), 1.0 - _EPSILON))
-    losses = d.nn.sparse_softmax_cross_entropy_with_logits(labels, y_pred)
+    if from_logits:
+        losses = d.nn.sparse_softmax_cross_entropy_with_logits(labels, y_pred)
+    else:  # the same op's mode of probabilities: log(sum c) - log c[label], one pass
+        losses = _apply("sparse_xent", [labels, y_pred], 1, _EPSILON)
     if valid is not None:
         losses = d.where(valid, losses, 0.0)
     return losses, valid
