@@ -3,7 +3,6 @@ reduce, all_reduce and merge_call, distributed datasets with uneven batches, Gra
 apply_gradients, the guide's custom training loop and Keras fit under every strategy, all
 against numpy references. Six devices in all (conftest), at 1, 2 and 3 clients."""
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import pytest
 
 import dtensor
 from conftest import CLIENTS
+from examples_run import clean_env
 from dtensor import keras
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -348,8 +348,7 @@ def test_dataset_semantics():
 def test_custom_training_loop_example_at_6_devices():
     """The guide's loop at 1 x 6, -n 2 x 3, -n 3 x 2 and -n 6 x 1 devices (uneven batches, empty
     replicas): the same epochs' losses and accuracies under every strategy and client count."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    env.pop("PMI_SIZE", None)
+    env = clean_env()
     outs = {}
     for n in (1, 2, 3, 6):
         launch = ["mpiexec.mpich", "-n", str(n)] if n > 1 else []
@@ -368,9 +367,7 @@ def test_custom_training_loop_example_at_6_devices():
 
 
 def run_example(name, launch, extra_env=None):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(extra_env or {}))
-    for k in [k for k in env if k.startswith(("PMI_", "HYDRA_"))]:
-        env.pop(k)
+    env = clean_env(**(extra_env or {}))
     r = subprocess.run(launch + [sys.executable, str(ROOT / "examples" / name)], env=env,
                        check=True, capture_output=True, text=True, timeout=300)
     return r.stdout

@@ -92,9 +92,10 @@ def test_torch_round_trip(mesh_1d):
 
 
 def test_initialize_gpu_without_gpus_raises_and_stops():
-    import os
     import subprocess
     import sys
+
+    from examples_run import clean_env
     code = ("import dtensor\n"
             "try:\n"
             "    dtensor.initialize_accelerator_system('GPU')\n"
@@ -103,7 +104,7 @@ def test_initialize_gpu_without_gpus_raises_and_stops():
             "except ValueError as e:\n"
             "    print('raised', e, dtensor.is_initialized())\n"
             "print(dtensor.initialize_accelerator_system(None))\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    env = clean_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                          text=True, timeout=60).stdout.split("\n")
     if out[0].startswith("GPU"):  # a machine with GPUs: they are found

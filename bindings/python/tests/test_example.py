@@ -1,6 +1,5 @@
 """The guide example script runs and prints the guide's values (singleton only: a script
 under test cannot start its own mpiexec from inside one)."""
-import os
 import pathlib
 import subprocess
 import sys
@@ -8,13 +7,14 @@ import sys
 import pytest
 
 from conftest import CLIENTS
+from examples_run import clean_env
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "dtensor_overview.py"
 
 
 @pytest.mark.skipif(CLIENTS > 1, reason="runs the example as its own single client")
 def test_dtensor_overview_example():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    env = clean_env()
     out = subprocess.run([sys.executable, str(EXAMPLE)], env=env, check=True,
                          capture_output=True, text=True, timeout=120).stdout
     assert "matmul, replicated: [[20.0, 14.0], [56.0, 41.0]], 72 multiplies, 0 collective" in out
@@ -37,7 +37,7 @@ def test_readme_python_blocks_run():
     import re
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert blocks
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
+    env = clean_env()
     for block in blocks:
         subprocess.run([sys.executable, "-c", block], env=env, check=True, capture_output=True,
                        text=True, timeout=120)
@@ -56,8 +56,7 @@ def test_readme_c_program_is_the_tested_example():
 def test_gpt_example_same_curve_under_every_sharding():
     """examples/gpt.py compare: one device, data, tensor and 2-D parallelism give one loss curve
     (within 1e-5) as one client of 4 devices and as 2 and 4 clients."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
-    env["OPENBLAS_NUM_THREADS"] = "1"
+    env = clean_env()
     example = str(EXAMPLE.parent / "gpt.py")
     for launch in ([], ["mpiexec.mpich", "-n", "2"], ["mpiexec.mpich", "-n", "4"]):
         out = subprocess.run(launch + [sys.executable, example, "compare", "20"], env=env,

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import CLIENTS
-from examples_run import run
+from examples_run import clean_env, run
 
 pytestmark = pytest.mark.skipif(CLIENTS > 1, reason="the examples start their own clients")
 
@@ -42,8 +42,7 @@ def losses(text, first):
 def run_c(tmp_path, preset, clients, devices, extra=()):
     if not GPT2.exists():
         pytest.fail(f"{GPT2} is not built (build the C examples, or set DTENSOR_BUILD_DIR)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
-    env.update(OPENBLAS_NUM_THREADS="1", DTENSOR_CPU_DEVICES=str(devices))
+    env = clean_env(DTENSOR_CPU_DEVICES=str(devices))
     cmd = [str(GPT2), "--preset", preset, *CFG, *extra]
     if clients > 1:
         cmd = ["mpiexec.mpich", "-n", str(clients)] + cmd

@@ -242,14 +242,14 @@ def test_tf_config_cluster_resolver(monkeypatch):
 
 def test_parameter_server_example():
     """examples/parameter_server.py at chief=1,worker=2,ps=1 (started from the singleton run)."""
-    import os
     import subprocess
     import sys
     from pathlib import Path
+
+    from examples_run import clean_env
     if CLIENTS != 3 or dtensor.client_id() != 0:
         pytest.skip("run once, from client 0 of the 3-client run")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_"))}
-    env.update(DTENSOR_CLUSTER="chief=1,worker=2,ps=1", OPENBLAS_NUM_THREADS="1")
+    env = clean_env(DTENSOR_CLUSTER="chief=1,worker=2,ps=1")
     example = Path(__file__).resolve().parents[3] / "examples" / "parameter_server.py"
     out = subprocess.run(["mpiexec.mpich", "-n", "4", sys.executable, str(example)], env=env,
                          check=True, capture_output=True, text=True, timeout=300).stdout
