@@ -4,9 +4,11 @@
  * library's autodiff of sum(loss w)), f32, f64 and bf16, rows of 50 and 700 classes, on one GPU
  * and on two logical GPUs with the rows or the classes split; and a tied embedding's gradient
  * (a gather's segment sum added into the dense gradient of the same table: the segment_sum
- * kernel's mode with a base). Tolerances (sums in another order than the CPU's 8 chains, exp is
- * CUDA's): |gpu - cpu| <= tol max(1, |cpu|) with tol 1e-5 for f32, 1e-12 for f64 and 1.6e-2
- * for bf16. Skipped, and said so, without a GPU. */
+ * kernel's mode with a base); and Keras's loss of probabilities
+ * (dt_sparse_categorical_crossentropy, the kernel's mode PROBS: probabilities on a grid of 1/128
+ * with zeros and a one that the clip moves, whose gradient is 0 there). Tolerances (sums in another
+ * order than the CPU's 8 chains, exp is CUDA's): |gpu - cpu| <= tol max(1, |cpu|) with tol 1e-5 for
+ * f32, 1e-12 for f64 and 1.6e-2 for bf16. Skipped, and said so, without a GPU. */
 #include "cpu_gpu_meshes.h"
 
 #include <criterion/criterion.h>
@@ -56,18 +58,24 @@ static void read_f64(const dt_tensor *t, double *h, int64_t n)
     dt_tensor_free(t64);
 }
 
-/* On mesh m, logits [R, C] as spec, labels and w as its rows: out[0] the loss [R], out[1] the
- * gradient of sum(loss w) [R, C]. */
-static void xent(const dt_mesh *m, const char *spec, const char *rows, dt_dtype dt, int64_t R,
-                 int64_t C, const double *x, const int32_t *y, const double *w, double *loss,
-                 double *dx)
+/* The loss of labels y and x: logits, or probabilities (Keras's, epsilon 1e-7). */
+static dt_status loss_of(bool probs, const dt_tensor *y, const dt_tensor *x, dt_tensor **out)
+{
+    return probs ? dt_sparse_categorical_crossentropy(y, x, 1e-7, NULL, out)
+                 : dt_sparse_softmax_cross_entropy_with_logits(y, x, NULL, out);
+}
+
+/* On mesh m, logits (or probabilities) [R, C] as spec, labels and w as its rows: out[0] the
+ * loss [R], out[1] the gradient of sum(loss w) [R, C]. */
+static void xent(const dt_mesh *m, const char *spec, const char *rows, dt_dtype dt, bool probs,
+                 int64_t R, int64_t C, const double *x, const int32_t *y, const double *w,
+                 double *loss, double *dx)
 {
     int64_t shape[2] = {R, C};
     dt_tensor *tx = tensor(m, spec, dt, 2, shape, x, R * C),
               *tw = tensor(m, rows, dt, 1, shape, w, R), *ty = ints(m, rows, 1, shape, y, R),
               *tl = NULL;
-    cr_assert_eq(dt_sparse_softmax_cross_entropy_with_logits(ty, tx, NULL, &tl), DT_OK, "%s",
-                 dt_last_error());
+    cr_assert_eq(loss_of(probs, ty, tx, &tl), DT_OK, "%s", dt_last_error());
     read_f64(tl, loss, R);
     dt_layout l, lr;
     cr_assert_eq(dt_layout_parse(m, spec, &l), DT_OK);
@@ -78,7 +86,7 @@ static void xent(const dt_mesh *m, const char *spec, const char *rows, dt_dtype 
     cr_assert_eq(dt_function_input(f, &lr, DT_DTYPE_I32, 1, shape, &in[0]), DT_OK);
     cr_assert_eq(dt_function_input(f, &l, dt, 2, shape, &in[1]), DT_OK);
     cr_assert_eq(dt_function_input(f, &lr, dt, 1, shape, &in[2]), DT_OK);
-    cr_assert_eq(dt_sparse_softmax_cross_entropy_with_logits(in[0], in[1], NULL, &a), DT_OK);
+    cr_assert_eq(loss_of(probs, in[0], in[1], &a), DT_OK);
     cr_assert_eq(dt_binary(DT_BINARY_MUL, a, in[2], NULL, &p), DT_OK);
     cr_assert_eq(dt_reduce(DT_REDUCE_SUM, p, 0, NULL, 0, NULL, &s), DT_OK);
     cr_assert_eq(dt_function_end(f, 1, &s), DT_OK, "%s", dt_last_error());
@@ -93,8 +101,8 @@ static void xent(const dt_mesh *m, const char *spec, const char *rows, dt_dtype 
     dt_function_free(g);
 }
 
-static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype dt, int64_t R,
-                  int64_t C)
+static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype dt, bool probs,
+                  int64_t R, int64_t C)
 {
     int64_t n = R * C;
     double *x = malloc(sizeof(double) * (size_t)(4 * n + 4 * R));
@@ -105,12 +113,18 @@ static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype
     fill(w, R, 3);
     for (int64_t r = 0; r < R; r++)
         y[r] = (int32_t)((r * 31 + 5) % C);
-    xent(cpu, "unsharded,unsharded", "unsharded", dt, R, C, x, y, w, loss, dx);
-    xent(m, spec, rows, dt, R, C, x, y, w, gl, gdx);
+    if (probs) { /* [0, 1) on a grid of 1/128 (0 below the clip), one 1 above it */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (x[i] + 4) / 8;
+        x[1] = 1;
+    }
+    xent(cpu, "unsharded,unsharded", "unsharded", dt, probs, R, C, x, y, w, loss, dx);
+    xent(m, spec, rows, dt, probs, R, C, x, y, w, gl, gdx);
     double tol = dt == DT_DTYPE_F64 ? 1e-12 : dt == DT_DTYPE_F32 ? 1e-5 : 1.6e-2;
     double e1 = ref_worst(gl, loss, R), e2 = ref_worst(gdx, dx, n);
-    cr_expect(e1 <= tol && e2 <= tol, "%s %s [%lld, %lld]: loss off by %g, d logits by %g (%g)",
-              dt_dtype_name(dt), spec, (long long)R, (long long)C, e1, e2, tol);
+    cr_expect(e1 <= tol && e2 <= tol, "%s %s%s [%lld, %lld]: loss off by %g, d x by %g (%g)",
+              dt_dtype_name(dt), spec, probs ? " probabilities" : "", (long long)R, (long long)C,
+              e1, e2, tol);
     free(x);
     free(y);
 }
@@ -118,12 +132,13 @@ static void check(const dt_mesh *m, const char *spec, const char *rows, dt_dtype
 Test(cuda_xent, against_the_cpu, .init = start, .fini = stop, .timeout = 300)
 {
     const dt_dtype dts[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16};
-    for (int d = 0; d < 3; d++) {
-        check(gpu1, "unsharded,unsharded", "unsharded", dts[d], 6, 50);
-        check(gpu1, "unsharded,unsharded", "unsharded", dts[d], 5, 700);
-        check(gpu2, "unsharded,x", "unsharded", dts[d], 6, 50);
-        check(gpu2, "x,unsharded", "x", dts[d], 6, 700);
-    }
+    for (int d = 0; d < 3; d++)
+        for (int probs = 0; probs < 2; probs++) {
+            check(gpu1, "unsharded,unsharded", "unsharded", dts[d], probs, 6, 50);
+            check(gpu1, "unsharded,unsharded", "unsharded", dts[d], probs, 5, 700);
+            check(gpu2, "unsharded,x", "unsharded", dts[d], probs, 6, 50);
+            check(gpu2, "x,unsharded", "x", dts[d], probs, 6, 700);
+        }
 }
 
 /* loss = sum(gather(t, ids) h) + sum(einsum("bd,vd->bv", h, t) w): the gradient of t. */
