@@ -1,7 +1,7 @@
-/* What every benchmark program shares: a fatal status check, a monotonic clock, and waits on
- * MPI requests that either yield (short waits inside a timed region) or sleep (clients
- * waiting while one client times a baseline alone: a yielding loop still takes a core from
- * a 2-thread GEMM on this 2-core machine). */
+/* What every benchmark program shares: a fatal status check, a row-sharded mesh of every CPU
+ * device, a monotonic clock, and waits on MPI requests that either yield (short waits inside a
+ * timed region) or sleep (clients waiting while one client times a baseline alone: a yielding
+ * loop still takes a core from a 2-thread GEMM on this 2-core machine). */
 #ifndef DT_BENCH_H
 #define DT_BENCH_H
 
@@ -23,6 +23,22 @@
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+#ifdef DTENSOR_H
+/* For programs that include dtensor.h before this header: dt_init, then a 1-D mesh "x" of every
+ * CPU device of every client, and in *rows the layout of a matrix with its rows sharded over it
+ * ("x,unsharded"). */
+static inline dt_mesh *bench_rows_mesh(dt_layout *rows)
+{
+    BENCH_CHECK(dt_init(NULL));
+    int n = dt_num_global_devices(DT_DEVICE_CPU);
+    const char *axis = "x";
+    dt_mesh *mesh;
+    BENCH_CHECK(dt_mesh_create(1, &axis, &n, DT_DEVICE_CPU, &mesh));
+    BENCH_CHECK(dt_layout_parse(mesh, "x,unsharded", rows));
+    return mesh;
+}
+#endif
 
 /* qsort's comparison of doubles, for medians. */
 static inline int bench_cmp_double(const void *a, const void *b)

@@ -19,8 +19,9 @@
  * (plans, reads into new tensors, assigns them to the variables). Seconds and GB/s are
  * medians of `reps` rounds after one untimed round; ratios (baseline time / checkpoint time)
  * are the medians of each round's ratio (the per-round ratios go to stderr). */
-#include "bench.h"
 #include <dtensor.h>
+
+#include "bench.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -109,14 +110,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [MiB >= 4] [directory] [reps 1..15]\n", argv[0]);
         return 2;
     }
-    BENCH_CHECK(dt_init(NULL));
-    int me = dt_client_id(), nc = dt_num_clients();
-    int n = dt_num_global_devices(DT_DEVICE_CPU);
-    dt_mesh *mesh;
-    const char *axis = "x";
-    BENCH_CHECK(dt_mesh_create(1, &axis, &n, DT_DEVICE_CPU, &mesh));
     dt_layout l;
-    BENCH_CHECK(dt_layout_parse(mesh, "x,unsharded", &l));
+    dt_mesh *mesh = bench_rows_mesh(&l);
+    int me = dt_client_id(), nc = dt_num_clients();
     /* [rows, 4096] f32 per variable: MiB / 4 each */
     int64_t shape[2] = {(int64_t)mib * 1024 * 1024 / 4 / NVARS / 4096, 4096};
     size_t bytes = (size_t)NVARS * (size_t)shape[0] * 4096 * 4;

@@ -8,8 +8,9 @@
  *
  *   DTENSOR_CPU_DEVICES=1 build/benchmarks/bench_random [elements] [reps]   (10000000 5)
  */
-#include "bench.h"
 #include <dtensor.h>
+
+#include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +30,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [elements >= 1024] [reps 1..99]\n", argv[0]);
         return 2;
     }
-    BENCH_CHECK(dt_init(NULL));
-    int n = dt_num_global_devices(DT_DEVICE_CPU);
-    dt_mesh *mesh;
-    const char *axis = "x";
-    BENCH_CHECK(dt_mesh_create(1, &axis, &n, DT_DEVICE_CPU, &mesh));
     dt_layout l;
-    BENCH_CHECK(dt_layout_parse(mesh, "x,unsharded", &l));
+    dt_mesh *mesh = bench_rows_mesh(&l);
     dt_op_options o = {.layout = &l};
     int64_t shape[2] = {elements / 1024, 1024};
     static const dt_dtype dtypes[] = {DT_DTYPE_F32, DT_DTYPE_F64};

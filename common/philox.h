@@ -111,12 +111,14 @@ DT__HD double dt__log01(double x)
         double d;
         uint64_t u;
     } v = {x};
-    int e = (int)((v.u >> 52) & 0x7ff) - 1023;
+    /* the exponent held as a double (an exact integer), the select below on doubles: a loop of
+     * these then vectorizes on baseline x86-64 (SSE2) too, not only with AVX2 */
+    double e = (double)(int)((v.u >> 52) & 0x7ff) - 1023.0;
     v.u = (v.u & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1, 2) */
     double m = v.d;
     bool big = m > 1.4142135623730951; /* selects, not branches: a loop of these vectorizes */
     m = big ? m * 0.5 : m;
-    e = e + big;
+    e = big ? e + 1.0 : e;
     double s = (m - 1.0) / (m + 1.0), s2 = s * s;
     double p = 1.0 / 21;
     p = p * s2 + 1.0 / 19;
@@ -131,7 +133,7 @@ DT__HD double dt__log01(double x)
     double logm = 2.0 * s + 2.0 * s * (s2 * p);
     /* ln 2 = hi + lo, hi with the low 32 bits zero so that e * hi is exact */
     const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
-    return (double)e * ln2_hi + ((double)e * ln2_lo + logm);
+    return e * ln2_hi + (e * ln2_lo + logm);
 }
 
 /* Taylor series of sin and cos on [0, pi/4] (the first terms left out are below 2^-58). */

@@ -21,8 +21,8 @@
  *        hidden_share,losses... (hidden_share: of the timed steps' communication on client 0,
  *        the share hidden behind its compute, from the ledger: dt_ledger_overlap_get)
  *   gpt2 --compare [options]   every preset the devices allow, and one device with the fused
- *        attention and without it: the same loss curve (within --tol), and the fully sharded
- *        memory bound; exit 1 when one fails
+ *        attention and without it: the same loss curve (within --tol: by default 1e-5 in f32
+ *        and 2^-9 in bf16), and the fully sharded memory bound; exit 1 when one fails
  * Options: --layers --d-model --heads --vocab --seq --batch (global), --lr, --clip, --seed,
  * --dtype f32|bf16, --save-init PATH (the initial parameters as a dtensor checkpoint, which
  * benchmarks/gpt2_torch.py reads), --model-size N (the 2d preset's model axis, default 2),
@@ -57,7 +57,8 @@ typedef struct config {
     int vpad;  /* the embedding's rows: vocab rounded up to a multiple of 64 */
     int steps, warmup;
     bool unfused; /* attention as einsums, a mask and a softmax instead of dt_attention */
-    double lr, clip, tol;
+    double lr, clip;
+    double tol; /* --compare's bound on the curves' relative difference (0: the dtype's) */
     uint64_t seed;
     dt_dtype dtype;
     dt_device_type device; /* --device cpu|gpu: the devices every mesh is made of */
@@ -75,7 +76,6 @@ static config cfg = {.layers = 12,
                      .warmup = 0,
                      .lr = 6e-4,
                      .clip = 1.0,
-                     .tol = 1e-5,
                      .seed = 2024,
                      .dtype = DT_DTYPE_F32,
                      .device = DT_DEVICE_CPU};
@@ -691,7 +691,20 @@ static void print_csv(const run *r)
     printf("\n");
 }
 
-/* Every preset that fits: the loss curves against one device's (within cfg.tol), and the
+/* --compare's default bound on the loss curves' largest relative difference. Curves that sum in
+ * other orders (the presets over shards and devices, the unfused attention) round differently:
+ * in f32 they agree within 1e-5. bf16 keeps 8 significant bits, a rounding is off by up to 2^-8
+ * relative, and they part by more: over the examples suite's small model (8 steps, 4 devices)
+ * the presets by up to 3.5e-4 and the unfused attention by 6.6e-4, about what PyTorch's own bf16
+ * runs of that model from the same weights part by (up to 7.5e-4: eager against DDP, FSDP2 and
+ * tensor parallel, benchmarks/gpt2_torch.py). 2^-9 (1.95e-3) holds them with room and still
+ * fails a learning rate 10% off (3e-3 against 2.7e-3: 3.2e-3 apart). */
+static double compare_tol(void)
+{
+    return cfg.tol > 0 ? cfg.tol : cfg.dtype == DT_DTYPE_BF16 ? 0x1p-9 : 1e-5;
+}
+
+/* Every preset that fits: the loss curves against one device's (within compare_tol()), and the
  * fully sharded memory: per device its state (parameters, gradients, optimizer slots) within
  * 10% of data parallel's divided by the "batch" axis, and what a step adds beyond the state at
  * most data parallel's plus one block's gathered parameters and their gradients. */
@@ -728,11 +741,12 @@ static bool compare(const dt_mesh *all)
                    runs[k].name, runs[k].losses[0], runs[k].losses[steps - 1], w,
                    runs[k].state_bytes, runs[k].peak_bytes);
     }
-    ok = worst <= cfg.tol && runs[0].losses[steps - 1] < runs[0].losses[0];
+    double tol = compare_tol();
+    ok = worst <= tol && runs[0].losses[steps - 1] < runs[0].losses[0];
     if (dt_client_id() == 0)
-        printf("loss curves: largest relative difference %.2e (<= %g: %s), one device's falls "
-               "from %.6f to %.6f\n",
-               worst, cfg.tol, worst <= cfg.tol ? "yes" : "NO", runs[0].losses[0],
+        printf("loss curves: largest relative difference %.2e (<= %.3g in %s: %s), one device's "
+               "falls from %.6f to %.6f\n",
+               worst, tol, dt_dtype_name(cfg.dtype), worst <= tol ? "yes" : "NO", runs[0].losses[0],
                runs[0].losses[steps - 1]);
     run *dp = &runs[2], *fs = &runs[3];
     if (dp->name && fs->name) {
@@ -873,7 +887,7 @@ int main(int argc, char **argv)
     if (optind < argc || k == NPRESETS || cfg.steps < 1 || cfg.warmup < 0 || cfg.layers < 1 ||
         cfg.heads < 1 || cfg.d < 1 || cfg.d % cfg.heads || cfg.vocab < 2 || cfg.seq < 1 ||
         cfg.batch < 1 || !(cfg.lr > 0) || !(cfg.clip > 0) || cfg.model_size < 0 ||
-        (cfg.tokens && cfg.text)) {
+        !(cfg.tol >= 0) || (cfg.tokens && cfg.text)) {
         usage();
         return 2;
     }

@@ -1,8 +1,8 @@
-/* Elementwise fusion on GPU meshes: the fusion tests (tests/unit/test_fusion.c) with their meshes
- * of 1, 4 and 8 logical GPUs. Each chain runs eagerly (the CUDA backend's kernels one by one),
- * traced and fused (its FUSED kernel, backends/cuda/elementwise.cu) and traced unfused, and the
- * three must agree bitwise; the gradient's fused chains likewise. Skipped, and said so, without
- * a GPU. */
+/* Elementwise fusion on GPU meshes: the fusion tests (tests/unit/test_fusion.c and
+ * test_fusion_stored.c) with their meshes of 1, 4 and 8 logical GPUs. Each chain runs eagerly (the
+ * CUDA backend's kernels one by one), traced and fused (its FUSED kernel,
+ * backends/cuda/elementwise.cu) and traced unfused, and the three must agree bitwise; the
+ * gradient's fused chains likewise. Skipped, and said so, without a GPU. */
 #include "../ref.h"
 #include "dt.h"
 
@@ -24,3 +24,4 @@ static void fusion_init(int devices)
 }
 
 #include "../unit/test_fusion.c"
+#include "../unit/test_fusion_stored.c"

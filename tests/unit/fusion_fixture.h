@@ -1,9 +1,10 @@
 /* What the tests of a traced function's program passes share (test_fusion.c,
- * test_fusion_more.c, test_cse.c; test_sparse_xent.c takes the printed program only): one
- * mesh, made by start() after dt_init and freed by stop() with dt_finalize (DTENSOR_FUSION
- * unset again), layouts parsed on it, a function's printed program and a tensor read whole. The
- * devices are CPU devices unless the including file defines FUSION_DEVICE and its own fusion_init
- * first (tests/cuda/test_cuda_fusion.c does, through test_fusion.c). */
+ * test_fusion_stored.c and their chain harness fusion_chain.h, test_fusion_more.c, test_cse.c;
+ * test_sparse_xent.c takes the printed program only): one mesh, made by start() after dt_init
+ * and freed by stop() with dt_finalize (DTENSOR_FUSION unset again), layouts parsed on it, a
+ * function's printed program and a tensor read whole. The devices are CPU devices unless the
+ * including file defines FUSION_DEVICE and its own fusion_init first
+ * (tests/cuda/test_cuda_fusion.c does, through test_fusion.c and test_fusion_stored.c). */
 #ifndef DT_TEST_FUSION_FIXTURE_H
 #define DT_TEST_FUSION_FIXTURE_H
 
