@@ -11,8 +11,8 @@
 #               suite/test names)
 #     suite     in the background while the steps after it run: every other meson suite, then
 #               the Python suite (bindings/python/tests, GPU meshes and DLPack with PyTorch on
-#               the GPU included) in a venv over the system's numpy and PyTorch with the wheels
-#               of .device/wheels
+#               the GPU included) in a venv over the system's numpy, PyTorch, pytest, ml_dtypes
+#               and h5py (and the wheels of .device/wheels, where that folder exists)
 #     sanitize  compute-sanitizer memcheck and racecheck over every GPU test (the diff test's
 #               every mesh included), SAN_JOBS at a time (SAN_ONLY: a regex of the tests)
 #     bench     benchmarks/gpu.sh: the kernels against their targets (all-reduce between two

@@ -6,8 +6,7 @@
 # pkgconf, parallel HDF5 over MPICH, jansson, SLEEF) with the libraries they load, which
 # scripts/gpu_env.sh unpacks under /opt/deb there; into .device/extra/fb the libraries HDF5
 # loads (curl, LDAP, ...), which scripts/gpu_check.sh links in only where that system has no
-# library of the same name; into .device/wheels the Python suite's packages beyond numpy and
-# PyTorch.
+# library of the same name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 get() { (cd "$1" && apt-get download "${@:2}" 2>&1 | grep -vE '^(Get|Fetched|W: )' || true); }
@@ -29,16 +28,13 @@ mkdir -p .device/extra/fb
         libldap-2.5-0 libnettle8 libnghttp2-14 libp11-kit0 libpsl5 librtmp1 libsasl2-2 libssl3 \
         libsz2 libtasn1-6 libunistring2 libzstd1 libcom-err2 libkeyutils1 libsasl2-modules-db \
         libdb5.3
-# The Python suite's own packages (the GPU machine has numpy and PyTorch): wheels for the
-# CPython versions that machine may run, installed there into a venv without network.
-if [ -z "$(ls .device/wheels/*.whl 2>/dev/null)" ]; then
-    mkdir -p .device/wheels
-    pip download -q --dest .device/wheels --no-deps pytest iniconfig packaging pluggy ||
-        echo "pytest wheels not downloaded: the GPU run will skip the Python suite"
-    for v in 3.10 3.11 3.12 3.13; do
-        pip download -q --dest .device/wheels --no-deps --only-binary=:all: \
-            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-            --python-version "$v" ml_dtypes h5py || echo "no ml_dtypes/h5py wheels for Python $v"
-    done
+# No Python wheels: the GPU machine's python3 (3.12) already has numpy, PyTorch, pytest,
+# ml_dtypes and h5py, and the device tool carries at most 64 MiB with the working tree (wheels
+# for four CPython versions made .device/ 82 MB, too large to carry). Those of an earlier run go.
+rm -rf .device/wheels
+size=$(du -sm .device | cut -f1)
+if ((size > 56)); then
+    echo "prepared .device/ is ${size} MiB: with the working tree it exceeds what one call carries (64 MiB)" >&2
+    exit 1
 fi
-echo "prepared .device/ ($(du -sh .device | cut -f1)): run scripts/gpu_check.sh there with .device carried"
+echo "prepared .device/ (${size} MiB): run scripts/gpu_check.sh there with .device carried"

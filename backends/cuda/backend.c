@@ -424,6 +424,7 @@ const dt__backend dt__cuda_backend = {
     .sync = cuda_sync,
     .launch = cuda_launch,
     .kernels = dt__cuda_kernels,
+    .fused_reduce = true,
     .device_collectives = true,
     .dev = &cuda_dev_ops,
     .gemm_math = cuda_gemm_math,

@@ -544,6 +544,240 @@ dt_status fill_value(const dt__kctx *x, void *out, int64_t n, S v, const char *k
     return launched(x, kernel, Ty<S>::dt);
 }
 
+/* ---- folds of rows --------------------------------------------------------------------------- */
+
+/* The engine of the reductions and row-wise kernels (reduce.cu) and of the fused chains that end
+ * in a reduction (elementwise.cu): a fold of each row's elements (Rows: a row is the elements
+ * that reduce into one output) by a small function object, run by one thread a row (the CPU's
+ * order, so integers and f32 sums are bitwise the CPU's) or by 8, 32 or 1024 threads a row with
+ * a tree of fixed shape (deterministic; float sums then accumulate in double, within the tests'
+ * 1e-5 of the CPU's sequential sums). A fold object F has
+ *   acc_t                      the accumulator
+ *   init()                     the empty fold
+ *   load(q, off, j)            element j of row q, at memory offset off
+ *   step(a, b)                 a then b (associative: the tree combines partial folds with it)
+ *   finish(q, a)               write row q's result
+ * The kernels take the fold object as a __grid_constant__ parameter, so that a fold may pass
+ * its fields by address to a function it calls (the fused chains' one copy of the chain's
+ * evaluation, elementwise.cu) without a copy of the object per thread. Internal to each file
+ * that includes this one, as the kernels it instantiates are. */
+namespace
+{
+
+template <typename F> __global__ void rows_seq_k(const __grid_constant__ F f, Rows r)
+{
+    for (int64_t q = first_index(); q < r.nrows; q += grid_step()) {
+        int64_t base = row_base(r, q);
+        typename F::acc_t a = f.init();
+        for (int64_t j = 0; j < r.n; j++)
+            a = f.step(a, f.load(q, base + row_elem(r, j), j));
+        f.finish(q, a);
+    }
+}
+
+/* Thread t's row (of the block's THREADS / G) and lane: side by side (a warp on neighbouring
+ * elements of one row), or with OUT_MAJOR THREADS / G apart (a warp on the same element of 32
+ * neighbouring rows, when rows interleave in memory). Its slot in shared memory is t. */
+template <int THREADS, int G, bool OUT_MAJOR> HD void group_of(int t, int *g, int *lane)
+{
+    constexpr int P = THREADS / G;
+    *g = OUT_MAJOR ? t % P : t / G;
+    *lane = OUT_MAJOR ? t / P : t % G;
+}
+
+template <int THREADS, int G, bool OUT_MAJOR> HD int slot_of(int g, int lane)
+{
+    return OUT_MAJOR ? lane * (THREADS / G) + g : g * G + lane;
+}
+
+/* Lane `lane` of G on elements [j0, j1) of row q: elements j0 + lane, j0 + lane + G, ... into
+ * four independent partial folds (loads in flight), then combined. */
+template <typename F, int G>
+__device__ typename F::acc_t fold_span(const F &f, const Rows &r, int64_t q, int64_t j0, int64_t j1,
+                                       int lane)
+{
+    using A = typename F::acc_t;
+    int64_t base = row_base(r, q);
+    A a0 = f.init(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j = j0 + lane;
+    for (; j + 3 * G < j1; j += 4 * G) {
+        a0 = f.step(a0, f.load(q, base + row_elem(r, j), j));
+        a1 = f.step(a1, f.load(q, base + row_elem(r, j + G), j + G));
+        a2 = f.step(a2, f.load(q, base + row_elem(r, j + 2 * G), j + 2 * G));
+        a3 = f.step(a3, f.load(q, base + row_elem(r, j + 3 * G), j + 3 * G));
+    }
+    for (; j < j1; j += G)
+        a0 = f.step(a0, f.load(q, base + row_elem(r, j), j));
+    return f.step(f.step(a0, a1), f.step(a2, a3));
+}
+
+template <typename F, int G>
+__device__ typename F::acc_t fold_lane(const F &f, const Rows &r, int64_t q, int lane)
+{
+    return fold_span<F, G>(f, r, q, 0, r.n, lane);
+}
+
+/* The block's THREADS values folded by a tree of fixed shape (the same on every run); every
+ * thread gets the result. */
+template <typename F, int THREADS>
+__device__ typename F::acc_t block_fold(const F &f, typename F::acc_t v, typename F::acc_t *part)
+{
+    const int t = (int)threadIdx.x;
+    part[t] = v;
+    __syncthreads();
+    for (int w = THREADS / 2; w > 0; w /= 2) {
+        if (t < w)
+            part[t] = f.step(part[t], part[t + w]);
+        __syncthreads();
+    }
+    v = part[0];
+    __syncthreads();
+    return v;
+}
+
+/* Long rows, few of them (a loss, a norm of a whole tensor): nb blocks a row, block b folding
+ * elements [b chunk, (b + 1) chunk) into partial[q nb + b] (first pass), then one block a row
+ * folding its nb partial results (second pass), both by fixed trees: deterministic, and the
+ * whole GPU busy rather than one multiprocessor a row. */
+template <typename F>
+__global__ void __launch_bounds__(1024)
+    rows_split_k(const __grid_constant__ F f, Rows r, int64_t chunk, int nb,
+                 typename F::acc_t *partial)
+{
+    __shared__ typename F::acc_t part[1024];
+    for (int64_t x = blockIdx.x; x < r.nrows * nb; x += gridDim.x) {
+        int64_t q = x / nb, j0 = x % nb * chunk, j1 = j0 + chunk < r.n ? j0 + chunk : r.n;
+        typename F::acc_t v =
+            block_fold<F, 1024>(f, fold_span<F, 1024>(f, r, q, j0, j1, (int)threadIdx.x), part);
+        if (threadIdx.x == 0)
+            partial[x] = v;
+    }
+}
+
+template <typename F>
+__global__ void __launch_bounds__(1024) rows_merge_k(const __grid_constant__ F f, int64_t nrows,
+                                                     int nb, const typename F::acc_t *partial)
+{
+    __shared__ typename F::acc_t part[1024];
+    for (int64_t q = blockIdx.x; q < nrows; q += gridDim.x) {
+        int t = (int)threadIdx.x;
+        typename F::acc_t v = block_fold<F, 1024>(f, t < nb ? partial[q * nb + t] : f.init(), part);
+        if (t == 0)
+            f.finish(q, v);
+    }
+}
+
+/* Rows shared by G threads each: lanes, then a tree in shared memory whose shape depends only on
+ * G, so that results are the same on every run. */
+template <typename F, int THREADS, int G, bool OUT_MAJOR>
+__global__ void __launch_bounds__(THREADS) rows_group_k(const __grid_constant__ F f, Rows r)
+{
+    using A = typename F::acc_t;
+    constexpr int P = THREADS / G;
+    __shared__ A part[THREADS];
+    const int t = (int)threadIdx.x;
+    int g, lane;
+    group_of<THREADS, G, OUT_MAJOR>(t, &g, &lane);
+    /* the loop bound is the block's, so every thread reaches every __syncthreads */
+    for (int64_t first = (int64_t)blockIdx.x * P; first < r.nrows;
+         first += (int64_t)gridDim.x * P) {
+        int64_t q = first + g;
+        part[t] = q < r.nrows ? fold_lane<F, G>(f, r, q, lane) : f.init();
+        __syncthreads();
+        for (int w = G / 2; w > 0; w /= 2) {
+            if (lane < w)
+                part[t] = f.step(part[t], part[slot_of<THREADS, G, OUT_MAJOR>(g, lane + w)]);
+            __syncthreads();
+        }
+        if (lane == 0 && q < r.nrows)
+            f.finish(q, part[t]);
+        __syncthreads();
+    }
+}
+
+/* How rows are folded: one thread a row when rows are short, or many and interleaved (each
+ * thread then reads a column: coalesced across threads); else 8 threads on each of 32
+ * interleaved rows, a warp on a row of moderate length, a block of 1024 on a long one, or,
+ * for a few rows of 64k elements and more, blocks of 16k elements each and a second pass (the
+ * device's scratch holds the partial results; the number of blocks depends on the shape
+ * only). SEQ is the fold object for one thread a row (the CPU's accumulator), GRP for shared
+ * rows. */
+template <typename SEQ, typename GRP>
+void fold_rows(const dt__kctx *x, const Rows &r, const SEQ &seq, const GRP &grp)
+{
+    cudaStream_t st = stream_of(x);
+    bool adjacent = rows_contiguous(r);
+    using A = typename GRP::acc_t;
+    if (adjacent && r.n >= ((int64_t)1 << 16) && r.nrows <= 64 && x->scratch) {
+        int64_t nb = (r.n + (1 << 14) - 1) >> 14, fit = (int64_t)(x->scratch_bytes / sizeof(A));
+        nb = nb > 1024 ? 1024 : nb;
+        nb = nb * r.nrows > fit ? fit / r.nrows : nb;
+        if (nb >= 2) {
+            int64_t chunk = (r.n + nb - 1) / nb;
+            nb = (r.n + chunk - 1) / chunk; /* no empty block */
+            rows_split_k<GRP><<<blocks_for(r.nrows * nb, 1), 1024, 0, st>>>(grp, r, chunk, (int)nb,
+                                                                            (A *)x->scratch);
+            rows_merge_k<GRP><<<blocks_for(r.nrows, 1), 1024, 0, st>>>(grp, r.nrows, (int)nb,
+                                                                       (const A *)x->scratch);
+            return;
+        }
+    }
+    if (r.n <= 16 || (!adjacent && r.nrows >= 8192))
+        rows_seq_k<SEQ><<<grid_for(r.nrows), kThreads, 0, st>>>(seq, r);
+    else if (!adjacent && r.nrows >= 32)
+        rows_group_k<GRP, 256, 8, true><<<blocks_for(r.nrows, 32), 256, 0, st>>>(grp, r);
+    else if (r.n < 4096)
+        rows_group_k<GRP, 256, 32, false><<<blocks_for(r.nrows, 8), 256, 0, st>>>(grp, r);
+    else
+        rows_group_k<GRP, 1024, 1024, false><<<blocks_for(r.nrows, 1), 1024, 0, st>>>(grp, r);
+}
+
+/* Shared folds of float sums accumulate in double; integers in their own type (wrapping). */
+template <typename C> using Wide = std::conditional_t<std::is_floating_point<C>::value, double, C>;
+
+/* The CPU's step: v > a || v is NaN ? v : a (MAX), v < a || v is NaN ? v : a (MIN: a NaN wins,
+ * as numpy's), a * v (PROD), a + v otherwise; then the scale (a mean) in double, rounded once. */
+template <typename S, typename A> struct ReduceFold {
+    using acc_t = A;
+    const S *x;
+    S *o;
+    int op;
+    double scale;
+    HD A init() const
+    {
+        return op == DT_REDUCE_MAX    ? (A)Ty<S>::lo()
+               : op == DT_REDUCE_MIN  ? (A)Ty<S>::hi()
+               : op == DT_REDUCE_PROD ? (A)1
+                                      : (A)0;
+    }
+    HD A load(int64_t, int64_t off, int64_t) const
+    {
+        return (A)Ty<S>::ld(x[off]);
+    }
+    HD A step(A a, A v) const
+    {
+        if (op == DT_REDUCE_MAX)
+            return v > a || is_nan(v) ? v : a;
+        if (op == DT_REDUCE_MIN)
+            return v < a || is_nan(v) ? v : a;
+        if (op == DT_REDUCE_PROD)
+            return wmul(a, v);
+        return wadd(a, v);
+    }
+    /* a float sum rounds once from its accumulator (double for shared folds) */
+    HD void finish(int64_t q, A a) const
+    {
+        if (scale != 1.0)
+            o[q] = Ty<S>::from_d((double)a * scale);
+        else if constexpr (std::is_floating_point<A>::value)
+            o[q] = Ty<S>::from_d((double)a);
+        else
+            o[q] = Ty<S>::st((Cof<S>)a);
+    }
+};
+
+} // namespace
+
 /* ---- the table's entries, by file ----------------------------------------------------------- */
 
 #define DT__CUDA_ENTRY(NAME) \

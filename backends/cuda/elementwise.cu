@@ -507,31 +507,68 @@ HD void store_bits(void *p, int64_t i, int size, uint64_t r)
     }
 }
 
-/* One thread per output element: its operands read where the plan puts them, the ops in
- * order, the last op's result stored (osz bytes), and each value the chain writes out. */
-__global__ void fused_k(FusedArgs a, void *out, int osz, int64_t n)
+/* The chain at element i of its shape (row-major): its operands read where the plan puts them,
+ * the ops in order, each value the chain writes out stored; returns the last op's result. One
+ * copy that every kernel calls (not inlined: a chain ending in a reduction runs in each of the
+ * fold engine's kernels, for each float dtype, and each unrolls its loads four times), reading a
+ * in the calling kernel's __grid_constant__ parameter. */
+__device__ __noinline__ uint64_t fused_at(const FusedArgs &a, int64_t i)
 {
     const int nin = a.fz.nin, nops = a.fz.nops;
-    for (int64_t i = first_index(); i < n; i += grid_step()) {
-        uint64_t v[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS];
-        int64_t off[DT__FUSED_MAX_IN] = {0}, rest = i;
-        UNROLL
-        for (int d = R - 1; d >= 0; d--)
-            if (d < a.nd) {
-                int64_t e = d > 0 ? rest % a.ext[d] : rest;
-                rest = d > 0 ? rest / a.ext[d] : 0;
-                UNROLL
-                for (int q = 0; q < DT__FUSED_MAX_IN; q++)
-                    off[q] += e * a.st[q][d];
-            }
-        for (int q = 0; q < nin; q++)
-            v[q] = a.isz[q] ? load_bits(a.in[q], off[q], a.isz[q]) : 0;
-        for (int j = 0; j < nops; j++)
-            v[nin + j] = fused_op(a.fz.ops[j], v);
-        for (int e = 0; e < a.fz.nstore; e++)
-            store_bits(a.store[e], i, a.ssz[e], v[a.fz.store[e]]);
-        store_bits(out, i, osz, v[nin + nops - 1]);
+    uint64_t v[DT__FUSED_MAX_IN + DT__FUSED_MAX_OPS];
+    int64_t off[DT__FUSED_MAX_IN] = {0}, rest = i;
+    UNROLL
+    for (int d = R - 1; d >= 0; d--)
+        if (d < a.nd) {
+            int64_t e = d > 0 ? rest % a.ext[d] : rest;
+            rest = d > 0 ? rest / a.ext[d] : 0;
+            UNROLL
+            for (int q = 0; q < DT__FUSED_MAX_IN; q++)
+                off[q] += e * a.st[q][d];
+        }
+    for (int q = 0; q < nin; q++)
+        v[q] = a.isz[q] ? load_bits(a.in[q], off[q], a.isz[q]) : 0;
+    for (int j = 0; j < nops; j++)
+        v[nin + j] = fused_op(a.fz.ops[j], v);
+    for (int e = 0; e < a.fz.nstore; e++)
+        store_bits(a.store[e], i, a.ssz[e], v[a.fz.store[e]]);
+    return v[nin + nops - 1];
+}
+
+/* One thread per output element, the last op's result stored (osz bytes). */
+__global__ void fused_k(const __grid_constant__ FusedArgs a, void *out, int osz, int64_t n)
+{
+    for (int64_t i = first_index(); i < n; i += grid_step())
+        store_bits(out, i, osz, fused_at(a, i));
+}
+
+/* A chain ending in a reduction: the REDUCE kernel's fold (common.cuh, S the last value's
+ * storage type, A the accumulator) whose element at offset off of the chain's shape is the
+ * chain computed there (the values written out stored on the way). The engine loads each
+ * element once, so each stored value is written once; rows, order and accumulation are the
+ * REDUCE kernel's, so the fused reduction is bitwise the unfused one on the same GPU. */
+template <typename S, typename A> struct FusedFold : ReduceFold<S, A> {
+    FusedArgs a;
+    __device__ A load(int64_t, int64_t off, int64_t) const
+    {
+        return (A)Ty<S>::ld(from_bits<S>(fused_at(a, off)));
     }
+};
+
+/* A chain ending in a reduction over k->mask of its shape k->shape, of the last value's dtype S
+ * (f32, f64, bf16, f16): folded as the REDUCE kernel folds (sequential rows in the compute type,
+ * shared rows in double), scaled by k->a (a mean) and rounded once. */
+template <typename S>
+dt_status fused_reduce(const dt__kctx *x, const dt__kargs *k, const FusedArgs &a, void *out)
+{
+    Rows r;
+    plan_rows(k->rank, k->shape, k->mask, &r);
+    if (r.nrows <= 0)
+        return DT_OK;
+    FusedFold<S, Cof<S>> seq{{nullptr, (S *)out, a.fz.rop, k->a}, a};
+    FusedFold<S, Wide<Cof<S>>> grp{{nullptr, (S *)out, a.fz.rop, k->a}, a};
+    fold_rows(x, r, seq, grp);
+    return launched(x, "fused", Ty<S>::dt);
 }
 
 /* The dtype operand q of op o is read in (the CPU's fused kernel's rule). */
@@ -684,19 +721,15 @@ dt_status where(const dt__kctx *x, const dt__kargs *k, const void *const in[], v
     return launched(x, "where", Ty<S>::dt);
 }
 
-/* The chain of k->fused (any table dtype: the ops carry their own). A chain ending in a
- * reduction is refused: the backend does not say fused_reduce, so the fuser leaves reductions
- * their own kernel here. */
+/* The chain of k->fused (any table dtype: the ops carry their own), over k->shape: written out
+ * whole, or (fz->reduce) reduced into out. */
 dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], void *out)
 {
     const dt__fused *fz = k->fused;
-    if (fz->reduce)
-        return dt__fail(DT_ERR_UNSUPPORTED, "CUDA:%d (GPU %d): a fused chain ending in a reduction",
-                        x->index, x->ordinal);
     int nin = fz->nin, rank = k->rank;
     dt_dtype ot = fz->ops[fz->nops - 1].out;
     int64_t n = elems(rank, k->shape);
-    if (n <= 0)
+    if (n <= 0 && !fz->reduce) /* an empty shard's reduction still writes its identity */
         return DT_OK;
     FusedArgs a{};
     a.fz = *fz;
@@ -728,9 +761,24 @@ dt_status fused(const dt__kctx *x, const dt__kargs *k, const void *const in[], v
         for (int q = 0; q < fz->ops[j].nin; q++)
             if (fz->ops[j].arg[q] < nin)
                 a.isz[fz->ops[j].arg[q]] = (int)dt_dtype_size(fused_operand_dtype(&fz->ops[j], q));
-    for (int e = 0; e < fz->nstore; e++) { /* in[nin + e]: a result, packed as the output */
+    for (int e = 0; e < fz->nstore; e++) { /* in[nin + e]: a result, packed as the chain */
         a.store[e] = const_cast<void *>(in[nin + e]);
         a.ssz[e] = (int)dt_dtype_size(fz->ops[fz->store[e] - nin].out);
+    }
+    if (fz->reduce) {
+        switch (ot) {
+        case DT_DTYPE_F32:
+            return fused_reduce<float>(x, k, a, out);
+        case DT_DTYPE_F64:
+            return fused_reduce<double>(x, k, a, out);
+        case DT_DTYPE_BF16:
+            return fused_reduce<bf16s>(x, k, a, out);
+        case DT_DTYPE_F16:
+            return fused_reduce<f16s>(x, k, a, out);
+        default:
+            return dt__fail(DT_ERR_UNSUPPORTED, "CUDA:%d (GPU %d): fused reduction of %s", x->index,
+                            x->ordinal, dt_dtype_name(ot));
+        }
     }
     fused_k<<<grid_for(n), kThreads, 0, stream_of(x)>>>(a, out, (int)dt_dtype_size(ot), n);
     return launched(x, "fused", ot);

@@ -147,7 +147,9 @@ static inline void *check_chain(const chain *c, int fused_kernels, char **fused_
 
 static const dt_dtype floats[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_BF16, DT_DTYPE_F16};
 
-/* CUDA's FUSED entry leaves reductions out: there a chain's reduction stays its own kernel. */
+/* The kernels a chain of n - 1 ops and its reduction make one step of: n where the backend's
+ * FUSED entry takes reductions (`fused_reduce`: the CPU, emulated and real GPUs), else the
+ * reduction stays its own kernel. */
 static inline int reduce_kernels(int n)
 {
     const dt__backend *be = dt__backend_of(FUSION_DEVICE);
