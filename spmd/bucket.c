@@ -54,7 +54,8 @@
  *   - in each member's place, a copy of its g blocks out of the flat result into its result.
  * The bucket closes where a member would take its gathered bytes past the cap or past those
  * of the program's largest all-gather (so the flat result is never larger than the largest
- * gather the program makes without buckets; at the default cap under one GPT-2 small block),
+ * gather the program makes without buckets, or 64 KiB; at the default cap under one GPT-2
+ * small block),
  * at an all-gather it cannot take, or at one whose operand is written after the bucket's
  * first member. Results are bitwise those of the separate all-gathers. */
 #include "engine.h"
@@ -529,6 +530,9 @@ static int64_t gather_members(const dt__step *st)
     return g < 2 ? 0 : g;
 }
 
+/* A bucket of all-gathers may always hold this much (see bucket_gathers). */
+#define DT__GATHER_SMALL ((size_t)64 << 10)
+
 /* The bytes an all-gather's result holds on the busiest device, the same on every client. */
 static size_t gathered_bytes(const dt__step *st, int64_t g)
 {
@@ -722,8 +726,9 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
      * at once as the overlap schedule has them, not before the previous gather's first
      * reader or the previous bucket's first copy out) */
     int nm = 0, nr = 0, open = 0, from = 0, release = 0;
-    /* a bucket holds at most what the largest all-gather of the program holds anyway */
-    size_t bytes = 0, limit = 0;
+    /* a bucket holds at most what the largest all-gather of the program holds anyway, or
+     * DT__GATHER_SMALL (all-gathers that small cost their fixed costs, not their memory) */
+    size_t bytes = 0, limit = DT__GATHER_SMALL;
     for (int i = 0; i < n0; i++) {
         int64_t g = gather_members(&p->steps[i]);
         size_t b = g ? gathered_bytes(&p->steps[i], g) : 0;

@@ -294,7 +294,8 @@ dt_status dt__bucket_cap(size_t *bytes);
  * whose operands are all written before the first of them (a fully sharded model's
  * parameters) become copies into a flat temporary, one all-gather started as early as the
  * first of them could be, and each result copied out in its member's place; such a bucket
- * holds at most `cap` bytes gathered and no more than the largest all-gather of the program.
+ * holds at most `cap` bytes gathered and no more than the largest all-gather of the program
+ * (or 64 KiB).
  * Call on a complete program, before sealing. */
 dt_status dt__program_bucket(dt__program *p, size_t cap);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates

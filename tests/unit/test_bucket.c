@@ -376,14 +376,15 @@ static void uneven_counts(void *ctx, int device, int64_t counts[])
     counts[1] = c[1];
 }
 
-/* All-gathers: a = arange(1 / 10) (N a device), b = arange(100 / 1000) (3 elements on device 0,
- * 1 on device 1), ga = all_gather(a), c = arange(7 / 70) (cn a device), gb = all_gather(b)
+/* All-gathers: a = arange(1 / 10) (na a device), b = arange(100 / 1000) (3 elements on device
+ * 0, 1 on device 1), ga = all_gather(a), c = arange(7 / 70) (cn a device), gb = all_gather(b)
  * (uneven), gc = all_gather(c). ga and gb, whose operands are written before the first of them,
- * become one all-gather of a flat buffer (device d's blocks of a and b), copied in after b's
- * arange and out where each was; gc, whose operand is written after ga, stays alone. With cn = N
- * the largest all-gather (gc, 32 bytes) holds less than ga and gb together (48): nothing merges.
- * The values, by hand: ga = [1 2 3 4 10 11 12 13], gb = [100 101 102 1000], gc = 7.. then 70... */
-static void gathers(int64_t cn, bool merged)
+ * become one all-gather of a flat buffer (device d's blocks of a and b) when the cap and the
+ * largest all-gather (or 64 KiB) allow their bytes, copied in after b's arange and out where
+ * each was; gc, whose operand is written after ga, does not join them (it may join gb where ga
+ * stays alone). The values, by hand: ga = 1..
+ * then 10.., gb = [100 101 102 1000], gc = 7.. then 70... */
+static void gathers(int64_t na, int64_t cn, size_t cap, bool merged)
 {
     for (int on = 0; on < 2; on++) {
         if (on)
@@ -392,14 +393,13 @@ static void gathers(int64_t cn, bool merged)
             setenv("DTENSOR_OVERLAP", "0", 1);
         dt__program *p;
         cr_assert_eq(dt__program_create("t", 0, 3, &p), DT_OK);
-        arange_ctx ca = {1, {N, N}}, cb = {100, {3, 1}}, cc = {7, {cn, cn}};
-        int64_t nb[2] = {3, 1};
-        int a = arange_slot(p, &ca), b = arange_slot(p, &cb), ga = slot(p), gb = slot(p), gc;
-        int64_t gce[2] = {2 * cn, 2 * cn}, gae[2] = {2 * N, 2 * N};
+        arange_ctx ca = {1, {na, na}}, cb = {100, {3, 1}}, cc = {7, {cn, cn}};
+        int64_t nb[2] = {3, 1}, gae[2] = {2 * na, 2 * na}, gce[2] = {2 * cn, 2 * cn};
+        int a = arange_slot(p, &ca), b = arange_slot(p, &cb), gb = slot(p), ga, gc;
         cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gae, &ga), DT_OK);
         cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gce, &gc), DT_OK);
         cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, a,
-                                   ga, N, NULL, NULL, 0, 4.0 * N, "t"),
+                                   ga, na, NULL, NULL, 0, 4.0 * (double)na, "t"),
                      DT_OK, "%s", dt_last_error());
         int c = arange_slot(p, &cc);
         cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, b,
@@ -409,26 +409,34 @@ static void gathers(int64_t cn, bool merged)
                                    gc, cn, NULL, NULL, 0, 4.0 * (double)cn, "t"),
                      DT_OK, "%s", dt_last_error());
         int outs[3] = {ga, gb, gc};
-        int64_t len[3] = {2 * N, 4, 2 * cn};
+        int64_t len[3] = {2 * na, 4, 2 * cn};
         for (int o = 0; o < 3; o++) {
             p->slots[outs[o]].output = o;
             p->out[o] =
                 (dt__dist){.slot = outs[o], .dtype = DT_DTYPE_F32, .rank = 1, .shape = {len[o]}};
             cr_assert_eq(dt_layout_parse(mesh, "unsharded", &p->out[o].layout), DT_OK);
         }
-        cr_assert_eq(dt__program_bucket(p, 1 << 20), DT_OK, "%s", dt_last_error());
-        cr_expect_eq(collectives(p), merged ? 2 : 3);
+        cr_assert_eq(dt__program_bucket(p, cap), DT_OK, "%s", dt_last_error());
+        bool alone = false; /* ga gathered straight from a */
+        for (int i = 0; i < p->nsteps; i++)
+            alone = alone || (p->steps[i].kind == DT__STEP_COLL && p->steps[i].in[0] == a);
+        cr_expect_eq(alone, !merged, "na %lld, cn %lld, cap %zu", (long long)na, (long long)cn,
+                     cap);
         if (merged) {
             /* arange a, arange b, pack a, pack b, all-gather, unpack ga, arange c, unpack gb,
              * all-gather c */
             cr_assert_eq(p->nsteps, 9);
+            cr_expect_eq(collectives(p), 2);
             const dt__step *st = p->steps;
             int send = st[2].out, recv = st[4].out;
             cr_expect(st[2].kernel == DT__K_COPY_BLOCKS && st[2].in[0] == a);
             cr_expect(st[3].kernel == DT__K_COPY_BLOCKS && st[3].in[0] == b && st[3].out == send);
             cr_expect(st[4].kind == DT__STEP_COLL && st[4].in[0] == send && st[4].counts);
-            cr_expect_str_eq(st[4].text, "all_gather over {x} f32 bucket of 2 all-gathers, 7 "
-                                         "elements: 28 bytes sent per device");
+            cr_expect(strstr(st[4].text, "all_gather over {x} f32 bucket of 2 all-gathers"), "%s",
+                      st[4].text);
+            if (na == N)
+                cr_expect_str_eq(st[4].text, "all_gather over {x} f32 bucket of 2 all-gathers, 7 "
+                                             "elements: 28 bytes sent per device");
             cr_expect(st[5].in[0] == recv && st[5].out == ga);
             cr_expect(st[6].kernel == DT__K_ARANGE && st[6].out == c);
             cr_expect(st[7].in[0] == recv && st[7].out == gb);
@@ -438,20 +446,29 @@ static void gathers(int64_t cn, bool merged)
         dt_tensor *out[3] = {NULL, NULL, NULL};
         dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
         cr_assert_eq(dt__program_run(p, NULL, out, &chk), DT_OK, "%s", dt_last_error());
-        float want[3][4 * N] = {{1, 2, 3, 4, 10, 11, 12, 13}, {100, 101, 102, 1000}};
-        for (int i = 0; i < cn; i++) {
-            want[2][i] = (float)(7 + i);
-            want[2][cn + i] = (float)(70 + i);
-        }
+        int64_t most = 2 * (na > cn ? na : cn);
+        float *got = calloc((size_t)most, sizeof *got), *want = calloc((size_t)most, sizeof *want);
+        cr_assert(got && want);
+        const double starts[3] = {1, 100, 7};
         for (int o = 0; o < 3; o++) {
-            float got[4 * N];
+            for (int64_t i = 0; i < len[o] / 2; i++) {
+                want[i] = (float)(starts[o] + (double)i);
+                want[len[o] / 2 + i] = (float)(10 * starts[o] + (double)i);
+            }
+            if (o == 1) /* b: 3 elements on device 0, 1 on device 1 */
+                memcpy(want, (const float[]){100, 101, 102, 1000}, sizeof(float) * 4);
             cr_assert_eq(dt_tensor_read(out[o], got, sizeof(float) * (size_t)len[o]), DT_OK, "%s",
                          dt_last_error());
-            for (int i = 0; i < len[o]; i++)
-                cr_expect_eq(got[i], want[o][i], "overlap %d: output %d[%d] = %g, not %g", on, o, i,
-                             got[i], want[o][i]);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < len[o] && bad < 0; i++)
+                if (got[i] != want[i])
+                    bad = i;
+            cr_expect_eq(bad, -1, "overlap %d: output %d[%lld] = %g, not %g", on, o, (long long)bad,
+                         bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
             dt_tensor_free(out[o]);
         }
+        free(got);
+        free(want);
         dt__program_release(p);
     }
     unsetenv("DTENSOR_OVERLAP");
@@ -459,10 +476,18 @@ static void gathers(int64_t cn, bool merged)
 
 Test(bucket, all_gathers_of_ready_operands_merge_member_major)
 {
-    gathers(2 * N, true);
+    gathers(N, 2 * N, 1 << 20, true);
 }
 
+Test(bucket, the_cap_closes_an_all_gather_bucket)
+{
+    gathers(N, N, 32, false); /* ga and gb: 48 bytes */
+}
+
+/* Beyond 64 KiB, a bucket holds at most what the largest all-gather does: ga (128 KiB) and gb
+ * (24 bytes: its busiest device's 3 elements, twice) merge only where gc is as large. */
 Test(bucket, an_all_gather_bucket_holds_at_most_the_largest_all_gather)
 {
-    gathers(N, false);
+    gathers(16384, N, 1 << 20, false);
+    gathers(16384, 16387, 1 << 20, true);
 }
