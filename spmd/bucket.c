@@ -44,20 +44,22 @@
  * gathered where it is used (forward, and again in backward), one small collective after
  * another, though every operand is ready from the program's start. A run of all-gathers of
  * one mesh, groups and dtype, each straight from a slot into a whole slot (even or uneven),
- * whose operands are written before its first member, becomes:
+ * of the program's inputs (not activations: a tensor-parallel program gathers those where it
+ * needs them, and gathered early they would be held longer), becomes:
  *   - copies of each member's operand (the device's block) into a flat operand, member after
  *     member, and ONE all-gather of it into a flat result of g regions (region q: member q's
  *     flat operand), placed as early as the first member could start: after its operands'
- *     writers and after the previous all-gather's first reader (the previous bucket's first
- *     copy out), so that gathers stay at most two at a time as the overlap schedule has
- *     them: the current layer's and the next one's, prefetched;
+ *     writers (none, for inputs) and after the previous all-gather's first reader (the
+ *     previous bucket's first copy out), so that gathers stay at most two at a time as the
+ *     overlap schedule has them: the current layer's and the next one's, prefetched;
  *   - in each member's place, a copy of its g blocks out of the flat result into its result.
  * The bucket closes where a member would take its gathered bytes past the cap or past those
  * of the program's largest all-gather (so the flat result is never larger than the largest
  * gather the program makes without buckets, or 64 KiB; at the default cap under one GPT-2
- * small block),
- * at an all-gather it cannot take, or at one whose operand is written after the bucket's
- * first member. Results are bitwise those of the separate all-gathers. */
+ * small block), or at an all-gather of an input it cannot take (one whose operand is written
+ * after the bucket's first member among them); an all-gather of an activation leaves it open
+ * (the next bucket then starts after that one's first reader too). Results are bitwise those
+ * of the separate all-gathers. */
 #include "engine.h"
 
 #include <math.h>
@@ -726,6 +728,7 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
      * at once as the overlap schedule has them, not before the previous gather's first
      * reader or the previous bucket's first copy out) */
     int nm = 0, nr = 0, open = 0, from = 0, release = 0;
+    int passed = 0; /* the first readers of other all-gathers since the run opened, the last */
     /* a bucket holds at most what the largest all-gather of the program holds anyway, or
      * DT__GATHER_SMALL (all-gathers that small cost their fixed costs, not their memory) */
     size_t bytes = 0, limit = DT__GATHER_SMALL;
@@ -738,8 +741,16 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
     for (int i = 0; i <= n0; i++) {
         const dt__step *st = i < n0 ? &p->steps[i] : NULL;
         bool gathers = st && st->kind == DT__STEP_COLL && st->coll == DT__COLL_ALL_GATHER;
-        int64_t g = gathers ? gather_members(st) : 0;
-        if (open && (!st || gathers)) {
+        /* members gather the program's inputs (a fully sharded model's parameters), not
+         * activations: those a tensor-parallel program gathers where it needs them, and
+         * gathered earlier they would be held longer */
+        int64_t g = gathers && p->slots[st->in[0]].input >= 0 ? gather_members(st) : 0;
+        if (open && gathers && !g) {
+            /* another all-gather (an activation's) leaves the run open; the next run starts
+             * after its first reader too */
+            int r = first_use(p, n0, i, st->out);
+            passed = passed > r ? passed : r;
+        } else if (open && (!st || g)) {
             const dt__step *f = &p->steps[mem[nm - open]];
             bool joins = g && f->mesh == st->mesh && group_axes(f) == group_axes(st) &&
                          f->dtype == st->dtype && gather_members(f) == g &&
@@ -761,6 +772,7 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
                 nm--;
                 release = first_use(p, n0, mem[nm], p->steps[mem[nm]].out);
             }
+            release = release > passed ? release : passed;
             open = 0;
         }
         if (!st)
@@ -768,10 +780,11 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
         if (g) {
             mem[nm++] = i;
             open = 1;
+            passed = 0;
             bytes = gathered_bytes(st, g);
             from = release > last_write[st->in[0]] + 1 ? release : last_write[st->in[0]] + 1;
             from = from < i ? from : i;
-        } else if (gathers) {
+        } else if (gathers && !open) {
             release = first_use(p, n0, i, st->out);
         }
         mark_writes(st, i, last_write);

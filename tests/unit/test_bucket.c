@@ -357,14 +357,15 @@ static void arange_dev(void *ctx, int device, dt__kargs *k)
     k->b = 1;
 }
 
-static int arange_slot(dt__program *p, const arange_ctx *c)
+/* Input k of p: a slot of elems[device] elements holding a tensor of n elements sharded "x". */
+static int input(dt__program *p, int k, const int64_t elems[2], int64_t n)
 {
     int s;
-    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, c->elems, &s), DT_OK, "%s",
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, elems, &s), DT_OK, "%s",
                  dt_last_error());
-    cr_assert_eq(dt__emit_kernel(p, "k", DT__K_ARANGE, DT_DTYPE_F32, 0, NULL, s, mesh, arange_dev,
-                                 (void *)c),
-                 DT_OK, "%s", dt_last_error());
+    p->slots[s].input = k;
+    p->in[k] = (dt__dist){.slot = s, .dtype = DT_DTYPE_F32, .rank = 1, .shape = {n}};
+    cr_assert_eq(dt_layout_parse(mesh, "x", &p->in[k].layout), DT_OK);
     return s;
 }
 
@@ -376,40 +377,50 @@ static void uneven_counts(void *ctx, int device, int64_t counts[])
     counts[1] = c[1];
 }
 
-/* All-gathers: a = arange(1 / 10) (na a device), b = arange(100 / 1000) (3 elements on device
- * 0, 1 on device 1), ga = all_gather(a), c = arange(7 / 70) (cn a device), gb = all_gather(b)
- * (uneven), gc = all_gather(c). ga and gb, whose operands are written before the first of them,
- * become one all-gather of a flat buffer (device d's blocks of a and b) when the cap and the
- * largest all-gather (or 64 KiB) allow their bytes, copied in after b's arange and out where
- * each was; gc, whose operand is written after ga, does not join them (it may join gb where ga
- * stays alone). The values, by hand: ga = 1..
- * then 10.., gb = [100 101 102 1000], gc = 7.. then 70... */
+/* All-gathers: inputs a (2 na elements) and b (3: 2 on device 0, 1 on device 1), both sharded
+ * "x"; ga = all_gather(a), c = arange(7 / 70) (cn a device), gb = all_gather(b) (uneven),
+ * gc = all_gather(c). ga and gb, of the program's inputs, become one all-gather of a flat
+ * buffer (device d's blocks of a and b) when the cap and the largest all-gather (gc, or 64 KiB)
+ * allow their bytes, copied in at the start and out where each was; gc, of an activation,
+ * stays alone. The values: ga and gb the inputs' (from the host), gc 7.. then 70... */
 static void gathers(int64_t na, int64_t cn, size_t cap, bool merged)
 {
+    int64_t most = 2 * (na > cn ? na : cn);
+    float *host_a = calloc((size_t)most, sizeof *host_a), *got = calloc((size_t)most, sizeof *got),
+          *want = calloc((size_t)most, sizeof *want);
+    cr_assert(host_a && got && want);
+    for (int64_t i = 0; i < 2 * na; i++)
+        host_a[i] = (float)(i + 1);
+    const float host_b[3] = {100, 101, 102};
     for (int on = 0; on < 2; on++) {
         if (on)
             unsetenv("DTENSOR_OVERLAP");
         else
             setenv("DTENSOR_OVERLAP", "0", 1);
         dt__program *p;
-        cr_assert_eq(dt__program_create("t", 0, 3, &p), DT_OK);
-        arange_ctx ca = {1, {na, na}}, cb = {100, {3, 1}}, cc = {7, {cn, cn}};
-        int64_t nb[2] = {3, 1}, gae[2] = {2 * na, 2 * na}, gce[2] = {2 * cn, 2 * cn};
-        int a = arange_slot(p, &ca), b = arange_slot(p, &cb), gb = slot(p), ga, gc;
+        cr_assert_eq(dt__program_create("t", 2, 3, &p), DT_OK);
+        int64_t nb[2] = {2, 1}, gae[2] = {2 * na, 2 * na}, gce[2] = {2 * cn, 2 * cn};
+        int a = input(p, 0, (int64_t[]){na, na}, 2 * na), b = input(p, 1, nb, 3), gb = slot(p), ga,
+            gc;
         cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gae, &ga), DT_OK);
         cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gce, &gc), DT_OK);
         cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, a,
                                    ga, na, NULL, NULL, 0, 4.0 * (double)na, "t"),
                      DT_OK, "%s", dt_last_error());
-        int c = arange_slot(p, &cc);
+        arange_ctx cc = {7, {cn, cn}};
+        int c;
+        cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, cc.elems, &c), DT_OK);
+        cr_assert_eq(
+            dt__emit_kernel(p, "k", DT__K_ARANGE, DT_DTYPE_F32, 0, NULL, c, mesh, arange_dev, &cc),
+            DT_OK, "%s", dt_last_error());
         cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, b,
-                                   gb, 0, uneven_counts, nb, 2, 12.0, "t"),
+                                   gb, 0, uneven_counts, nb, 2, 8.0, "t"),
                      DT_OK, "%s", dt_last_error());
         cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, c,
                                    gc, cn, NULL, NULL, 0, 4.0 * (double)cn, "t"),
                      DT_OK, "%s", dt_last_error());
         int outs[3] = {ga, gb, gc};
-        int64_t len[3] = {2 * na, 4, 2 * cn};
+        int64_t len[3] = {2 * na, 3, 2 * cn};
         for (int o = 0; o < 3; o++) {
             p->slots[outs[o]].output = o;
             p->out[o] =
@@ -417,46 +428,49 @@ static void gathers(int64_t na, int64_t cn, size_t cap, bool merged)
             cr_assert_eq(dt_layout_parse(mesh, "unsharded", &p->out[o].layout), DT_OK);
         }
         cr_assert_eq(dt__program_bucket(p, cap), DT_OK, "%s", dt_last_error());
-        bool alone = false; /* ga gathered straight from a */
-        for (int i = 0; i < p->nsteps; i++)
-            alone = alone || (p->steps[i].kind == DT__STEP_COLL && p->steps[i].in[0] == a);
-        cr_expect_eq(alone, !merged, "na %lld, cn %lld, cap %zu", (long long)na, (long long)cn,
-                     cap);
+        cr_expect_eq(collectives(p), merged ? 2 : 3, "na %lld, cn %lld, cap %zu", (long long)na,
+                     (long long)cn, cap);
         if (merged) {
-            /* arange a, arange b, pack a, pack b, all-gather, unpack ga, arange c, unpack gb,
-             * all-gather c */
-            cr_assert_eq(p->nsteps, 9);
-            cr_expect_eq(collectives(p), 2);
+            /* pack a, pack b, all-gather, unpack ga, arange c, unpack gb, all-gather c */
+            cr_assert_eq(p->nsteps, 7);
             const dt__step *st = p->steps;
-            int send = st[2].out, recv = st[4].out;
-            cr_expect(st[2].kernel == DT__K_COPY_BLOCKS && st[2].in[0] == a);
-            cr_expect(st[3].kernel == DT__K_COPY_BLOCKS && st[3].in[0] == b && st[3].out == send);
-            cr_expect(st[4].kind == DT__STEP_COLL && st[4].in[0] == send && st[4].counts);
-            cr_expect(strstr(st[4].text, "all_gather over {x} f32 bucket of 2 all-gathers"), "%s",
-                      st[4].text);
+            int send = st[0].out, recv = st[2].out;
+            cr_expect(st[0].kernel == DT__K_COPY_BLOCKS && st[0].in[0] == a);
+            cr_expect(st[1].kernel == DT__K_COPY_BLOCKS && st[1].in[0] == b && st[1].out == send);
+            cr_expect(st[2].kind == DT__STEP_COLL && st[2].in[0] == send && st[2].counts);
+            cr_expect(strstr(st[2].text, "all_gather over {x} f32 bucket of 2 all-gathers"), "%s",
+                      st[2].text);
             if (na == N)
-                cr_expect_str_eq(st[4].text, "all_gather over {x} f32 bucket of 2 all-gathers, 7 "
-                                             "elements: 28 bytes sent per device");
-            cr_expect(st[5].in[0] == recv && st[5].out == ga);
-            cr_expect(st[6].kernel == DT__K_ARANGE && st[6].out == c);
-            cr_expect(st[7].in[0] == recv && st[7].out == gb);
-            cr_expect(st[8].kind == DT__STEP_COLL && st[8].in[0] == c);
+                cr_expect_str_eq(st[2].text, "all_gather over {x} f32 bucket of 2 all-gathers, 6 "
+                                             "elements: 24 bytes sent per device");
+            cr_expect(st[3].in[0] == recv && st[3].out == ga);
+            cr_expect(st[4].kernel == DT__K_ARANGE && st[4].out == c);
+            cr_expect(st[5].in[0] == recv && st[5].out == gb);
+            cr_expect(st[6].kind == DT__STEP_COLL && st[6].in[0] == c);
         }
         dt__program_seal(p);
-        dt_tensor *out[3] = {NULL, NULL, NULL};
+        dt_layout lx;
+        cr_assert_eq(dt_layout_parse(mesh, "x", &lx), DT_OK);
+        dt_tensor *in[2] = {NULL, NULL}, *out[3] = {NULL, NULL, NULL};
+        cr_assert_eq(dt_tensor_from_host(&lx, DT_DTYPE_F32, 1, (int64_t[]){2 * na}, host_a,
+                                         sizeof(float) * 2 * (size_t)na, &in[0]),
+                     DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt_tensor_from_host(&lx, DT_DTYPE_F32, 1, (int64_t[]){3}, host_b,
+                                         sizeof host_b, &in[1]),
+                     DT_OK, "%s", dt_last_error());
         dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
-        cr_assert_eq(dt__program_run(p, NULL, out, &chk), DT_OK, "%s", dt_last_error());
-        int64_t most = 2 * (na > cn ? na : cn);
-        float *got = calloc((size_t)most, sizeof *got), *want = calloc((size_t)most, sizeof *want);
-        cr_assert(got && want);
-        const double starts[3] = {1, 100, 7};
+        cr_assert_eq(dt__program_run(p, (const dt_tensor *const *)in, out, &chk), DT_OK, "%s",
+                     dt_last_error());
         for (int o = 0; o < 3; o++) {
-            for (int64_t i = 0; i < len[o] / 2; i++) {
-                want[i] = (float)(starts[o] + (double)i);
-                want[len[o] / 2 + i] = (float)(10 * starts[o] + (double)i);
-            }
-            if (o == 1) /* b: 3 elements on device 0, 1 on device 1 */
-                memcpy(want, (const float[]){100, 101, 102, 1000}, sizeof(float) * 4);
+            if (o == 0)
+                memcpy(want, host_a, sizeof(float) * 2 * (size_t)na);
+            else if (o == 1)
+                memcpy(want, host_b, sizeof host_b);
+            else
+                for (int64_t i = 0; i < cn; i++) {
+                    want[i] = (float)(7 + i);
+                    want[cn + i] = (float)(70 + i);
+                }
             cr_assert_eq(dt_tensor_read(out[o], got, sizeof(float) * (size_t)len[o]), DT_OK, "%s",
                          dt_last_error());
             int64_t bad = -1;
@@ -467,16 +481,19 @@ static void gathers(int64_t na, int64_t cn, size_t cap, bool merged)
                          bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
             dt_tensor_free(out[o]);
         }
-        free(got);
-        free(want);
+        dt_tensor_free(in[0]);
+        dt_tensor_free(in[1]);
         dt__program_release(p);
     }
+    free(host_a);
+    free(got);
+    free(want);
     unsetenv("DTENSOR_OVERLAP");
 }
 
-Test(bucket, all_gathers_of_ready_operands_merge_member_major)
+Test(bucket, all_gathers_of_inputs_merge_member_major)
 {
-    gathers(N, 2 * N, 1 << 20, true);
+    gathers(N, N, 1 << 20, true);
 }
 
 Test(bucket, the_cap_closes_an_all_gather_bucket)
@@ -485,9 +502,9 @@ Test(bucket, the_cap_closes_an_all_gather_bucket)
 }
 
 /* Beyond 64 KiB, a bucket holds at most what the largest all-gather does: ga (128 KiB) and gb
- * (24 bytes: its busiest device's 3 elements, twice) merge only where gc is as large. */
+ * (16 bytes: its busiest device's 2 elements, twice) merge only where gc is as large. */
 Test(bucket, an_all_gather_bucket_holds_at_most_the_largest_all_gather)
 {
     gathers(16384, N, 1 << 20, false);
-    gathers(16384, 16387, 1 << 20, true);
+    gathers(16384, 16386, 1 << 20, true);
 }
