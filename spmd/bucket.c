@@ -57,7 +57,8 @@
  * of the program's largest all-gather (so the flat result is never larger than the largest
  * gather the program makes without buckets, or 64 KiB; at the default cap under one GPT-2
  * small block), or at an all-gather of an input it cannot take (one whose operand is written
- * after the bucket's first member among them); an all-gather of an activation leaves it open
+ * after the bucket's first member among them, or an input a member gathers already: a
+ * recomputed gather's second time); an all-gather of an activation leaves it open
  * (the next bucket then starts after that one's first reader too). Results are bitwise those
  * of the separate all-gathers. */
 #include "engine.h"
@@ -756,6 +757,10 @@ static dt_status bucket_gathers(dt__program *p, size_t cap)
                          f->dtype == st->dtype && gather_members(f) == g &&
                          last_write[st->in[0]] < mem[nm - open] &&
                          bytes + gathered_bytes(st, g) <= limit;
+            /* an input gathered again (a result marked recompute, gathered anew in backward)
+             * starts a bucket of its own: one bucket would gather it twice, early */
+            for (int k = nm - open; joins && k < nm; k++)
+                joins = p->steps[mem[k]].in[0] != st->in[0];
             if (joins) {
                 mem[nm++] = i;
                 open++;
