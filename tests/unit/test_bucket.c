@@ -2,7 +2,8 @@
  * where the copies in and out and the merged all-reduce go, against the steps worked out by
  * hand; the cap; the sums the run gives, against the fills' values added by hand (all-reduces
  * and reduce-scatters, even and in uneven blocks of one slot, with the other kind between);
- * and the cap read from DTENSOR_BUCKET_MB. */
+ * all-gathers of the program's inputs, even and uneven, merged member-major within the cap and
+ * the largest all-gather, against the inputs' values; and the cap read from DTENSOR_BUCKET_MB. */
 #include "program_fixture.h"
 
 #include <stdlib.h>
