@@ -38,7 +38,29 @@
  * terms as before, so the result differs at most in the order the collective adds them (none
  * at two devices). The pass is a pure function of the program and the cap (a member's bytes
  * against the cap are the same on every client, uneven ones' included), so every client
- * buckets alike and starts the same collectives in the same order. */
+ * buckets alike and starts the same collectives in the same order.
+ *
+ * All-gathers get buckets too, for the fully sharded preset's parameters: each weight is
+ * gathered where it is used (forward, and again in backward), one small collective after
+ * another, though every operand is ready from the program's start. A run of all-gathers of
+ * one mesh, groups and dtype, each straight from a slot into a whole slot (even or uneven),
+ * of the program's inputs (not activations: a tensor-parallel program gathers those where it
+ * needs them, and gathered early they would be held longer), becomes:
+ *   - copies of each member's operand (the device's block) into a flat operand, member after
+ *     member, and ONE all-gather of it into a flat result of g regions (region q: member q's
+ *     flat operand), placed as early as the first member could start: after its operands'
+ *     writers (none, for inputs) and after the previous all-gather's first reader (the
+ *     previous bucket's first copy out), so that gathers stay at most two at a time as the
+ *     overlap schedule has them: the current layer's and the next one's, prefetched;
+ *   - in each member's place, a copy of its g blocks out of the flat result into its result.
+ * The bucket closes where a member would take its gathered bytes past the cap or past those
+ * of the program's largest all-gather (so the flat result is never larger than the largest
+ * gather the program makes without buckets, or 64 KiB; at the default cap under one GPT-2
+ * small block), or at an all-gather of an input it cannot take (one whose operand is written
+ * after the bucket's first member among them, or an input a member gathers already: a
+ * recomputed gather's second time); an all-gather of an activation leaves it open
+ * (the next bucket then starts after that one's first reader too). Results are bitwise those
+ * of the separate all-gathers. */
 #include "engine.h"
 
 #include <math.h>
@@ -343,7 +365,74 @@ static void free_member(dt__step *st)
     free(st->at);
 }
 
-dt_status dt__program_bucket(dt__program *p, size_t cap)
+static dt_status placing_new(placing *pl, int n)
+{
+    *pl = (placing){.anchor = calloc((size_t)n + 1, sizeof *pl->anchor),
+                    .next = calloc((size_t)n + 1, sizeof *pl->next),
+                    .replace = calloc((size_t)n + 1, sizeof *pl->replace)};
+    return pl->anchor && pl->next && pl->replace ? DT_OK
+                                                 : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+}
+
+static void placing_free(placing *pl)
+{
+    free(pl->anchor);
+    free(pl->next);
+    free(pl->replace);
+}
+
+/* Move the steps made at the end of p (the first n0 are the original ones) to their places:
+ * the original steps mem[0..nm) give way to the steps that replace them. */
+static dt_status rebuild(dt__program *p, int n0, const int mem[], int nm, placing *pl)
+{
+    int *head = calloc((size_t)n0 + 1, sizeof *head), *tail = calloc((size_t)n0 + 1, sizeof *tail);
+    bool *member = calloc((size_t)n0 + 1, sizeof *member);
+    dt__step *steps = calloc((size_t)(n0 - nm + pl->n) + 1, sizeof *steps);
+    dt_status s =
+        head && tail && member && steps ? DT_OK : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    if (s == DT_OK) {
+        for (int k = 0; k < nm; k++)
+            member[mem[k]] = true;
+        for (int i = 0; i <= n0; i++)
+            head[i] = tail[i] = -1;
+        for (int x = 0; x < pl->n; x++) {
+            int a = pl->anchor[x];
+            pl->next[x] = -1;
+            if (tail[a] >= 0)
+                pl->next[tail[a]] = x;
+            else
+                head[a] = x;
+            tail[a] = x;
+        }
+        /* a member's place holds its replacements; the steps before an anchor precede them */
+        int k = 0;
+        for (int i = 0; i <= n0; i++) {
+            for (int x = head[i]; x >= 0; x = pl->next[x])
+                if (!pl->replace[x])
+                    steps[k++] = p->steps[n0 + x];
+            if (i == n0)
+                break;
+            if (!member[i])
+                steps[k++] = p->steps[i];
+            else
+                free_member(&p->steps[i]);
+            for (int x = head[i]; member[i] && x >= 0; x = pl->next[x])
+                if (pl->replace[x])
+                    steps[k++] = p->steps[n0 + x];
+        }
+        free(p->steps);
+        p->steps = steps;
+        p->nsteps = p->cap_steps = k;
+        steps = NULL;
+    }
+    free(steps);
+    free(head);
+    free(tail);
+    free(member);
+    return s;
+}
+
+static dt_status bucket_reductions(dt__program *p, size_t cap)
 {
     int n0 = p->nsteps;
     if (!cap || n0 < 2)
@@ -410,16 +499,8 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
         return DT_OK;
     }
     /* each bucket's steps at the end of p, then every step moved to its place */
-    int nnew = 2 * nm + nb;
-    placing pl = {.anchor = calloc((size_t)nnew, sizeof *pl.anchor),
-                  .next = calloc((size_t)nnew, sizeof *pl.next),
-                  .replace = calloc((size_t)nnew, sizeof *pl.replace)};
-    int *head = calloc((size_t)n0 + 1, sizeof *head), *tail = calloc((size_t)n0 + 1, sizeof *tail);
-    bool *member = calloc((size_t)n0, sizeof *member);
-    dt__step *steps = calloc((size_t)(n0 - nm + nnew), sizeof *steps);
-    dt_status s = pl.anchor && pl.next && pl.replace && head && tail && member && steps
-                      ? DT_OK
-                      : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    placing pl;
+    dt_status s = placing_new(&pl, 2 * nm + nb);
     for (int b = 0; s == DT_OK && b < nb; b++) {
         const int *bm = mem + bk[b][0];
         int n = bk[b][1], until = bm[n - 1] + 1; /* the next collective */
@@ -427,49 +508,313 @@ dt_status dt__program_bucket(dt__program *p, size_t cap)
             until++;
         s = emit_bucket(p, &pl, bm, n, until, bucket_members(&p->steps[bm[0]]));
     }
-    if (s == DT_OK) {
-        for (int k = 0; k < nm; k++)
-            member[mem[k]] = true;
-        for (int i = 0; i <= n0; i++)
-            head[i] = tail[i] = -1;
-        for (int x = 0; x < pl.n; x++) {
-            int a = pl.anchor[x];
-            pl.next[x] = -1;
-            if (tail[a] >= 0)
-                pl.next[tail[a]] = x;
-            else
-                head[a] = x;
-            tail[a] = x;
-        }
-        /* a member's place holds its replacements; the steps before an anchor precede them */
-        int k = 0;
-        for (int i = 0; i <= n0; i++) {
-            for (int x = head[i]; x >= 0; x = pl.next[x])
-                if (!pl.replace[x])
-                    steps[k++] = p->steps[n0 + x];
-            if (i == n0)
-                break;
-            if (!member[i])
-                steps[k++] = p->steps[i];
-            else
-                free_member(&p->steps[i]);
-            for (int x = head[i]; member[i] && x >= 0; x = pl.next[x])
-                if (pl.replace[x])
-                    steps[k++] = p->steps[n0 + x];
-        }
-        free(p->steps);
-        p->steps = steps;
-        p->nsteps = p->cap_steps = k;
-        steps = NULL;
-    }
-    free(steps);
-    free(pl.anchor);
-    free(pl.next);
-    free(pl.replace);
-    free(head);
-    free(tail);
-    free(member);
+    if (s == DT_OK)
+        s = rebuild(p, n0, mem, nm, &pl);
+    placing_free(&pl);
     free(mem);
     free(bk);
     return s;
+}
+
+/* ---- all-gathers ------------------------------------------------------------------------ */
+
+/* Group members of an all-gather that may join a bucket, or 0: one straight from a slot into a
+ * whole slot (no boxes, no offsets), even or with counts of its own, over 2 members or more.
+ * Its result is the members' blocks in member order. */
+static int64_t gather_members(const dt__step *st)
+{
+    if (st->kind != DT__STEP_COLL || st->coll != DT__COLL_ALL_GATHER || st->boxes || st->at ||
+        (!st->counts && st->count <= 0))
+        return 0;
+    int64_t g = 1;
+    for (int a = 0; a < st->mesh->num_axes; a++)
+        if (st->axes & (1u << a))
+            g *= st->mesh->sizes[a];
+    return g < 2 ? 0 : g;
+}
+
+/* A bucket of all-gathers may always hold this much (see bucket_gathers). */
+#define DT__GATHER_SMALL ((size_t)64 << 10)
+
+/* The bytes an all-gather's result holds on the busiest device, the same on every client. */
+static size_t gathered_bytes(const dt__step *st, int64_t g)
+{
+    return (size_t)(st->bytes_max * (double)g / (double)(g - 1));
+}
+
+/* A copy between an all-gather member's slots and a bucket's flat ones on local device i.
+ * In (pack): the device's block, to flat_at[i] in the flat operand; out: the g blocks of the
+ * member's result, one after the other, each from flat_at[i * g + q] in the flat result. */
+typedef struct gcopy_ctx {
+    const dt__step *st; /* the member */
+    int64_t g;
+    bool pack;
+    const int64_t *flat_at;
+    const int *rank; /* local device i's rank in its group */
+    int first_local, nlocal;
+    bool nomem;
+} gcopy_ctx;
+
+static void gcopy_args(void *ctx, int device, dt__kargs *k)
+{
+    gcopy_ctx *c = ctx;
+    int i = device - c->first_local;
+    k->rank = 1;
+    if (i < 0 || i >= c->nlocal)
+        return;
+    int64_t nb = c->pack ? 1 : c->g;
+    k->blocks = calloc((size_t)nb, sizeof *k->blocks);
+    if (!k->blocks) {
+        c->nomem = true;
+        return;
+    }
+    k->nblocks = (int)nb;
+    int64_t dst = 0;
+    for (int64_t q = 0; q < nb; q++) {
+        dt__block *b = &k->blocks[q];
+        int64_t n = count_of(c->st, i, c->pack ? c->rank[i] : q);
+        b->rank = 1;
+        b->extent[0] = b->src_shape[0] = b->dst_shape[0] = n;
+        b->src_at = c->pack ? 0 : c->flat_at[i * c->g + q];
+        b->dst_at = c->pack ? c->flat_at[i] : dst;
+        dst += n;
+        k->shape[0] += n;
+    }
+}
+
+/* Emit an all-gather bucket's steps (at the end of p, placed by pl): members mem[0..n) of the
+ * original steps, each over g group members. The flat operand on local device i holds the
+ * device's block of every member in member order, and the flat result g regions, region q
+ * (region[i * g + q] elements) member q's flat operand: block q of every member. The copies
+ * in and the all-gather go before original step `from`; each member's copy out in its place. */
+static dt_status emit_gather_bucket(dt__program *p, placing *pl, const int mem[], int n, int from,
+                                    int64_t g)
+{
+    const dt__step first = p->steps[mem[0]]; /* a copy: emitting moves the array */
+    const dt_mesh *m = first.mesh;
+    int nl = m->num_local;
+    bool even = true;
+    int64_t total = 0; /* even: the elements each member contributes */
+    double sent = 0;
+    for (int j = 0; j < n; j++) {
+        const dt__step *st = &p->steps[mem[j]];
+        even = even && !st->counts;
+        total += st->count;
+        sent += st->bytes_max;
+    }
+    size_t cells = (size_t)nl * (size_t)g + 1;
+    int64_t *region = calloc(cells, sizeof *region), *at = calloc(cells, sizeof *at);
+    int64_t *elems = calloc((size_t)nl + 1, sizeof *elems);
+    int *rank = calloc((size_t)nl + 1, sizeof *rank);
+    dt_status s =
+        region && at && elems && rank ? DT_OK : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    for (int i = 0; s == DT_OK && i < nl; i++) {
+        rank[i] = dt__group_rank(m, first.axes, m->first_local + i);
+        for (int64_t q = 0; q < g; q++)
+            for (int j = 0; j < n; j++)
+                region[i * g + q] += count_of(&p->steps[mem[j]], i, q);
+        elems[i] = region[i * g + rank[i]];
+    }
+    int send = -1, recv = -1;
+    if (s == DT_OK)
+        s = dt__slot_new_elems(p, m, first.dtype, elems, &send);
+    for (int i = 0; s == DT_OK && i < nl; i++) {
+        elems[i] = 0;
+        for (int64_t q = 0; q < g; q++) {
+            at[i * g + q] = elems[i];
+            elems[i] += region[i * g + q];
+        }
+    }
+    if (s == DT_OK)
+        s = dt__slot_new_elems(p, m, first.dtype, elems, &recv);
+    int64_t *packed = elems; /* each device's offset into the flat operand */
+    for (int i = 0; s == DT_OK && i < nl; i++)
+        packed[i] = 0;
+    for (int j = 0; s == DT_OK && j < n; j++) {
+        const dt__step st = p->steps[mem[j]];
+        gcopy_ctx c = {.st = &st,
+                       .g = g,
+                       .pack = true,
+                       .flat_at = packed,
+                       .rank = rank,
+                       .first_local = m->first_local,
+                       .nlocal = nl};
+        s = dt__emit_kernel(p, "bucket", DT__K_COPY_BLOCKS, first.dtype, 1, &st.in[0], send, m,
+                            gcopy_args, &c);
+        if (s == DT_OK && c.nomem)
+            s = dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+        pl->anchor[pl->n] = from;
+        pl->replace[pl->n++] = false;
+        for (int i = 0; i < nl; i++)
+            packed[i] += count_of(&st, i, rank[i]);
+    }
+    char what[96];
+    /* an uneven bucket's elements: its operand's on the busiest device */
+    int64_t shown =
+        even ? total : llround(sent / (double)(g - 1) / (double)dt_dtype_size(first.dtype));
+    snprintf(what, sizeof what, "bucket of %d all-gathers, %lld elements", n, (long long)shown);
+    counts_ctx cc = {.region = region, .g = g, .first_local = m->first_local};
+    if (s == DT_OK)
+        s = dt__emit_coll(p, "bucket", DT__COLL_ALL_GATHER, first.dtype, first.op, first.axes, send,
+                          recv, even ? total : 0, even ? NULL : bucket_counts, &cc, (int)g, sent,
+                          what);
+    if (s == DT_OK) {
+        pl->anchor[pl->n] = from;
+        pl->replace[pl->n++] = false;
+    }
+    for (int j = 0; s == DT_OK && j < n; j++) {
+        const dt__step st = p->steps[mem[j]];
+        gcopy_ctx c = {.st = &st,
+                       .g = g,
+                       .flat_at = at,
+                       .rank = rank,
+                       .first_local = m->first_local,
+                       .nlocal = nl};
+        s = dt__emit_kernel(p, "bucket", DT__K_COPY_BLOCKS, first.dtype, 1, &recv, st.out, m,
+                            gcopy_args, &c);
+        if (s == DT_OK && c.nomem)
+            s = dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+        pl->anchor[pl->n] = mem[j];
+        pl->replace[pl->n++] = true;
+        for (int i = 0; i < nl; i++)
+            for (int64_t q = 0; q < g; q++)
+                at[i * g + q] += count_of(&st, i, q);
+    }
+    free(region);
+    free(at);
+    free(elems);
+    free(rank);
+    return s;
+}
+
+/* The first step after step k that reads or writes slot (n0: none). */
+static int first_use(const dt__program *p, int n0, int k, int slot)
+{
+    int r = k + 1;
+    while (r < n0 && !uses(&p->steps[r], slot))
+        r++;
+    return r;
+}
+
+/* The slots step st writes: its output, and the results a fused step stores beside it. */
+static void mark_writes(const dt__step *st, int at, int last_write[])
+{
+    last_write[st->out] = at;
+    if (st->kind == DT__STEP_KERNEL && st->kernel == DT__K_FUSED && st->fused)
+        for (int j = st->fused->nin; j < st->nin; j++)
+            last_write[st->in[j]] = at;
+}
+
+/* A bucket of all-gathers: members mem[start .. start + n), its copies in before step from. */
+typedef struct gather_run {
+    int start, n, from;
+} gather_run;
+
+static dt_status bucket_gathers(dt__program *p, size_t cap)
+{
+    int n0 = p->nsteps;
+    int *mem = calloc((size_t)n0 + 1, sizeof *mem);
+    gather_run *runs = calloc((size_t)n0 + 1, sizeof *runs);
+    int *last_write = malloc(sizeof *last_write * ((size_t)p->nslots + 1));
+    if (!mem || !runs || !last_write) {
+        free(mem);
+        free(runs);
+        free(last_write);
+        return dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    }
+    for (int k = 0; k < p->nslots; k++)
+        last_write[k] = -1;
+    /* the open run: members mem[nm - open ..], their gathered bytes, where its copies in may
+     * go at the earliest (after its operands' writers and, so that gathers run at most two
+     * at once as the overlap schedule has them, not before the previous gather's first
+     * reader or the previous bucket's first copy out) */
+    int nm = 0, nr = 0, open = 0, from = 0, release = 0;
+    int passed = 0; /* the first readers of other all-gathers since the run opened, the last */
+    /* a bucket holds at most what the largest all-gather of the program holds anyway, or
+     * DT__GATHER_SMALL (all-gathers that small cost their fixed costs, not their memory) */
+    size_t bytes = 0, limit = DT__GATHER_SMALL;
+    for (int i = 0; i < n0; i++) {
+        int64_t g = gather_members(&p->steps[i]);
+        size_t b = g ? gathered_bytes(&p->steps[i], g) : 0;
+        limit = b > limit ? b : limit;
+    }
+    limit = limit < cap ? limit : cap;
+    for (int i = 0; i <= n0; i++) {
+        const dt__step *st = i < n0 ? &p->steps[i] : NULL;
+        bool gathers = st && st->kind == DT__STEP_COLL && st->coll == DT__COLL_ALL_GATHER;
+        /* members gather the program's inputs (a fully sharded model's parameters), not
+         * activations: those a tensor-parallel program gathers where it needs them, and
+         * gathered earlier they would be held longer */
+        int64_t g = gathers && p->slots[st->in[0]].input >= 0 ? gather_members(st) : 0;
+        if (open && gathers && !g) {
+            /* another all-gather (an activation's) leaves the run open; the next run starts
+             * after its first reader too */
+            int r = first_use(p, n0, i, st->out);
+            passed = passed > r ? passed : r;
+        } else if (open && (!st || g)) {
+            const dt__step *f = &p->steps[mem[nm - open]];
+            bool joins = g && f->mesh == st->mesh && group_axes(f) == group_axes(st) &&
+                         f->dtype == st->dtype && gather_members(f) == g &&
+                         last_write[st->in[0]] < mem[nm - open] &&
+                         bytes + gathered_bytes(st, g) <= limit;
+            /* an input gathered again (a result marked recompute, gathered anew in backward)
+             * starts a bucket of its own: one bucket would gather it twice, early */
+            for (int k = nm - open; joins && k < nm; k++)
+                joins = p->steps[mem[k]].in[0] != st->in[0];
+            if (joins) {
+                mem[nm++] = i;
+                open++;
+                bytes += gathered_bytes(st, g);
+                from = from > last_write[st->in[0]] + 1 ? from : last_write[st->in[0]] + 1;
+                mark_writes(st, i, last_write);
+                continue;
+            }
+            /* close the open run: kept with two members or more */
+            if (open >= 2) {
+                runs[nr++] = (gather_run){.start = nm - open, .n = open, .from = from};
+                release = mem[nm - open];
+            } else {
+                nm--;
+                release = first_use(p, n0, mem[nm], p->steps[mem[nm]].out);
+            }
+            release = release > passed ? release : passed;
+            open = 0;
+        }
+        if (!st)
+            break;
+        if (g) {
+            mem[nm++] = i;
+            open = 1;
+            passed = 0;
+            bytes = gathered_bytes(st, g);
+            from = release > last_write[st->in[0]] + 1 ? release : last_write[st->in[0]] + 1;
+            from = from < i ? from : i;
+        } else if (gathers && !open) {
+            release = first_use(p, n0, i, st->out);
+        }
+        mark_writes(st, i, last_write);
+    }
+    free(last_write);
+    dt_status s = DT_OK;
+    if (nr) {
+        placing pl;
+        s = placing_new(&pl, 2 * nm + nr);
+        for (int r = 0; s == DT_OK && r < nr; r++)
+            s = emit_gather_bucket(p, &pl, mem + runs[r].start, runs[r].n, runs[r].from,
+                                   gather_members(&p->steps[mem[runs[r].start]]));
+        if (s == DT_OK)
+            s = rebuild(p, n0, mem, nm, &pl);
+        placing_free(&pl);
+    }
+    free(mem);
+    free(runs);
+    return s;
+}
+
+dt_status dt__program_bucket(dt__program *p, size_t cap)
+{
+    if (!cap)
+        return DT_OK;
+    DT_TRY(bucket_reductions(p, cap));
+    return bucket_gathers(p, cap);
 }

@@ -21,7 +21,14 @@
  * Kernels are deterministic functions of their arguments and operands, so the readers get
  * bitwise the bytes J would have written. Repeated steps that become equal once an earlier
  * repeat is dropped (the cross-entropy's maximum over the statistics) are found in the same
- * pass, which walks the steps in order. */
+ * pass, which walks the steps in order.
+ *
+ * Collectives are dropped alike: the same even collective (same kind, reduction, groups, count
+ * and dtype; no per-device counts, boxes or offsets) of the same unchanged operand slot, under
+ * the same conditions on its result. The cross-entropy's gradient under a vocabulary-sharded
+ * layout all-reduces the row statistics again (max, then the sums); the repeats go, and with
+ * them the kernels that read their results. Every client drops the same ones (a pure function
+ * of the program), so the collectives stay in step. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -38,6 +45,18 @@ static bool same_step(const dt__step *a, const dt__step *b)
     if (memcmp(a->in, b->in, sizeof a->in[0] * (size_t)a->nin) != 0)
         return false;
     return memcmp(a->args, b->args, sizeof a->args[0] * (size_t)a->nlocal) == 0;
+}
+
+/* Collectives: the same even collective (no per-device counts, boxes or offsets) of the same
+ * operand slot, over the same groups. A collective gives every device of a group the same
+ * function of the group's operands, which hold at J what they held at I on every client. */
+static bool same_coll(const dt__step *a, const dt__step *b)
+{
+    return a->kind == DT__STEP_COLL && b->kind == DT__STEP_COLL && a->coll == DT__COLL_ALL_REDUCE &&
+           b->coll == DT__COLL_ALL_REDUCE && a->dtype == b->dtype && a->op == b->op &&
+           a->axes == b->axes && a->count == b->count && a->mesh == b->mesh &&
+           a->nlocal == b->nlocal && a->in[0] == b->in[0] && !a->counts && !b->counts &&
+           !a->boxes && !b->boxes && !a->at && !b->at;
 }
 
 /* Whether step st's result is small beside what it reads, on every local device (false when a
@@ -80,7 +99,7 @@ void dt__program_cse(dt__program *p)
         for (int q = 0; q < sj->nin; q++) /* a dropped step's readers read its twin's result */
             sj->in[q] = same[sj->in[q]];
         const dt__slot *oj = &p->slots[sj->out];
-        if (sj->kind != DT__STEP_KERNEL || nwrite[sj->out] != 1 || oj->input >= 0 ||
+        if (sj->kind == DT__STEP_TRANSFER || nwrite[sj->out] != 1 || oj->input >= 0 ||
             oj->output >= 0 || !small_result(p, sj))
             continue;
         bool inputs_fixed = true;
@@ -93,7 +112,7 @@ void dt__program_cse(dt__program *p)
             continue;
         for (int i = 0; i < j; i++) {
             const dt__step *si = &p->steps[i];
-            if (drop[i] || !same_step(si, sj) || nwrite[si->out] != 1 ||
+            if (drop[i] || !(same_step(si, sj) || same_coll(si, sj)) || nwrite[si->out] != 1 ||
                 p->slots[si->out].input >= 0)
                 continue;
             bool fixed = true; /* every operand written before I (then it holds at J too) */
@@ -111,7 +130,7 @@ void dt__program_cse(dt__program *p)
     for (int i = 0; i < n; i++) {
         dt__step *st = &p->steps[i];
         if (drop[i]) {
-            for (int d = 0; d < st->nlocal; d++)
+            for (int d = 0; st->args && d < st->nlocal; d++)
                 free(st->args[d].blocks);
             free(st->args);
             continue;

@@ -290,7 +290,11 @@ dt_status dt__bucket_cap(size_t *bytes);
  * and copies out before each result's first later use; a run closes when its bytes reach
  * `cap` (the first at most 1 MiB; 0: nothing changes). The same for reduce-scatters, even
  * or not, into whole slots or blocks of one (the chunked matmul's); a run of one kind stays
- * open across collectives of the other.
+ * open across collectives of the other. Then runs of all-gathers of one mesh, axes and dtype
+ * of the program's inputs (a fully sharded model's parameters) become copies into a flat
+ * temporary, one all-gather started as early as the first of them could be, and each result
+ * copied out in its member's place; such a bucket holds at most `cap` bytes gathered and no
+ * more than the largest all-gather of the program (or 64 KiB).
  * Call on a complete program, before sealing. */
 dt_status dt__program_bucket(dt__program *p, size_t cap);
 /* Elementwise fusion (spmd/fuse.c): each chain of elementwise kernel steps whose intermediates

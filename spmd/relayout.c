@@ -118,7 +118,10 @@ dt_status dt__plan_make(const dt_layout *from, const dt_layout *to, dt_dtype dty
         if ((to->partial & bit) && to->partial_op == cur.partial_op)
             continue;
         int j = axis_of(to, a);
-        if (j >= 0 && cur.axes[j] == DT_UNSHARDED &&
+        /* a tensor axis on a mesh axis of size 1 is whole on every device: as free to take
+         * the reduce-scatter as an unsharded one (e.g. a fully sharded gradient's sequence
+         * axis on a size-1 "model" axis) */
+        if (j >= 0 && (cur.axes[j] == DT_UNSHARDED || m->sizes[cur.axes[j]] == 1) &&
             (cur.partial_op == DT_REDUCE_SUM || cur.partial_op == DT_REDUCE_MAX ||
              cur.partial_op == DT_REDUCE_MIN || cur.partial_op == DT_REDUCE_PROD)) {
             dt_layout next = cur;

@@ -17,7 +17,8 @@
  * relative otherwise (the collective may add in another order), and data parallel and fully
  * sharded run fewer collectives with buckets (the all-reduces merge, and the chunked matmul's
  * reduce-scatters into blocks of rows, uneven ones included: "bucket of K reduce-scatters" in
- * the printed program); a bad DTENSOR_BUCKET_MB fails the trace with DT_ERR_ARG naming it on
+ * the printed program; and the fully sharded weights' all-gathers, even and uneven: "bucket of
+ * K all-gathers"); a bad DTENSOR_BUCKET_MB fails the trace with DT_ERR_ARG naming it on
  * every client. Each preset runs on the 1-D mesh "d" of every device and, with 4 devices or
  * more, on a 2-D mesh d x m (m = 2: the groups of "d" twice over). */
 #include "dt.h"
@@ -255,7 +256,9 @@ static void check_preset(const dt_mesh *m, const char *mesh, const preset *p)
         for (int r = 0; r < 2 && g; r++)
             ok = run(g, in, got[on], &sig[on], &ncoll[on], &times[on], &hidden[on]) && ok;
         if (on == 1 && g)
-            printed = prints(g, p == &presets[1] ? "reduce-scatters, " : "all-reduces, ");
+            printed = p == &presets[1]
+                          ? prints(g, "reduce-scatters, ") && prints(g, "all-gathers, ")
+                          : prints(g, "all-reduces, ");
         unsetenv("DTENSOR_COLLECTIVES_IN_FLIGHT");
         ok = ok && g;
         dt_function_free(g);

@@ -2,7 +2,8 @@
  * where the copies in and out and the merged all-reduce go, against the steps worked out by
  * hand; the cap; the sums the run gives, against the fills' values added by hand (all-reduces
  * and reduce-scatters, even and in uneven blocks of one slot, with the other kind between);
- * and the cap read from DTENSOR_BUCKET_MB. */
+ * all-gathers of the program's inputs, even and uneven, merged member-major within the cap and
+ * the largest all-gather, against the inputs' values; and the cap read from DTENSOR_BUCKET_MB. */
 #include "program_fixture.h"
 
 #include <stdlib.h>
@@ -340,4 +341,171 @@ Test(bucket, cap_from_the_environment)
         cr_expect(strstr(dt_last_error(), "DTENSOR_BUCKET_MB") != NULL, "%s", dt_last_error());
     }
     unsetenv("DTENSOR_BUCKET_MB");
+}
+
+/* arange from start (device 0) or 10 * start (device 1), step 1, over elems[device]. */
+typedef struct arange_ctx {
+    double start;
+    int64_t elems[2];
+} arange_ctx;
+
+static void arange_dev(void *ctx, int device, dt__kargs *k)
+{
+    const arange_ctx *c = ctx;
+    k->rank = 1;
+    k->shape[0] = c->elems[device];
+    k->a = c->start * (device ? 10 : 1);
+    k->b = 1;
+}
+
+/* Input k of p: a slot of elems[device] elements holding a tensor of n elements sharded "x". */
+static int input(dt__program *p, int k, const int64_t elems[2], int64_t n)
+{
+    int s;
+    cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, elems, &s), DT_OK, "%s",
+                 dt_last_error());
+    p->slots[s].input = k;
+    p->in[k] = (dt__dist){.slot = s, .dtype = DT_DTYPE_F32, .rank = 1, .shape = {n}};
+    cr_assert_eq(dt_layout_parse(mesh, "x", &p->in[k].layout), DT_OK);
+    return s;
+}
+
+static void uneven_counts(void *ctx, int device, int64_t counts[])
+{
+    (void)device;
+    const int64_t *c = ctx;
+    counts[0] = c[0];
+    counts[1] = c[1];
+}
+
+/* All-gathers: inputs a (2 na elements) and b (3: 2 on device 0, 1 on device 1), both sharded
+ * "x"; ga = all_gather(a), c = arange(7 / 70) (cn a device), gb = all_gather(b) (uneven),
+ * gc = all_gather(c). ga and gb, of the program's inputs, become one all-gather of a flat
+ * buffer (device d's blocks of a and b) when the cap and the largest all-gather (gc, or 64 KiB)
+ * allow their bytes, copied in at the start and out where each was; gc, of an activation,
+ * stays alone. The values: ga and gb the inputs' (from the host), gc 7.. then 70... */
+static void gathers(int64_t na, int64_t cn, size_t cap, bool merged)
+{
+    int64_t most = 2 * (na > cn ? na : cn);
+    float *host_a = calloc((size_t)most, sizeof *host_a), *got = calloc((size_t)most, sizeof *got),
+          *want = calloc((size_t)most, sizeof *want);
+    cr_assert(host_a && got && want);
+    for (int64_t i = 0; i < 2 * na; i++)
+        host_a[i] = (float)(i + 1);
+    const float host_b[3] = {100, 101, 102};
+    for (int on = 0; on < 2; on++) {
+        if (on)
+            unsetenv("DTENSOR_OVERLAP");
+        else
+            setenv("DTENSOR_OVERLAP", "0", 1);
+        dt__program *p;
+        cr_assert_eq(dt__program_create("t", 2, 3, &p), DT_OK);
+        int64_t nb[2] = {2, 1}, gae[2] = {2 * na, 2 * na}, gce[2] = {2 * cn, 2 * cn};
+        int a = input(p, 0, (int64_t[]){na, na}, 2 * na), b = input(p, 1, nb, 3), gb = slot(p), ga,
+            gc;
+        cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gae, &ga), DT_OK);
+        cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, gce, &gc), DT_OK);
+        cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, a,
+                                   ga, na, NULL, NULL, 0, 4.0 * (double)na, "t"),
+                     DT_OK, "%s", dt_last_error());
+        arange_ctx cc = {7, {cn, cn}};
+        int c;
+        cr_assert_eq(dt__slot_new_elems(p, mesh, DT_DTYPE_F32, cc.elems, &c), DT_OK);
+        cr_assert_eq(
+            dt__emit_kernel(p, "k", DT__K_ARANGE, DT_DTYPE_F32, 0, NULL, c, mesh, arange_dev, &cc),
+            DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, b,
+                                   gb, 0, uneven_counts, nb, 2, 8.0, "t"),
+                     DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt__emit_coll(p, "c", DT__COLL_ALL_GATHER, DT_DTYPE_F32, DT_REDUCE_SUM, 1u, c,
+                                   gc, cn, NULL, NULL, 0, 4.0 * (double)cn, "t"),
+                     DT_OK, "%s", dt_last_error());
+        int outs[3] = {ga, gb, gc};
+        int64_t len[3] = {2 * na, 3, 2 * cn};
+        for (int o = 0; o < 3; o++) {
+            p->slots[outs[o]].output = o;
+            p->out[o] =
+                (dt__dist){.slot = outs[o], .dtype = DT_DTYPE_F32, .rank = 1, .shape = {len[o]}};
+            cr_assert_eq(dt_layout_parse(mesh, "unsharded", &p->out[o].layout), DT_OK);
+        }
+        cr_assert_eq(dt__program_bucket(p, cap), DT_OK, "%s", dt_last_error());
+        cr_expect_eq(collectives(p), merged ? 2 : 3, "na %lld, cn %lld, cap %zu", (long long)na,
+                     (long long)cn, cap);
+        if (merged) {
+            /* pack a, pack b, all-gather, unpack ga, arange c, unpack gb, all-gather c */
+            cr_assert_eq(p->nsteps, 7);
+            const dt__step *st = p->steps;
+            int send = st[0].out, recv = st[2].out;
+            cr_expect(st[0].kernel == DT__K_COPY_BLOCKS && st[0].in[0] == a);
+            cr_expect(st[1].kernel == DT__K_COPY_BLOCKS && st[1].in[0] == b && st[1].out == send);
+            cr_expect(st[2].kind == DT__STEP_COLL && st[2].in[0] == send && st[2].counts);
+            cr_expect(strstr(st[2].text, "all_gather over {x} f32 bucket of 2 all-gathers"), "%s",
+                      st[2].text);
+            if (na == N)
+                cr_expect_str_eq(st[2].text, "all_gather over {x} f32 bucket of 2 all-gathers, 6 "
+                                             "elements: 24 bytes sent per device");
+            cr_expect(st[3].in[0] == recv && st[3].out == ga);
+            cr_expect(st[4].kernel == DT__K_ARANGE && st[4].out == c);
+            cr_expect(st[5].in[0] == recv && st[5].out == gb);
+            cr_expect(st[6].kind == DT__STEP_COLL && st[6].in[0] == c);
+        }
+        dt__program_seal(p);
+        dt_layout lx;
+        cr_assert_eq(dt_layout_parse(mesh, "x", &lx), DT_OK);
+        dt_tensor *in[2] = {NULL, NULL}, *out[3] = {NULL, NULL, NULL};
+        cr_assert_eq(dt_tensor_from_host(&lx, DT_DTYPE_F32, 1, (int64_t[]){2 * na}, host_a,
+                                         sizeof(float) * 2 * (size_t)na, &in[0]),
+                     DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt_tensor_from_host(&lx, DT_DTYPE_F32, 1, (int64_t[]){3}, host_b,
+                                         sizeof host_b, &in[1]),
+                     DT_OK, "%s", dt_last_error());
+        dt__op_check chk = {.mesh = mesh, .a = {.what = "t"}};
+        cr_assert_eq(dt__program_run(p, (const dt_tensor *const *)in, out, &chk), DT_OK, "%s",
+                     dt_last_error());
+        for (int o = 0; o < 3; o++) {
+            if (o == 0)
+                memcpy(want, host_a, sizeof(float) * 2 * (size_t)na);
+            else if (o == 1)
+                memcpy(want, host_b, sizeof host_b);
+            else
+                for (int64_t i = 0; i < cn; i++) {
+                    want[i] = (float)(7 + i);
+                    want[cn + i] = (float)(70 + i);
+                }
+            cr_assert_eq(dt_tensor_read(out[o], got, sizeof(float) * (size_t)len[o]), DT_OK, "%s",
+                         dt_last_error());
+            int64_t bad = -1;
+            for (int64_t i = 0; i < len[o] && bad < 0; i++)
+                if (got[i] != want[i])
+                    bad = i;
+            cr_expect_eq(bad, -1, "overlap %d: output %d[%lld] = %g, not %g", on, o, (long long)bad,
+                         bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+            dt_tensor_free(out[o]);
+        }
+        dt_tensor_free(in[0]);
+        dt_tensor_free(in[1]);
+        dt__program_release(p);
+    }
+    free(host_a);
+    free(got);
+    free(want);
+    unsetenv("DTENSOR_OVERLAP");
+}
+
+Test(bucket, all_gathers_of_inputs_merge_member_major)
+{
+    gathers(N, N, 1 << 20, true);
+}
+
+Test(bucket, the_cap_closes_an_all_gather_bucket)
+{
+    gathers(N, N, 32, false); /* ga and gb: 48 bytes */
+}
+
+/* Beyond 64 KiB, a bucket holds at most what the largest all-gather does: ga (128 KiB) and gb
+ * (16 bytes: its busiest device's 2 elements, twice) merge only where gc is as large. */
+Test(bucket, an_all_gather_bucket_holds_at_most_the_largest_all_gather)
+{
+    gathers(16384, N, 1 << 20, false);
+    gathers(16384, 16386, 1 << 20, true);
 }

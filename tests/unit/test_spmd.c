@@ -211,6 +211,48 @@ Test(program, eager_print_and_partial_result)
     stop();
 }
 
+/* A partial sum whose rows sit on a mesh axis of size 1 (whole on every device) reduce-scatters
+ * into rows sharded on the partial axis, as an unsharded one does, instead of an all-reduce and
+ * a slice: the fully sharded preset's position-embedding gradient, its sequence axis on the
+ * size-1 "model" axis. Even (2 rows) and uneven (3 rows over 2), against a loop by hand. */
+Test(program, size_one_axis_takes_a_reduce_scatter)
+{
+    start(2, "x=2,y=1");
+    for (int64_t rows = 2; rows <= 3; rows++) {
+        const float a[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, b[6] = {6, 5, 4, 3, 2, 1};
+        const int64_t sa[2] = {rows, 3}, sb[2] = {3, 2};
+        dt_tensor *ta = T("y,x", 2, sa, a), *tb = T("x,unsharded", 2, sb, b), *p, *c;
+        dt_layout lp = L("y,unsharded;partial_sum=x"), lr = L("x,unsharded");
+        cr_assert_eq(dt_matmul(ta, tb, &(dt_op_options){.layout = &lp}, &p), DT_OK, "%s",
+                     dt_last_error());
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        cr_assert_eq(dt_relayout(p, &lr, &(dt_op_options){.program = mem}, &c), DT_OK, "%s",
+                     dt_last_error());
+        fclose(mem);
+        cr_expect(strstr(text, "reduce_scatter sum over {x}") && !strstr(text, "all_reduce"), "%s",
+                  text);
+        cr_expect(dt_layout_equal(dt_tensor_layout(c), &lr));
+        float got[6];
+        cr_assert_eq(dt_tensor_read(c, got, sizeof(float) * 2 * (size_t)rows), DT_OK);
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < 2; j++) {
+                float want = 0;
+                for (int k = 0; k < 3; k++)
+                    want += a[i * 3 + k] * b[k * 2 + j];
+                cr_expect_eq(got[i * 2 + j], want, "rows %d: [%d,%d] = %g, not %g", (int)rows, i, j,
+                             got[i * 2 + j], want);
+            }
+        free(text);
+        dt_tensor_free(c);
+        dt_tensor_free(p);
+        dt_tensor_free(ta);
+        dt_tensor_free(tb);
+    }
+    stop();
+}
+
 Test(function, backward_propagation_fuses_reduce_scatter)
 {
     start(4, "x=4");
