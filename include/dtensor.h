@@ -1085,7 +1085,9 @@ typedef enum dt_optimizer_kind {
  * raises), and clipvalue with neither (Keras would silently ignore it). The scale is folded into
  * each variable's update: no clipped copy of a gradient is written; the norm reads each gradient
  * once (its sum of squares, in f32 for 16-bit floats, summed locally per shard, then reduced
- * over the mesh: no gradient is gathered). Norms need every gradient of the call on one mesh. */
+ * over the mesh: no gradient is gathered; where a gradient's last axis is whole on each device,
+ * each row along it is summed first, then the rows' sums). Norms need every gradient of the
+ * call on one mesh. */
 typedef struct dt_optimizer_config {
     dt_optimizer_kind kind;
     double learning_rate;

@@ -14,9 +14,9 @@
  * clipvalue is a min and a max of g, clipnorm a scale computed in the update from g's own sum
  * of squares (one more read of g), global_clipnorm a scale read as one more rank-0 input. That
  * scale comes from one traced function over every gradient of the apply (cached per list of
- * variables): per gradient a square and a local sum per shard (the rank-0 sums all-reduced in
- * one bucketed collective), their total, its square root (the global norm) and
- * c / max(norm, c). */
+ * variables): per gradient a square and a local sum per shard (rows along a whole last axis
+ * first, see sum_squares; the rank-0 sums all-reduced in one bucketed collective), their
+ * total, its square root (the global norm) and c / max(norm, c). */
 #include "train.h"
 
 #include <math.h>
@@ -373,21 +373,29 @@ static dt_status rmsprop_ops(const dt_optimizer_config *c, const dt_tensor *w, c
 }
 
 /* The sum of squares of g's elements: rank 0, replicated on g's mesh; in f32 for 16-bit floats
- * (cast in the same pass), else in g's dtype. */
+ * (cast in the same pass), else in g's dtype. When g has rank 2 or more and its last axis is
+ * whole on every device, each row along the last axis is summed first (in order), then the
+ * rows' sums: the rows split over a device's threads, where one running value over every
+ * element would keep a single thread adding one element at a time. */
 static dt_status sum_squares(const dt_tensor *g, dt_tensor **out)
 {
     dt_layout l0;
     DT_TRY(dt_layout_replicated(g->layout.mesh, 0, &l0));
-    dt_tensor *wide = NULL, *sq = NULL;
+    dt_tensor *wide = NULL, *sq = NULL, *rows = NULL;
     dt_status s = DT_OK;
     if (g->dtype == DT_DTYPE_BF16 || g->dtype == DT_DTYPE_F16)
         s = dt_cast(g, DT_DTYPE_F32, &(dt_op_options){.layout = &g->layout}, &wide);
     if (s == DT_OK)
         s = dt_unary(DT_UNARY_SQUARE, wide ? wide : g, NULL, &sq);
+    if (s == DT_OK && g->rank >= 2 && g->layout.axes[g->rank - 1] == DT_UNSHARDED &&
+        !g->layout.partial)
+        s = dt_reduce(DT_REDUCE_SUM, sq, 1, (int[]){-1}, 0, NULL, &rows);
     if (s == DT_OK)
-        s = dt_reduce(DT_REDUCE_SUM, sq, 0, NULL, 0, &(dt_op_options){.layout = &l0}, out);
+        s = dt_reduce(DT_REDUCE_SUM, rows ? rows : sq, 0, NULL, 0, &(dt_op_options){.layout = &l0},
+                      out);
     dt_tensor_free(wide);
     dt_tensor_free(sq);
+    dt_tensor_free(rows);
     return s;
 }
 
