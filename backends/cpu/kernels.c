@@ -9,6 +9,7 @@
  * bool, float functions of bool, random integers), so the loops below never see them. */
 #include "attention.h"
 #include "dtypes.h"
+#include "gather.h"
 #include "index.h"
 #include "pool.h"
 #include "random.h"
@@ -722,185 +723,6 @@ GEMM_BLAS(double, f64, cblas_dgemm)
 GEMM_HALF(bf16)
 GEMM_HALF(f16)
 
-/* ---- index kernels: gather, segment_sum, one_hot ----------------------------------------- */
-
-/* gather: out (nidx, inner) row i = the table's local row ids[i] - lo (table in[0]: rows x
- * inner, ids in[1]), or zeros when ids[i] is outside [lo, lo + rows): another shard's row, or
- * outside the table. Never reads outside the local table.
- * segment_sum: out (rows, inner) = 0, then data row i (in[0]: nidx x inner) added into row
- * ids[i] - lo (ids in[1]) when inside [lo, lo + rows); the 16-bit floats accumulate in f32 and
- * round once.
- * one_hot: out (nidx / inner, rows, inner) is b (off), with a (on) where the index equals lo + j
- * (indices in[0]: (nidx / inner, inner)). */
-#define DEFINE_INDEX_KERNELS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)        \
-    static void gather_##NAME(const dt__kargs *k, const void *const in[], void *out)  \
-    {                                                                                 \
-        const S *t = in[0];                                                           \
-        S *o = out;                                                                   \
-        size_t row = (size_t)k->inner * sizeof(S);                                    \
-        if (!row)                                                                     \
-            return;                                                                   \
-        for (int64_t i = 0; i < k->nidx; i++) {                                       \
-            int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                      \
-            if (r >= 0 && r < k->rows)                                                \
-                memcpy(o + i * k->inner, t + r * k->inner, row);                      \
-            else                                                                      \
-                memset(o + i * k->inner, 0, row); /* zero bits: 0 in every dtype */   \
-        }                                                                             \
-    }                                                                                 \
-    static void one_hot_##NAME(const dt__kargs *k, const void *const in[], void *out) \
-    {                                                                                 \
-        S *o = out, on = STD_##NAME(k->a), off = STD_##NAME(k->b);                    \
-        int64_t w = k->inner, outer = w ? k->nidx / w : 0;                            \
-        for (int64_t i = 0, n = outer * k->rows * w; i < n; i++)                      \
-            o[i] = off;                                                               \
-        for (int64_t i = 0; i < k->nidx; i++) {                                       \
-            int64_t j = dt__index_at(k->from, in[0], i) - k->lo;                      \
-            if (j >= 0 && j < k->rows)                                                \
-                o[(i / w * k->rows + j) * w + i % w] = on;                            \
-        }                                                                             \
-    }
-CPU_DTYPES(DEFINE_INDEX_KERNELS)
-
-/* segment_sum into a base (mode DT__SEGMENT_INTO, common/kernels.h): out = base (nothing to
- * copy when the program runs it in place, out being base's buffer), then each
- * selected row's sum (from 0 over its data rows in index order, SEG_COLS columns at a time,
- * rounded to S) added to it once: bitwise base + the segment sum, touching only the selected
- * rows besides the copy. The data rows of one output row are chained (next[i]: the next index
- * of the same row), or found by a scan where that memory is not to be had. */
-enum { SEG_COLS = 256 };
-static int64_t seg_row(const dt__kargs *k, const void *ids, int64_t i)
-{
-    int64_t r = dt__index_at(k->from, ids, i) - k->lo;
-    return r >= 0 && r < k->rows ? r : -1;
-}
-/* next[i] = the next index after i selecting the same row (-1: none); false without memory */
-static bool seg_chain(const dt__kargs *k, const void *ids, int64_t *next)
-{
-    int64_t *last = malloc(((size_t)k->rows + 1) * sizeof *last);
-    if (!last)
-        return false;
-    for (int64_t r = 0; r < k->rows; r++)
-        last[r] = -1;
-    for (int64_t i = k->nidx - 1; i >= 0; i--) {
-        int64_t r = seg_row(k, ids, i);
-        next[i] = r < 0 ? -1 : last[r];
-        if (r >= 0)
-            last[r] = i;
-    }
-    free(last);
-    return true;
-}
-/* the first index selecting row r is i (no earlier one) */
-static bool seg_first(const dt__kargs *k, const void *ids, const int64_t *next, int64_t i,
-                      int64_t r, const bool *seen)
-{
-    if (next)
-        return !seen[i];
-    for (int64_t j = 0; j < i; j++)
-        if (seg_row(k, ids, j) == r)
-            return false;
-    return true;
-}
-#define DEFINE_SEGMENT_INTO(NAME, S, C)                                                           \
-    static void segment_into_##NAME(const dt__kargs *k, const void *const in[], void *out)        \
-    {                                                                                             \
-        const S *x = in[0], *b = in[2];                                                           \
-        S *o = out;                                                                               \
-        int64_t w = k->inner;                                                                     \
-        if (k->rows * w > 0 && (const void *)o != (const void *)b) /* else in place */            \
-            memcpy(o, b, (size_t)(k->rows * w) * sizeof(S));                                      \
-        int64_t *next = malloc(((size_t)k->nidx + 1) * sizeof *next);                             \
-        bool *seen = calloc((size_t)k->nidx + 1, sizeof *seen);                                   \
-        if (next && (!seen || !seg_chain(k, in[1], next))) {                                      \
-            free(next);                                                                           \
-            next = NULL;                                                                          \
-        }                                                                                         \
-        C acc[SEG_COLS];                                                                          \
-        for (int64_t i = 0; i < k->nidx; i++) {                                                   \
-            int64_t r = seg_row(k, in[1], i);                                                     \
-            if (r < 0 || !seg_first(k, in[1], next, i, r, seen))                                  \
-                continue;                                                                         \
-            for (int64_t c0 = 0; c0 < w; c0 += SEG_COLS) {                                        \
-                int64_t cw = w - c0 < SEG_COLS ? w - c0 : SEG_COLS;                               \
-                for (int64_t q = 0; q < cw; q++)                                                  \
-                    acc[q] = (C)0;                                                                \
-                for (int64_t j = i; j >= 0; j = next ? next[j] : j + 1 < k->nidx ? j + 1 : -1) {  \
-                    if (!next && seg_row(k, in[1], j) != r)                                       \
-                        continue;                                                                 \
-                    if (next)                                                                     \
-                        seen[j] = true;                                                           \
-                    for (int64_t q = 0; q < cw; q++)                                              \
-                        acc[q] = DT__ADD(acc[q], (C)LD_##NAME(x[j * w + c0 + q]));                \
-                }                                                                                 \
-                S *row = o + r * w + c0;                                                          \
-                for (int64_t q = 0; q < cw; q++)                                                  \
-                    row[q] = ST_##NAME(DT__ADD(LD_##NAME(row[q]), LD_##NAME(ST_##NAME(acc[q])))); \
-            }                                                                                     \
-        }                                                                                         \
-        free(next);                                                                               \
-        free(seen);                                                                               \
-    }
-DEFINE_SEGMENT_INTO(f32, float, float)
-DEFINE_SEGMENT_INTO(f64, double, double)
-DEFINE_SEGMENT_INTO(i32, int32_t, int32_t)
-DEFINE_SEGMENT_INTO(i64, int64_t, int64_t)
-DEFINE_SEGMENT_INTO(bf16, uint16_t, float)
-DEFINE_SEGMENT_INTO(f16, uint16_t, float)
-DEFINE_SEGMENT_INTO(u8, uint8_t, uint8_t)
-DEFINE_SEGMENT_INTO(i8, int8_t, int8_t)
-
-#define DEFINE_SEGMENT_SUM(NAME, S, C)                                                       \
-    static void segment_sum_##NAME(const dt__kargs *k, const void *const in[], void *out)    \
-    {                                                                                        \
-        if (k->mode == DT__SEGMENT_INTO) {                                                   \
-            segment_into_##NAME(k, in, out);                                                 \
-            return;                                                                          \
-        }                                                                                    \
-        const S *x = in[0];                                                                  \
-        S *o = out;                                                                          \
-        int64_t no = k->rows * k->inner, w = k->inner;                                       \
-        if (sizeof(C) == sizeof(S)) { /* accumulate in the output */                         \
-            C *acc = out;                                                                    \
-            for (int64_t i = 0; i < no; i++)                                                 \
-                acc[i] = (C)0;                                                               \
-            for (int64_t i = 0; i < k->nidx; i++) {                                          \
-                int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                         \
-                if (r < 0 || r >= k->rows)                                                   \
-                    continue;                                                                \
-                for (int64_t q = 0; q < w; q++)                                              \
-                    acc[r * w + q] = DT__ADD(acc[r * w + q], (C)LD_##NAME(x[i * w + q]));    \
-            }                                                                                \
-            return;                                                                          \
-        }                                                                                    \
-        C *acc = calloc((size_t)no + 1, sizeof(C));                                          \
-        for (int64_t i = 0; !acc && i < no; i++) /* no memory: round after every addition */ \
-            o[i] = ST_##NAME((C)0);                                                          \
-        for (int64_t i = 0; i < k->nidx; i++) {                                              \
-            int64_t r = dt__index_at(k->from, in[1], i) - k->lo;                             \
-            if (r < 0 || r >= k->rows)                                                       \
-                continue;                                                                    \
-            for (int64_t q = 0; q < w; q++) {                                                \
-                C v = LD_##NAME(x[i * w + q]);                                               \
-                if (acc)                                                                     \
-                    acc[r * w + q] += v;                                                     \
-                else                                                                         \
-                    o[r * w + q] = ST_##NAME(LD_##NAME(o[r * w + q]) + v);                   \
-            }                                                                                \
-        }                                                                                    \
-        for (int64_t i = 0; acc && i < no; i++)                                              \
-            o[i] = ST_##NAME(acc[i]);                                                        \
-        free(acc);                                                                           \
-    }
-DEFINE_SEGMENT_SUM(f32, float, float)
-DEFINE_SEGMENT_SUM(f64, double, double)
-DEFINE_SEGMENT_SUM(i32, int32_t, int32_t)
-DEFINE_SEGMENT_SUM(i64, int64_t, int64_t)
-DEFINE_SEGMENT_SUM(bf16, uint16_t, float)
-DEFINE_SEGMENT_SUM(f16, uint16_t, float)
-DEFINE_SEGMENT_SUM(u8, uint8_t, uint8_t)
-DEFINE_SEGMENT_SUM(i8, int8_t, int8_t)
-
 /* ---- copy blocks (dtype-independent: element size from the table's dtype) ---------------- */
 
 #define COPY_BLOCKS(NAME, S, C, IS_FLOAT, IS_SIGNED, LOWEST, HIGHEST)                              \
@@ -946,8 +768,6 @@ CPU_DTYPES(COPY_BLOCKS)
     WRAP(select_fill, NAME)                                                                \
     WRAP_EW(cast, NAME, 1, sizeof(S), dt_dtype_size(k->from))                              \
     WRAP_EW(where, NAME, 3, sizeof(S), 1, sizeof(S), sizeof(S))                            \
-    WRAP(gather, NAME)                                                                     \
-    WRAP(one_hot, NAME)                                                                    \
     WRAP(arg_reduce, NAME)
 CPU_DTYPES(WRAP_DTYPE)
 #define WRAP_ROWS(NAME, S, C)                                                             \
@@ -969,22 +789,22 @@ WRAP(gemm, i32)
 WRAP(gemm, i64)
 WRAP(gemm, u8)
 WRAP(gemm, i8)
-#define WRAP_NUMERIC(K) \
-    WRAP(K, f32)        \
-    WRAP(K, f64) WRAP(K, i32) WRAP(K, i64) WRAP(K, bf16) WRAP(K, f16) WRAP(K, u8) WRAP(K, i8)
-WRAP_NUMERIC(segment_sum)
 WRAP(scan, i32)
 WRAP(scan, i64)
 WRAP(scan, u8)
 WRAP(scan, i8)
 
-#define FLOATS(K)                                                   \
-    [DT_DTYPE_F32] = cpu_##K##_f32, [DT_DTYPE_F64] = cpu_##K##_f64, \
-    [DT_DTYPE_BF16] = cpu_##K##_bf16, [DT_DTYPE_F16] = cpu_##K##_f16
-#define NUMERIC(K)                                                             \
-    FLOATS(K), [DT_DTYPE_I32] = cpu_##K##_i32, [DT_DTYPE_I64] = cpu_##K##_i64, \
-               [DT_DTYPE_U8] = cpu_##K##_u8, [DT_DTYPE_I8] = cpu_##K##_i8
-#define ALL(K) NUMERIC(K), [DT_DTYPE_BOOL] = cpu_##K##_boolean
+/* P: the entries' prefix (cpu_ here, dt__cpu_ for another file's) */
+#define FLOATS_OF(P, K)                                                                      \
+    [DT_DTYPE_F32] = P##K##_f32, [DT_DTYPE_F64] = P##K##_f64, [DT_DTYPE_BF16] = P##K##_bf16, \
+    [DT_DTYPE_F16] = P##K##_f16
+#define NUMERIC_OF(P, K)                                                       \
+    FLOATS_OF(P, K), [DT_DTYPE_I32] = P##K##_i32, [DT_DTYPE_I64] = P##K##_i64, \
+                     [DT_DTYPE_U8] = P##K##_u8, [DT_DTYPE_I8] = P##K##_i8
+#define ALL_OF(P, K) NUMERIC_OF(P, K), [DT_DTYPE_BOOL] = P##K##_boolean
+#define FLOATS(K) FLOATS_OF(cpu_, K)
+#define NUMERIC(K) NUMERIC_OF(cpu_, K)
+#define ALL(K) ALL_OF(cpu_, K)
 
 /* Random numbers only for the floating types and no gemm on bool: the shape rules refuse
  * those with DT_ERR_DTYPE before any lookup. */
@@ -1023,9 +843,9 @@ const dt__kernel_fn dt__cpu_kernels[DT__KERNEL_COUNT][DT_DTYPE_COUNT] = {
                      [DT_DTYPE_BOOL] = dt__cpu_fused,
                      [DT_DTYPE_U8] = dt__cpu_fused,
                      [DT_DTYPE_I8] = dt__cpu_fused},
-    [DT__K_GATHER] = {ALL(gather)},
-    [DT__K_SEGMENT_SUM] = {NUMERIC(segment_sum)},
-    [DT__K_ONE_HOT] = {ALL(one_hot)},
+    [DT__K_GATHER] = {ALL_OF(dt__cpu_, gather)},
+    [DT__K_SEGMENT_SUM] = {NUMERIC_OF(dt__cpu_, segment_sum)},
+    [DT__K_ONE_HOT] = {ALL_OF(dt__cpu_, one_hot)},
     [DT__K_XENT] = {[DT_DTYPE_F32] = dt__cpu_xent_f32,
                     [DT_DTYPE_F64] = dt__cpu_xent_f64,
                     [DT_DTYPE_BF16] = dt__cpu_xent_bf16,
