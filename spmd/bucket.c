@@ -233,6 +233,65 @@ static void bucket_counts(void *ctx, int device, int64_t counts[])
         counts[q] = c->region[(device - c->first_local) * c->g + q];
 }
 
+/* A bucket's layout on each local device i: its group rank, and region[i * g + q], the
+ * elements of block q of every member (member after member); whether every member is even, the
+ * elements each contributes then, and the bytes the members send (the ledger's). at and elems
+ * are the callers' offsets, allocated here. */
+typedef struct bucket_geom {
+    int64_t *region, *at, *elems;
+    int *rank;
+    bool even;
+    int64_t total;
+    double sent;
+} bucket_geom;
+
+static void geom_free(bucket_geom *b)
+{
+    free(b->region);
+    free(b->at);
+    free(b->elems);
+    free(b->rank);
+}
+
+/* ranked: the devices' group ranks (an all-reduce's regions need none: rank 0 each). */
+static dt_status geom_new(const dt__program *p, const int mem[], int n, int64_t g, bool ranked,
+                          bucket_geom *b)
+{
+    const dt__step *first = &p->steps[mem[0]];
+    const dt_mesh *m = first->mesh;
+    int nl = m->num_local;
+    size_t cells = (size_t)nl * (size_t)g + 1;
+    *b = (bucket_geom){.region = calloc(cells, sizeof *b->region),
+                       .at = calloc(cells, sizeof *b->at),
+                       .elems = calloc((size_t)nl + 1, sizeof *b->elems),
+                       .rank = calloc((size_t)nl + 1, sizeof *b->rank),
+                       .even = true};
+    if (!b->region || !b->at || !b->elems || !b->rank) {
+        geom_free(b);
+        return dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
+    }
+    for (int j = 0; j < n; j++) {
+        const dt__step *st = &p->steps[mem[j]];
+        b->even = b->even && !st->counts;
+        b->total += st->count;
+        b->sent += st->bytes_max;
+    }
+    for (int i = 0; i < nl; i++) {
+        b->rank[i] = ranked ? dt__group_rank(m, first->axes, m->first_local + i) : 0;
+        for (int64_t q = 0; q < g; q++)
+            for (int j = 0; j < n; j++)
+                b->region[i * g + q] += count_of(&p->steps[mem[j]], i, q);
+    }
+    return DT_OK;
+}
+
+/* The elements a bucket's label shows: each member's when even, else its operand's on the
+ * busiest device over g. */
+static int64_t geom_shown(const bucket_geom *b, int64_t g, dt_dtype t)
+{
+    return b->even ? b->total : llround(b->sent / (double)(g - 1) / (double)dt_dtype_size(t));
+}
+
 /* Emit a bucket's steps (at the end of p, placed by pl): members mem[0..n) of the original
  * steps, each over g group members; its results are copied out before original step `until`
  * at the latest (the next collective, or the original step count: the end). On local device
@@ -245,33 +304,20 @@ static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n
     const dt__step first = p->steps[mem[0]]; /* a copy: emitting moves the array */
     const dt_mesh *m = first.mesh;
     int nl = m->num_local;
-    bool ar = first.coll == DT__COLL_ALL_REDUCE, even = true;
-    int64_t total = 0; /* even: the elements each member receives */
-    double sent = 0;
-    for (int j = 0; j < n; j++) {
-        const dt__step *st = &p->steps[mem[j]];
-        even = even && !st->counts;
-        total += st->count;
-        sent += st->bytes_max;
-    }
-    size_t cells = (size_t)nl * (size_t)g + 1;
-    int64_t *region = calloc(cells, sizeof *region), *at = calloc(cells, sizeof *at);
-    int64_t *elems = calloc((size_t)nl + 1, sizeof *elems);
-    int *rank = calloc((size_t)nl + 1, sizeof *rank);
-    dt_status s =
-        region && at && elems && rank ? DT_OK : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
-    for (int i = 0; s == DT_OK && i < nl; i++) {
-        rank[i] = ar ? 0 : dt__group_rank(m, first.axes, m->first_local + i);
+    bool ar = first.coll == DT__COLL_ALL_REDUCE;
+    bucket_geom b;
+    dt_status s = geom_new(p, mem, n, g, !ar, &b);
+    if (s != DT_OK)
+        return s;
+    int64_t *region = b.region, *at = b.at, *elems = b.elems;
+    int *rank = b.rank;
+    for (int i = 0; i < nl; i++)
         for (int64_t q = 0; q < g; q++) {
             at[i * g + q] = elems[i];
-            for (int j = 0; j < n; j++)
-                region[i * g + q] += count_of(&p->steps[mem[j]], i, q);
             elems[i] += region[i * g + q];
         }
-    }
     int flat = -1, res = -1;
-    if (s == DT_OK)
-        s = dt__slot_new_elems(p, m, first.dtype, elems, &flat);
+    s = dt__slot_new_elems(p, m, first.dtype, elems, &flat);
     res = flat;
     for (int i = 0; s == DT_OK && i < nl; i++)
         elems[i] = region[i * g + rank[i]];
@@ -291,15 +337,13 @@ static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n
                 at[i * g + q] += count_of(&st, i, q);
     }
     char what[96];
-    /* an uneven bucket's elements: its operand's on the busiest device over g */
-    int64_t shown =
-        even ? total : llround(sent / (double)(g - 1) / (double)dt_dtype_size(first.dtype));
     snprintf(what, sizeof what, "bucket of %d %s, %lld elements", n,
-             ar ? "all-reduces" : "reduce-scatters", (long long)shown);
+             ar ? "all-reduces" : "reduce-scatters", (long long)geom_shown(&b, g, first.dtype));
     counts_ctx cc = {.region = region, .g = g, .first_local = m->first_local};
     if (s == DT_OK)
         s = dt__emit_coll(p, "bucket", first.coll, first.dtype, first.op, first.axes, flat, res,
-                          even ? total : 0, even ? NULL : bucket_counts, &cc, (int)g, sent, what);
+                          b.even ? b.total : 0, b.even ? NULL : bucket_counts, &cc, (int)g, b.sent,
+                          what);
     if (s == DT_OK) {
         pl->anchor[pl->n] = mem[n - 1];
         pl->replace[pl->n++] = true;
@@ -321,10 +365,7 @@ static dt_status emit_bucket(dt__program *p, placing *pl, const int mem[], int n
         for (int i = 0; i < nl; i++)
             at[i] += count_of(&st, i, rank[i]);
     }
-    free(region);
-    free(at);
-    free(elems);
-    free(rank);
+    geom_free(&b);
     return s;
 }
 
@@ -593,31 +634,16 @@ static dt_status emit_gather_bucket(dt__program *p, placing *pl, const int mem[]
     const dt__step first = p->steps[mem[0]]; /* a copy: emitting moves the array */
     const dt_mesh *m = first.mesh;
     int nl = m->num_local;
-    bool even = true;
-    int64_t total = 0; /* even: the elements each member contributes */
-    double sent = 0;
-    for (int j = 0; j < n; j++) {
-        const dt__step *st = &p->steps[mem[j]];
-        even = even && !st->counts;
-        total += st->count;
-        sent += st->bytes_max;
-    }
-    size_t cells = (size_t)nl * (size_t)g + 1;
-    int64_t *region = calloc(cells, sizeof *region), *at = calloc(cells, sizeof *at);
-    int64_t *elems = calloc((size_t)nl + 1, sizeof *elems);
-    int *rank = calloc((size_t)nl + 1, sizeof *rank);
-    dt_status s =
-        region && at && elems && rank ? DT_OK : dt__fail(DT_ERR_NOMEM, "bucket: out of memory");
-    for (int i = 0; s == DT_OK && i < nl; i++) {
-        rank[i] = dt__group_rank(m, first.axes, m->first_local + i);
-        for (int64_t q = 0; q < g; q++)
-            for (int j = 0; j < n; j++)
-                region[i * g + q] += count_of(&p->steps[mem[j]], i, q);
+    bucket_geom b;
+    dt_status s = geom_new(p, mem, n, g, true, &b);
+    if (s != DT_OK)
+        return s;
+    int64_t *region = b.region, *at = b.at, *elems = b.elems;
+    int *rank = b.rank;
+    for (int i = 0; i < nl; i++)
         elems[i] = region[i * g + rank[i]];
-    }
     int send = -1, recv = -1;
-    if (s == DT_OK)
-        s = dt__slot_new_elems(p, m, first.dtype, elems, &send);
+    s = dt__slot_new_elems(p, m, first.dtype, elems, &send);
     for (int i = 0; s == DT_OK && i < nl; i++) {
         elems[i] = 0;
         for (int64_t q = 0; q < g; q++) {
@@ -649,15 +675,13 @@ static dt_status emit_gather_bucket(dt__program *p, placing *pl, const int mem[]
             packed[i] += count_of(&st, i, rank[i]);
     }
     char what[96];
-    /* an uneven bucket's elements: its operand's on the busiest device */
-    int64_t shown =
-        even ? total : llround(sent / (double)(g - 1) / (double)dt_dtype_size(first.dtype));
-    snprintf(what, sizeof what, "bucket of %d all-gathers, %lld elements", n, (long long)shown);
+    snprintf(what, sizeof what, "bucket of %d all-gathers, %lld elements", n,
+             (long long)geom_shown(&b, g, first.dtype));
     counts_ctx cc = {.region = region, .g = g, .first_local = m->first_local};
     if (s == DT_OK)
         s = dt__emit_coll(p, "bucket", DT__COLL_ALL_GATHER, first.dtype, first.op, first.axes, send,
-                          recv, even ? total : 0, even ? NULL : bucket_counts, &cc, (int)g, sent,
-                          what);
+                          recv, b.even ? b.total : 0, b.even ? NULL : bucket_counts, &cc, (int)g,
+                          b.sent, what);
     if (s == DT_OK) {
         pl->anchor[pl->n] = from;
         pl->replace[pl->n++] = false;
@@ -680,10 +704,7 @@ static dt_status emit_gather_bucket(dt__program *p, placing *pl, const int mem[]
             for (int64_t q = 0; q < g; q++)
                 at[i * g + q] += count_of(&st, i, q);
     }
-    free(region);
-    free(at);
-    free(elems);
-    free(rank);
+    geom_free(&b);
     return s;
 }
 
