@@ -41,6 +41,21 @@ static void widen(dt_dtype dt, const void *row, int64_t at, int64_t n, float *bu
             buf[j] = dt__f16_to_f32(((const uint16_t *)row)[at + j]);
 }
 
+/* buf[0..n) stored as elements [at, at + n) of a row of dtype dt (f32, bf16 or f16), each
+ * 16-bit float rounded once. */
+static void narrow(dt_dtype dt, const float *buf, int64_t n, void *row, int64_t at)
+{
+    if (dt == DT_DTYPE_F32)
+        for (int64_t j = 0; j < n; j++)
+            ((float *)row)[at + j] = buf[j];
+    else if (dt == DT_DTYPE_BF16)
+        for (int64_t j = 0; j < n; j++)
+            ((uint16_t *)row)[at + j] = dt__f32_to_bf16(buf[j]);
+    else
+        for (int64_t j = 0; j < n; j++)
+            ((uint16_t *)row)[at + j] = dt__f32_to_f16(buf[j]);
+}
+
 /* buf[j] = exp(buf[j]) for j < n, f32. */
 static void exp_f32(float *buf, int64_t n, bool vec)
 {
@@ -178,15 +193,7 @@ static void grad_row(dt_dtype dt, const void *row, int64_t n, int64_t t, double 
             buf[t - at] -= 1;
         for (int64_t j = 0; j < len; j++)
             buf[j] *= fd;
-        if (dt == DT_DTYPE_F32)
-            for (int64_t j = 0; j < len; j++)
-                ((float *)dst)[at + j] = buf[j];
-        else if (dt == DT_DTYPE_BF16)
-            for (int64_t j = 0; j < len; j++)
-                ((uint16_t *)dst)[at + j] = dt__f32_to_bf16(buf[j]);
-        else
-            for (int64_t j = 0; j < len; j++)
-                ((uint16_t *)dst)[at + j] = dt__f32_to_f16(buf[j]);
+        narrow(dt, buf, len, dst, at);
     }
 }
 
@@ -274,15 +281,7 @@ static void grad_row_probs(dt_dtype dt, const void *row, int64_t n, int64_t t, d
             buf[j] = src[j] >= lo && src[j] <= hi ? g : off;
         if (tj >= 0)
             buf[tj] = gt;
-        if (dt == DT_DTYPE_F32)
-            for (int64_t j = 0; j < len; j++)
-                ((float *)dst)[at + j] = buf[j];
-        else if (dt == DT_DTYPE_BF16)
-            for (int64_t j = 0; j < len; j++)
-                ((uint16_t *)dst)[at + j] = dt__f32_to_bf16(buf[j]);
-        else
-            for (int64_t j = 0; j < len; j++)
-                ((uint16_t *)dst)[at + j] = dt__f32_to_f16(buf[j]);
+        narrow(dt, buf, len, dst, at);
     }
 }
 

@@ -1,10 +1,11 @@
 /* What the tests of a traced function's program passes share (test_fusion.c,
  * test_fusion_stored.c and their chain harness fusion_chain.h, test_fusion_more.c, test_cse.c;
- * test_sparse_xent.c takes the printed program only): one mesh, made by start() after dt_init
+ * test_sparse_xent.c and test_sparse_cce.c take the printed program and the float tensors):
+ * one mesh, made by start() after dt_init
  * and freed by stop() with dt_finalize (DTENSOR_FUSION unset again), layouts parsed on it, a
- * function's printed program and a tensor read whole. The devices are CPU devices unless the
- * including file defines FUSION_DEVICE and its own fusion_init first
- * (tests/cuda/test_cuda_fusion.c does, through test_fusion.c and test_fusion_stored.c). */
+ * function's printed program, a tensor read whole, and float tensors to and from doubles. The
+ * devices are CPU devices unless the including file defines FUSION_DEVICE and its own fusion_init
+ * first (tests/cuda/test_cuda_fusion.c does, through test_fusion.c and test_fusion_stored.c). */
 #ifndef DT_TEST_FUSION_FIXTURE_H
 #define DT_TEST_FUSION_FIXTURE_H
 
@@ -65,6 +66,44 @@ static inline void *read_all(const dt_tensor *t, size_t *bytes)
     void *h = malloc(*bytes ? *bytes : 1);
     cr_assert_eq(dt_tensor_read(t, h, *bytes), DT_OK, "%s", dt_last_error());
     return h;
+}
+
+/* A tensor of dtype dt (f64, f32, bf16 or f16) holding x[0..n) rounded once. */
+static inline dt_tensor *from_doubles(const dt_layout *l, dt_dtype dt, int rank,
+                                      const int64_t shape[], const double *x, int64_t n)
+{
+    size_t es = dt_dtype_size(dt);
+    void *h = malloc((size_t)n * es + 1);
+    cr_assert(h);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == DT_DTYPE_F64)
+            ((double *)h)[i] = x[i];
+        else if (dt == DT_DTYPE_F32)
+            ((float *)h)[i] = (float)x[i];
+        else if (dt == DT_DTYPE_BF16)
+            ((uint16_t *)h)[i] = dt_f64_to_bf16(x[i]);
+        else
+            ((uint16_t *)h)[i] = dt_f64_to_f16(x[i]);
+    }
+    dt_tensor *t = NULL;
+    cr_assert_eq(dt_tensor_from_host(l, dt, rank, shape, h, (size_t)n * es, &t), DT_OK, "%s",
+                 dt_last_error());
+    free(h);
+    return t;
+}
+
+/* t's first n elements (f64, f32, bf16 or f16) as doubles. */
+static inline void to_doubles(const dt_tensor *t, double *out, int64_t n)
+{
+    size_t bytes;
+    void *h = read_all(t, &bytes);
+    dt_dtype dt = dt_tensor_dtype(t);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = dt == DT_DTYPE_F64    ? ((double *)h)[i]
+                 : dt == DT_DTYPE_F32  ? ((float *)h)[i]
+                 : dt == DT_DTYPE_BF16 ? dt_bf16_to_f32(((uint16_t *)h)[i])
+                                       : dt_f16_to_f32(((uint16_t *)h)[i]);
+    free(h);
 }
 
 #endif

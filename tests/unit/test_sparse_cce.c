@@ -25,39 +25,6 @@ static double stored(dt_dtype dt, double v)
                                 : (double)dt_bf16_to_f32(dt_f64_to_bf16(v));
 }
 
-static dt_tensor *floats(const dt_layout *l, dt_dtype dt, int rank, const int64_t shape[],
-                         const double *x, int64_t n)
-{
-    size_t es = dt_dtype_size(dt);
-    void *h = malloc((size_t)n * es + 1);
-    cr_assert(h);
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == DT_DTYPE_F64)
-            ((double *)h)[i] = x[i];
-        else if (dt == DT_DTYPE_F32)
-            ((float *)h)[i] = (float)x[i];
-        else
-            ((uint16_t *)h)[i] = dt_f64_to_bf16(x[i]);
-    }
-    dt_tensor *t = NULL;
-    cr_assert_eq(dt_tensor_from_host(l, dt, rank, shape, h, (size_t)n * es, &t), DT_OK, "%s",
-                 dt_last_error());
-    free(h);
-    return t;
-}
-
-static void read_back(const dt_tensor *t, double *out, int64_t n)
-{
-    size_t bytes;
-    void *h = read_all(t, &bytes);
-    dt_dtype dt = dt_tensor_dtype(t);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = dt == DT_DTYPE_F64   ? ((double *)h)[i]
-                 : dt == DT_DTYPE_F32 ? ((float *)h)[i]
-                                      : dt_bf16_to_f32(((uint16_t *)h)[i]);
-    free(h);
-}
-
 /* Row r's probabilities: a fixed positive sequence normalised, except row 0 (one class at 1,
  * the rest 0: both bounds clip), every third row's class (r + 1) % C at 1e-9 (below eps: its
  * label there when r % 6 == 0) and class 0 at 0. */
@@ -113,7 +80,8 @@ static void check(const char *spec, dt_dtype dt, int64_t rows, int64_t C)
     }
     dt_layout l = L(spec), lr = l;
     lr.rank = 1;
-    dt_tensor *tp = floats(&l, dt, 2, shape, p, n), *tw = floats(&lr, dt, 1, shape, w, rows);
+    dt_tensor *tp = from_doubles(&l, dt, 2, shape, p, n),
+              *tw = from_doubles(&lr, dt, 1, shape, w, rows);
     dt_tensor *ty = NULL, *tl = NULL;
     cr_assert_eq(dt_tensor_from_host(&lr, DT_DTYPE_I32, 1, shape, y, (size_t)rows * 4, &ty), DT_OK,
                  "%s", dt_last_error());
@@ -122,7 +90,7 @@ static void check(const char *spec, dt_dtype dt, int64_t rows, int64_t C)
                  dt_last_error());
     cr_expect(dt_layout_equal(dt_tensor_layout(tl), &lr), "%s: the loss not in the rows' layout",
               spec);
-    read_back(tl, gl, rows);
+    to_doubles(tl, gl, rows);
     double fw = ref_worst(gl, loss, rows);
     cr_expect(fw <= tol, "%s %s [%lld, %lld]: loss off by %g (tolerance %g)", dt_dtype_name(dt),
               spec, (long long)rows, (long long)C, fw, tol);
@@ -141,7 +109,7 @@ static void check(const char *spec, dt_dtype dt, int64_t rows, int64_t C)
     const dt_tensor *args[3] = {ty, tp, tw};
     cr_assert_eq(dt_function_run(g, 3, args, 2, res), DT_OK, "%s", dt_last_error());
     cr_expect(dt_layout_equal(dt_tensor_layout(res[1]), &l), "%s: d p not in p's layout", spec);
-    read_back(res[1], got, n);
+    to_doubles(res[1], got, n);
     double gw = ref_worst(got, dx, n);
     cr_expect(gw <= tol, "%s %s [%lld, %lld]: d p off by %g (tolerance %g)", dt_dtype_name(dt),
               spec, (long long)rows, (long long)C, gw, tol);
@@ -193,14 +161,15 @@ Test(sparse_cce, labels_outside_the_classes)
     start(2, "x=2");
     dt_layout l = L("unsharded,x"), lr = L("unsharded");
     double p[12] = {0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25};
-    dt_tensor *tp = floats(&l, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, p, 12), *ty = NULL, *t = NULL;
+    dt_tensor *tp = from_doubles(&l, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, p, 12), *ty = NULL,
+              *t = NULL;
     cr_assert_eq(
         dt_tensor_from_host(&lr, DT_DTYPE_I32, 1, (int64_t[]){3}, (int32_t[]){1, 4, -1}, 12, &ty),
         DT_OK, "%s", dt_last_error());
     cr_assert_eq(dt_sparse_categorical_crossentropy(ty, tp, eps, NULL, &t), DT_OK, "%s",
                  dt_last_error());
     double got[3];
-    read_back(t, got, 3);
+    to_doubles(t, got, 3);
     cr_expect(fabs(got[0] - log(4.0)) < 1e-6, "row 0: %g", got[0]);
     cr_expect(isnan(got[1]) && isnan(got[2]), "rows 1, 2: %g %g", got[1], got[2]);
     dt_tensor_free(t);
@@ -224,7 +193,8 @@ Test(sparse_cce, bad_operands)
     start(1, "x=1");
     dt_layout r1 = L("unsharded"), r2 = L("unsharded,unsharded");
     double z[15] = {0};
-    dt_tensor *p = floats(&r2, DT_DTYPE_F32, 2, (int64_t[]){3, 5}, z, 15), *y3 = NULL, *y4 = NULL;
+    dt_tensor *p = from_doubles(&r2, DT_DTYPE_F32, 2, (int64_t[]){3, 5}, z, 15), *y3 = NULL,
+              *y4 = NULL;
     cr_assert_eq(
         dt_tensor_from_host(&r1, DT_DTYPE_I32, 1, (int64_t[]){3}, (int32_t[3]){0}, 12, &y3), DT_OK);
     cr_assert_eq(

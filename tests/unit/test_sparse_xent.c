@@ -35,29 +35,6 @@ static double logit_at(int64_t i, int salt)
     return (double)(((i * 53 + salt * 29) % 192) - 96) / 16.0;
 }
 
-static dt_tensor *floats(const dt_layout *l, dt_dtype dt, int rank, const int64_t shape[],
-                         const double *x, int64_t n)
-{
-    size_t es = dt_dtype_size(dt);
-    void *h = malloc((size_t)n * es + 1);
-    cr_assert(h);
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == DT_DTYPE_F64)
-            ((double *)h)[i] = x[i];
-        else if (dt == DT_DTYPE_F32)
-            ((float *)h)[i] = (float)x[i];
-        else if (dt == DT_DTYPE_BF16)
-            ((uint16_t *)h)[i] = dt_f64_to_bf16(x[i]);
-        else
-            ((uint16_t *)h)[i] = dt_f64_to_f16(x[i]);
-    }
-    dt_tensor *t = NULL;
-    cr_assert_eq(dt_tensor_from_host(l, dt, rank, shape, h, (size_t)n * es, &t), DT_OK, "%s",
-                 dt_last_error());
-    free(h);
-    return t;
-}
-
 static dt_tensor *labels_of(const dt_layout *l, int rank, const int64_t shape[], const int32_t *y,
                             int64_t n)
 {
@@ -65,21 +42,6 @@ static dt_tensor *labels_of(const dt_layout *l, int rank, const int64_t shape[],
     cr_assert_eq(dt_tensor_from_host(l, DT_DTYPE_I32, rank, shape, y, (size_t)n * 4, &t), DT_OK,
                  "%s", dt_last_error());
     return t;
-}
-
-static void read_back(const dt_tensor *t, double *out, int64_t n)
-{
-    dt_dtype dt = dt_tensor_dtype(t);
-    size_t es = dt_dtype_size(dt);
-    void *h = malloc((size_t)n * es + 1);
-    cr_assert(h);
-    cr_assert_eq(dt_tensor_read(t, h, (size_t)n * es), DT_OK, "%s", dt_last_error());
-    for (int64_t i = 0; i < n; i++)
-        out[i] = dt == DT_DTYPE_F64    ? ((double *)h)[i]
-                 : dt == DT_DTYPE_F32  ? ((float *)h)[i]
-                 : dt == DT_DTYPE_BF16 ? dt_bf16_to_f32(((uint16_t *)h)[i])
-                                       : dt_f16_to_f32(((uint16_t *)h)[i]);
-    free(h);
 }
 
 /* The case's logits and weights as the dtype stores them (rounded), so the reference sees the
@@ -126,8 +88,8 @@ static void check(const dt_mesh *m, const char *spec, dt_dtype dt, int rank, con
     lr = l;
     lr.rank = rank - 1;
     lr.axes[rank - 1] = DT_UNSHARDED;
-    dt_tensor *tx = floats(&l, dt, rank, shape, x, n),
-              *tw = floats(&lr, dt, rank - 1, shape, w, rows),
+    dt_tensor *tx = from_doubles(&l, dt, rank, shape, x, n),
+              *tw = from_doubles(&lr, dt, rank - 1, shape, w, rows),
               *ty = labels_of(&lr, rank - 1, shape, y, rows), *tl = NULL;
     double tol = dt == DT_DTYPE_F64 ? 1e-12 : dt == DT_DTYPE_F32 ? 2e-5 : 2e-2;
     cr_assert_eq(dt_sparse_softmax_cross_entropy_with_logits(ty, tx, NULL, &tl), DT_OK, "%s",
@@ -135,7 +97,7 @@ static void check(const dt_mesh *m, const char *spec, dt_dtype dt, int rank, con
     cr_expect_eq(dt_tensor_dtype(tl), dt);
     cr_expect(dt_layout_equal(dt_tensor_layout(tl), &lr), "%s: the loss not in the rows' layout",
               spec);
-    read_back(tl, got, rows);
+    to_doubles(tl, got, rows);
     double fw = ref_worst(got, loss, rows);
     cr_expect(fw <= tol, "%s %s rank %d C %lld: loss off by %g (tolerance %g)", dt_dtype_name(dt),
               spec, rank, (long long)C, fw, tol);
@@ -156,7 +118,7 @@ static void check(const dt_mesh *m, const char *spec, dt_dtype dt, int rank, con
     cr_assert_eq(dt_function_run(g, 3, args, 2, res), DT_OK, "%s", dt_last_error());
     cr_expect(dt_layout_equal(dt_tensor_layout(res[1]), &l), "%s: d logits not in their layout",
               spec);
-    read_back(res[1], gdx, n);
+    to_doubles(res[1], gdx, n);
     double gw = ref_worst(gdx, dx, n);
     cr_expect(gw <= tol, "%s %s rank %d C %lld: d logits off by %g (tolerance %g)",
               dt_dtype_name(dt), spec, rank, (long long)C, gw, tol);
@@ -225,12 +187,12 @@ Test(sparse_xent, labels_outside_the_classes)
     cr_assert_eq(dt_layout_parse(m, "unsharded,x", &l), DT_OK);
     cr_assert_eq(dt_layout_parse(m, "unsharded", &lr), DT_OK);
     double x[12] = {0};
-    dt_tensor *tx = floats(&l, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, x, 12);
+    dt_tensor *tx = from_doubles(&l, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, x, 12);
     dt_tensor *ty = labels_of(&lr, 1, (int64_t[]){3}, (int32_t[]){1, 4, -1}, 3), *t = NULL;
     cr_assert_eq(dt_sparse_softmax_cross_entropy_with_logits(ty, tx, NULL, &t), DT_OK, "%s",
                  dt_last_error());
     double got[3];
-    read_back(t, got, 3);
+    to_doubles(t, got, 3);
     cr_expect(fabs(got[0] - log(4.0)) < 1e-6, "row 0: %g", got[0]);
     cr_expect(isnan(got[1]) && isnan(got[2]), "rows 1, 2: %g %g", got[1], got[2]);
     dt_tensor_free(t);
@@ -256,15 +218,15 @@ Test(sparse_xent, bad_operands)
     cr_assert_eq(dt_layout_parse(m, "unsharded", &r1), DT_OK);
     cr_assert_eq(dt_layout_parse(m, "unsharded,unsharded", &r2), DT_OK);
     double z[20] = {0};
-    dt_tensor *x = floats(&r2, DT_DTYPE_F32, 2, (int64_t[]){3, 5}, z, 15);
+    dt_tensor *x = from_doubles(&r2, DT_DTYPE_F32, 2, (int64_t[]){3, 5}, z, 15);
     dt_tensor *y4 = labels_of(&r1, 1, (int64_t[]){4}, (int32_t[]){0, 0, 0, 0}, 4);
-    dt_tensor *yf = floats(&r1, DT_DTYPE_F32, 1, (int64_t[]){3}, z, 3);
+    dt_tensor *yf = from_doubles(&r1, DT_DTYPE_F32, 1, (int64_t[]){3}, z, 3);
     dt_tensor *y2 = labels_of(&r2, 2, (int64_t[]){3, 5}, (int32_t[15]){0}, 15);
     dt_tensor *xi = labels_of(&r2, 2, (int64_t[]){3, 5}, (int32_t[15]){0}, 15);
     dt_tensor *y3 = labels_of(&r1, 1, (int64_t[]){3}, (int32_t[]){0, 1, 2}, 3);
     dt_layout r0;
     cr_assert_eq(dt_layout_parse(m, "", &r0), DT_OK, "%s", dt_last_error());
-    dt_tensor *x0 = floats(&r0, DT_DTYPE_F32, 0, NULL, z, 1);
+    dt_tensor *x0 = from_doubles(&r0, DT_DTYPE_F32, 0, NULL, z, 1);
     expect_fail(y4, x, DT_ERR_SHAPE, "labels [4] do not match logits [3,5]");
     expect_fail(y2, x, DT_ERR_SHAPE, "labels [3,5] do not match logits [3,5]");
     expect_fail(yf, x, DT_ERR_DTYPE, "labels [3] are f32, expected i32 or i64");
@@ -424,10 +386,10 @@ static void check_tied(const dt_mesh *m, const char *st, const char *si, const c
         if (ids[b] >= 0 && ids[b] < TV)
             for (int d = 0; d < TD; d++)
                 ref[ids[b] * TD + d] += (float)h[b * TD + d];
-    dt_tensor *tt = floats(&lt, DT_DTYPE_F32, 2, (int64_t[]){TV, TD}, t, TV * TD);
+    dt_tensor *tt = from_doubles(&lt, DT_DTYPE_F32, 2, (int64_t[]){TV, TD}, t, TV * TD);
     dt_tensor *ti = labels_of(&li, 1, (int64_t[]){TB}, ids, TB);
-    dt_tensor *th = floats(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TD}, h, TB * TD);
-    dt_tensor *tw = floats(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TV}, w, TB * TV);
+    dt_tensor *th = from_doubles(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TD}, h, TB * TD);
+    dt_tensor *tw = from_doubles(&lb, DT_DTYPE_F32, 2, (int64_t[]){TB, TV}, w, TB * TV);
     dt_function *tied = head_gradient(&lt, &li, &lb, true),
                 *apart = head_gradient(&lt, &li, &lb, false);
     char *text = program_text(tied);
@@ -441,13 +403,13 @@ static void check_tied(const dt_mesh *m, const char *st, const char *si, const c
     cr_assert_eq(dt_function_run(apart, 5, (const dt_tensor *[]){tt, tt, ti, th, tw}, 3, r2), DT_OK,
                  "%s", dt_last_error());
     cr_expect(dt_layout_equal(dt_tensor_layout(r1[1]), &lt), "%s: not in the table's layout", st);
-    read_back(r1[1], got, TV * TD);
+    to_doubles(r1[1], got, TV * TD);
     double e = ref_worst(got, ref, TV * TD);
     cr_expect(e <= 2e-6, "%s / %s / %s: tied gradient off by %g", st, si, sb, e);
     if (bitwise) {
         cr_assert_eq(dt_binary(DT_BINARY_ADD, r2[2], r2[1], NULL, &sum), DT_OK, "%s",
                      dt_last_error());
-        read_back(sum, old, TV * TD);
+        to_doubles(sum, old, TV * TD);
         int same = 0;
         for (int i = 0; i < TV * TD; i++)
             same += memcmp(&got[i], &old[i], sizeof got[i]) == 0;
