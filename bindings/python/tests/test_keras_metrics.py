@@ -13,23 +13,11 @@ import pytest
 
 import dtensor
 from dtensor import keras
+from keras_meshes import layouts, mesh_of
 
 U = dtensor.UNSHARDED
 EPS = 1e-7
 LO, HI = float(np.float32(EPS)), float(np.float32(1 - EPS))  # the clip's float32 bounds
-
-
-def mesh_of(n):
-    if n == 4:
-        return dtensor.create_mesh([("x", 2), ("y", 2)], devices=[f"CPU:{i}" for i in range(4)])
-    return dtensor.create_mesh([("x", n)], devices=[f"CPU:{i}" for i in range(n)])
-
-
-def layouts(n):
-    """(rows, classes) specs: replicated, rows sharded, classes sharded, both (on 4)."""
-    if n == 4:
-        return [(U, U), ("x", U), (U, "y"), ("x", "y")]
-    return [(U, U), ("x", U), (U, "x")]
 
 
 def close(got, want, tol, what):

@@ -13,6 +13,7 @@ import pytest
 
 import dtensor
 from dtensor import keras
+from keras_meshes import layouts, mesh_of
 
 U = dtensor.UNSHARDED
 EPS = 1e-7
@@ -81,19 +82,6 @@ def operands(shape, seed, from_logits, dtype=np.float32):
         x = np.maximum(x / x.sum(-1, keepdims=True), 1e-4)
     labels = rng.integers(0, shape[-1], shape[:-1])
     return labels, x.astype(dtype)
-
-
-def mesh_of(n):
-    if n == 4:
-        return dtensor.create_mesh([("x", 2), ("y", 2)], devices=[f"CPU:{i}" for i in range(4)])
-    return dtensor.create_mesh([("x", n)], devices=[f"CPU:{i}" for i in range(n)])
-
-
-def layouts(n):
-    """(rows, classes) specs: replicated, rows sharded, classes sharded, both (on 4)."""
-    if n == 4:
-        return [(U, U), ("x", U), (U, "y"), ("x", "y")]
-    return [(U, U), ("x", U), (U, "x")]
 
 
 def loss_and_grad(loss_fn, labels, x):
